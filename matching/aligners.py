@@ -1,0 +1,224 @@
+"""Pluggable alignment for Decomposable Attention.
+
+Every aligner implements one interface::
+
+    aligner(a, b, mask_a, mask_b, score_bias=None) -> Alignment(a_aligned, b_aligned, matrices)
+
+with a (B, La, D), b (B, Lb, D) and boolean masks (True on real tokens). `a_aligned` (B, La, copies·D) is
+what of b each a_i is aligned to (Parikh's β_i); `b_aligned` (B, Lb, copies·D) is Parikh's α_j. The aligner
+owns both the scoring and the normalisation (CoDA has no softmax at all), and zeroes padding itself: padding
+gets zero weight and contributes nothing. `matrices` holds the (B, La, Lb) matrices it used, for inspection
+and plots. `score_bias` (La, Lb) is added to the raw scores; the intra-sentence attention passes Parikh's
+distance biases through it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from matching.layers import FeedForward, masked_mean, masked_softmax, pair_mask
+
+
+class Alignment(NamedTuple):
+    a_aligned: Tensor  # (B, La, copies·D)
+    b_aligned: Tensor  # (B, Lb, copies·D)
+    matrices: dict[str, Tensor]  # name -> (B, La, Lb)
+
+
+class Aligner(nn.Module):
+    """Base class; subclasses define `forward(a, b, mask_a, mask_b, score_bias=None) -> Alignment`.
+
+    `copies` is how many D-wide aligned vectors each position receives.
+    """
+
+    copies: int = 1
+
+    def __init__(self, dim: int):
+        super().__init__()
+        if dim <= 0:
+            raise ValueError(f"{type(self).__name__} needs a positive input dimension, got {dim}")
+        self.dim = dim
+
+    def _check(self, a: Tensor, b: Tensor, mask_a: Tensor, mask_b: Tensor) -> None:
+        if a.shape[-1] != self.dim or b.shape[-1] != self.dim:
+            raise ValueError(
+                f"{type(self).__name__} was built for {self.dim}-d inputs but got a {tuple(a.shape)}, "
+                f"b {tuple(b.shape)}"
+            )
+        if mask_a.shape != a.shape[:2] or mask_b.shape != b.shape[:2]:
+            raise ValueError(
+                f"masks {tuple(mask_a.shape)}, {tuple(mask_b.shape)} do not match inputs "
+                f"{tuple(a.shape[:2])}, {tuple(b.shape[:2])}"
+            )
+
+
+def _projection(dim: int, hidden: int, dropout: float, project: bool) -> nn.Module:
+    """Parikh's F (two ReLU layers) or the identity when `project` is False."""
+    return FeedForward(dim, hidden, dropout) if project else nn.Identity()
+
+
+class SoftmaxAligner(Aligner):
+    """Vanilla Decomposable Attention: e_ij = F(a_i)ᵀF(b_j), softmax over j for β and over i for α."""
+
+    def __init__(self, dim: int, hidden: int = 200, dropout: float = 0.2, project: bool = True, scale: bool = False):
+        super().__init__(dim)
+        self.project = _projection(dim, hidden, dropout, project)
+        self.scale = 1.0 / math.sqrt(hidden if project else dim) if scale else 1.0
+
+    def forward(self, a, b, mask_a, mask_b, score_bias=None):
+        self._check(a, b, mask_a, mask_b)
+        e = torch.bmm(self.project(a), self.project(b).transpose(1, 2)) * self.scale  # (B, La, Lb)
+        if score_bias is not None:
+            e = e + score_bias
+        valid = pair_mask(mask_a, mask_b)
+        weights_a = masked_softmax(e, valid, dim=2)  # rows: each a_i over b
+        weights_b = masked_softmax(e, valid, dim=1)  # columns: each b_j over a
+        a_aligned = torch.bmm(weights_a, b)  # (B, La, D)
+        b_aligned = torch.bmm(weights_b.transpose(1, 2), a)  # (B, Lb, D)
+        return Alignment(a_aligned, b_aligned, {"softmax_a": weights_a, "softmax_b": weights_b})
+
+
+def _algebraic(x: Tensor) -> Tensor:
+    return x / torch.sqrt(1.0 + x * x)
+
+
+#: φ_E and φ_N choices of the CoDA paper, Table 9.
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "arctan": torch.atan,
+    "algebraic": _algebraic,
+}
+
+
+def _activation(name: str, role: str) -> Callable[[Tensor], Tensor]:
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown {role} activation {name!r}; choose one of {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[name]
+
+
+class CoDAAligner(Aligner):
+    """Compositional De-Attention (Tay et al. 2019, eq. 1–7). No softmax anywhere.
+
+    E_ij = α·F_E(a_i)ᵀF_E(b_j)                  (eq. 1; optionally centred, eq. 6)
+    N_ij = −β·‖F_N(a_i) − F_N(b_j)‖₁            (eq. 2)
+    M = φ_E(E) ⊙ gate(N)                          (eq. 3) with gate(N) = φ_N(N − mean N)  [gate="center", eq. 4]
+                                                                         2·φ_N(N)       [gate="scale", eq. 5]
+                                                                         φ_N(N)         [gate="none"]
+    a_aligned = M b,  b_aligned = Mᵀ a            (eq. 7)
+
+    Means are over valid (non-padding) cells of each example's matrix, and M is exactly 0 on any padding row
+    or column. `gate_projection="shared"` uses F_N = F_E (the DecompAtt F); "separate" gives N its own net.
+    `scale` divides E and N by √d, since both are sums over the d projected features.
+    """
+
+    GATES = ("center", "scale", "none")
+
+    def __init__(
+        self,
+        dim: int,
+        hidden: int = 200,
+        dropout: float = 0.2,
+        project: bool = True,
+        alpha: float = 1.0,
+        beta: float = 1.0,
+        phi_e: str = "tanh",
+        phi_n: str = "sigmoid",
+        gate: str = "center",
+        center_e: bool = False,
+        gate_projection: str = "shared",
+        scale: bool = False,
+    ):
+        super().__init__(dim)
+        if gate not in self.GATES:
+            raise ValueError(f"unknown CoDA gate normalisation {gate!r}; choose one of {list(self.GATES)}")
+        if gate_projection not in ("shared", "separate"):
+            raise ValueError(f"gate_projection must be 'shared' or 'separate', got {gate_projection!r}")
+        if alpha < 0 or beta < 0:
+            raise ValueError(f"CoDA temperatures must be non-negative, got alpha={alpha} beta={beta}")
+        self.phi_e = _activation(phi_e, "phi_e")
+        self.phi_n = _activation(phi_n, "phi_n")
+        self.alpha, self.beta, self.gate, self.center_e = alpha, beta, gate, center_e
+        self.project_e = _projection(dim, hidden, dropout, project)
+        self.project_n = self.project_e if gate_projection == "shared" else _projection(dim, hidden, dropout, project)
+        self.shared = gate_projection == "shared"
+        self.scale = 1.0 / math.sqrt(hidden if project else dim) if scale else 1.0
+
+    def forward(self, a, b, mask_a, mask_b, score_bias=None):
+        self._check(a, b, mask_a, mask_b)
+        valid = pair_mask(mask_a, mask_b)  # (B, La, Lb)
+        fa, fb = self.project_e(a), self.project_e(b)
+        e = torch.bmm(fa, fb.transpose(1, 2)) * (self.alpha * self.scale)  # (B, La, Lb)
+        if score_bias is not None:
+            e = e + score_bias
+        if self.center_e:
+            e = e - masked_mean(e, valid, dims=(1, 2))
+        na, nb = (fa, fb) if self.shared else (self.project_n(a), self.project_n(b))
+        # cdist(p=1) computes the L1 distances without a (B, La, Lb, d) intermediate.
+        n = -self.beta * self.scale * torch.cdist(na.contiguous(), nb.contiguous(), p=1)  # (B, La, Lb)
+        if self.gate == "center":
+            gate = self.phi_n(n - masked_mean(n, valid, dims=(1, 2)))
+        elif self.gate == "scale":
+            gate = 2.0 * self.phi_n(n)
+        else:
+            gate = self.phi_n(n)
+        affinity = self.phi_e(e)
+        m = affinity * gate * valid.to(affinity.dtype)  # (B, La, Lb), exactly 0 on padding
+        a_aligned = torch.bmm(m, b)  # (B, La, D)
+        b_aligned = torch.bmm(m.transpose(1, 2), a)  # (B, Lb, D)
+        return Alignment(a_aligned, b_aligned, {"affinity": affinity, "gate": gate, "M": m})
+
+
+class ConflictAligner(Aligner):
+    """Conflict attention (Mitra 2019, eq. 7–9): c_ij = w_sᵀ(tanh(W_u a_i) − tanh(W_v b_j)).
+
+    As the paper writes it, the score is linear in the difference, so c_ij = s(a_i) − s(b_j) with
+    s(x) = w_sᵀ tanh(W x); we compute it that way, which is exact and needs no (B, La, Lb, H) tensor.
+    Masked softmax over j gives a_aligned and over i gives b_aligned.
+    """
+
+    def __init__(self, dim: int, hidden: int = 200, dropout: float = 0.2):
+        super().__init__(dim)
+        self.dropout = nn.Dropout(dropout)
+        self.project_a = nn.Linear(dim, hidden)  # W_u
+        self.project_b = nn.Linear(dim, hidden)  # W_v
+        self.score = nn.Linear(hidden, 1, bias=False)  # w_s
+
+    def forward(self, a, b, mask_a, mask_b, score_bias=None):
+        self._check(a, b, mask_a, mask_b)
+        s_a = self.score(torch.tanh(self.project_a(self.dropout(a)))).squeeze(-1)  # (B, La)
+        s_b = self.score(torch.tanh(self.project_b(self.dropout(b)))).squeeze(-1)  # (B, Lb)
+        c = s_a.unsqueeze(2) - s_b.unsqueeze(1)  # (B, La, Lb)
+        if score_bias is not None:
+            c = c + score_bias
+        valid = pair_mask(mask_a, mask_b)
+        weights_a = masked_softmax(c, valid, dim=2)
+        weights_b = masked_softmax(c, valid, dim=1)
+        a_aligned = torch.bmm(weights_a, b)
+        b_aligned = torch.bmm(weights_b.transpose(1, 2), a)
+        return Alignment(a_aligned, b_aligned, {"conflict_a": weights_a, "conflict_b": weights_b})
+
+
+class SoftmaxConflictAligner(Aligner):
+    """Attention and conflict side by side (conflict paper eq. 11): compare sees [a_i; β_att; β_conf]."""
+
+    copies = 2
+
+    def __init__(self, dim: int, hidden: int = 200, dropout: float = 0.2):
+        super().__init__(dim)
+        self.attention = SoftmaxAligner(dim, hidden, dropout)
+        self.conflict = ConflictAligner(dim, hidden, dropout)
+
+    def forward(self, a, b, mask_a, mask_b, score_bias=None):
+        att = self.attention(a, b, mask_a, mask_b, score_bias)
+        conf = self.conflict(a, b, mask_a, mask_b, score_bias)
+        return Alignment(
+            torch.cat([att.a_aligned, conf.a_aligned], dim=-1),
+            torch.cat([att.b_aligned, conf.b_aligned], dim=-1),
+            {**att.matrices, **conf.matrices},
+        )

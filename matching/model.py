@@ -1,0 +1,127 @@
+"""Decomposable Attention (Parikh et al. 2016) with a pluggable aligner.
+
+embed    frozen unit-norm word vectors -> linear projection to `hidden`      (optional NULL token first)
+intra    optional self-alignment with distance biases: a_i -> [a_i; a'_i]    (Parikh §3.1 "intra")
+attend   the aligner: β_i (what of b aligns to a_i), α_j (what of a aligns to b_j)
+compare  v1_i = G([a_i; β_i]),  v2_j = G([b_j; α_j])
+aggregate v1 = Σ_i v1_i, v2 = Σ_j v2_j over real tokens;  logits = W·H([v1; v2])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from matching.aligners import Aligner
+from matching.layers import FeedForward, masked_sum
+
+PAD_ID = 0
+NULL_ID = 1
+
+AlignerFactory = Callable[..., Aligner]  # called as factory(dim=...)
+
+
+class MatchOutput(NamedTuple):
+    logits: Tensor  # (B, num_classes)
+    matrices: dict[str, Tensor]  # cross alignment (B, La, Lb); intra ones prefixed "intra_a/", "intra_b/"
+
+
+class IntraAttention(nn.Module):
+    """Self-alignment of one sentence with Parikh's distance-sensitive biases d(i−j).
+
+    Signed distances with |i−j| > `max_distance` share one bucket per sign. The aligner (softmax or CoDA,
+    the CoDA paper's eq. 10 self-attention) receives the biases as `score_bias`.
+    """
+
+    def __init__(self, dim: int, aligner: AlignerFactory, max_distance: int = 10):
+        super().__init__()
+        self.max_distance = max_distance
+        self.aligner = aligner(dim=dim)
+        if self.aligner.copies != 1:
+            raise ValueError("the intra-sentence aligner must return one aligned vector per token (copies=1)")
+        self.distance_bias = nn.Embedding(2 * max_distance + 3, 1)
+        nn.init.zeros_(self.distance_bias.weight)
+
+    def forward(self, x: Tensor, mask: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        length = x.shape[1]
+        pos = torch.arange(length, device=x.device)
+        limit = self.max_distance + 1
+        buckets = (pos.view(-1, 1) - pos.view(1, -1)).clamp(-limit, limit) + limit  # (L, L)
+        bias = self.distance_bias(buckets).squeeze(-1).to(x.dtype)  # (L, L)
+        aligned = self.aligner(x, x, mask, mask, score_bias=bias)
+        return torch.cat([x, aligned.a_aligned], dim=-1), aligned.matrices  # (B, L, 2D)
+
+
+class DecomposableAttention(nn.Module):
+    """Parikh et al.'s model; see the module docstring. Token id 0 is padding and 1 the NULL token.
+
+    Args:
+        vectors: (V, E) initial embedding matrix (pretrained rows plus OOV-bucket rows).
+        num_classes: output classes.
+        aligner: factory building the cross aligner for a given input width, e.g. a Hydra partial.
+        hidden: width of the projection and of F, G, H.
+        dropout: dropout before every linear layer of F, G, H.
+        null_token: prepend the NULL token to both sentences.
+        intra_aligner: factory for the optional intra-sentence attention (None: off).
+        freeze_embeddings: keep the word vectors fixed (Parikh); False for trainable random embeddings.
+        normalize_embeddings: scale every row of `vectors` to unit L2 norm first.
+    """
+
+    def __init__(
+        self,
+        vectors: Tensor,
+        num_classes: int,
+        aligner: AlignerFactory,
+        hidden: int = 200,
+        dropout: float = 0.2,
+        null_token: bool = False,
+        intra_aligner: AlignerFactory | None = None,
+        intra_max_distance: int = 10,
+        freeze_embeddings: bool = True,
+        normalize_embeddings: bool = True,
+    ):
+        super().__init__()
+        if vectors.dim() != 2 or vectors.shape[0] <= NULL_ID:
+            raise ValueError(f"vectors must be a (V, E) matrix with V > {NULL_ID}, got {tuple(vectors.shape)}")
+        if num_classes < 2:
+            raise ValueError(f"num_classes must be at least 2, got {num_classes}")
+        vectors = vectors.float()
+        if normalize_embeddings:
+            vectors = vectors / vectors.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        vectors[PAD_ID] = 0.0
+        self.embedding = nn.Embedding.from_pretrained(vectors, freeze=freeze_embeddings, padding_idx=PAD_ID)
+        self.projection = nn.Linear(vectors.shape[1], hidden)
+        self.null_token = null_token
+        self.intra = IntraAttention(hidden, intra_aligner, intra_max_distance) if intra_aligner else None
+        width = 2 * hidden if self.intra else hidden
+        self.aligner = aligner(dim=width)
+        self.compare = FeedForward(width * (1 + self.aligner.copies), hidden, dropout)  # G
+        self.aggregate = FeedForward(2 * hidden, hidden, dropout)  # H
+        self.classifier = nn.Linear(hidden, num_classes)
+
+    def _embed(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+        if self.null_token:
+            null = torch.full_like(ids[:, :1], NULL_ID)
+            ids = torch.cat([null, ids], dim=1)
+        mask = ids != PAD_ID  # (B, L)
+        return self.projection(self.embedding(ids)), mask  # (B, L, H)
+
+    def forward(self, a_ids: Tensor, b_ids: Tensor) -> MatchOutput:
+        """a_ids (B, La), b_ids (B, Lb): token ids, 0-padded on the right."""
+        a, mask_a = self._embed(a_ids)
+        b, mask_b = self._embed(b_ids)
+        matrices: dict[str, Tensor] = {}
+        if self.intra is not None:
+            a, intra_a = self.intra(a, mask_a)  # (B, La, 2H)
+            b, intra_b = self.intra(b, mask_b)
+            matrices |= {f"intra_a/{k}": v for k, v in intra_a.items()}
+            matrices |= {f"intra_b/{k}": v for k, v in intra_b.items()}
+        beta, alpha, cross = self.aligner(a, b, mask_a, mask_b)
+        matrices |= cross
+        v1 = masked_sum(self.compare(torch.cat([a, beta], dim=-1)), mask_a, dim=1)  # (B, H)
+        v2 = masked_sum(self.compare(torch.cat([b, alpha], dim=-1)), mask_b, dim=1)  # (B, H)
+        logits = self.classifier(self.aggregate(torch.cat([v1, v2], dim=-1)))  # (B, C)
+        return MatchOutput(logits, matrices)

@@ -1,0 +1,199 @@
+import math
+from functools import partial
+
+import pytest
+import torch
+
+from matching.aligners import CoDAAligner, ConflictAligner, SoftmaxAligner, SoftmaxConflictAligner
+from matching.layers import masked_softmax
+
+DIM = 6
+ALIGNERS = {
+    "softmax": partial(SoftmaxAligner, hidden=5),
+    "coda": partial(CoDAAligner, hidden=5),
+    "coda_separate_scaled": partial(CoDAAligner, hidden=5, gate_projection="separate", center_e=True, scale=True),
+    "coda_gate_scale": partial(CoDAAligner, hidden=5, gate="scale", phi_n="arctan"),
+    "conflict": partial(ConflictAligner, hidden=5),
+    "softmax_conflict": partial(SoftmaxConflictAligner, hidden=5),
+}
+
+
+def _inputs(batch=3, la=4, lb=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a, b = torch.randn(batch, la, DIM, generator=g), torch.randn(batch, lb, DIM, generator=g)
+    return a, b, torch.ones(batch, la, dtype=torch.bool), torch.ones(batch, lb, dtype=torch.bool)
+
+
+@pytest.mark.parametrize("name", ALIGNERS)
+def test_shapes(name):
+    aligner = ALIGNERS[name](dim=DIM).eval()
+    a, b, ma, mb = _inputs()
+    out = aligner(a, b, ma, mb)
+    assert out.a_aligned.shape == (3, 4, DIM * aligner.copies)
+    assert out.b_aligned.shape == (3, 5, DIM * aligner.copies)
+    assert out.matrices and all(m.shape == (3, 4, 5) for m in out.matrices.values())
+
+
+@pytest.mark.parametrize("name", ALIGNERS)
+def test_padding_has_zero_weight_and_no_effect(name):
+    aligner = ALIGNERS[name](dim=DIM).eval()
+    a, b, ma, mb = _inputs(batch=2, la=4, lb=5)
+    ref = aligner(a, b, ma, mb)
+    # Append 3 padding positions to a and 2 to b, filled with large garbage values.
+    a_pad = torch.cat([a, 50 * torch.randn(2, 3, DIM)], dim=1)
+    b_pad = torch.cat([b, 50 * torch.randn(2, 2, DIM)], dim=1)
+    ma_pad = torch.cat([ma, torch.zeros(2, 3, dtype=torch.bool)], dim=1)
+    mb_pad = torch.cat([mb, torch.zeros(2, 2, dtype=torch.bool)], dim=1)
+    out = aligner(a_pad, b_pad, ma_pad, mb_pad)
+    torch.testing.assert_close(out.a_aligned[:, :4], ref.a_aligned, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.b_aligned[:, :5], ref.b_aligned, atol=1e-5, rtol=1e-5)
+    for key, matrix in out.matrices.items():
+        if key in ("gate", "affinity"):  # CoDA's intermediates; M (below) is what pools
+            continue
+        assert torch.all(matrix[:, 4:, :] == 0) and torch.all(matrix[:, :, 5:] == 0), key
+        torch.testing.assert_close(matrix[:, :4, :5], ref.matrices[key], atol=1e-5, rtol=1e-5)
+
+
+def test_softmax_weights_are_distributions_over_valid_positions():
+    aligner = SoftmaxAligner(DIM, hidden=5).eval()
+    a, b, ma, mb = _inputs(batch=1, la=3, lb=4)
+    mb[0, 3] = False
+    w = aligner(a, b, ma, mb).matrices
+    torch.testing.assert_close(w["softmax_a"].sum(2), torch.ones(1, 3))
+    torch.testing.assert_close(w["softmax_b"][:, :, :3].sum(1), torch.ones(1, 3))
+    assert torch.all(w["softmax_b"][:, :, 3] == 0)
+
+
+def test_masked_softmax_all_masked_row_is_zero_not_nan():
+    scores = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.bfloat16)
+    mask = torch.tensor([[True, True], [False, False]])
+    out = masked_softmax(scores, mask, dim=1)
+    assert torch.isfinite(out).all() and torch.all(out[1] == 0)
+    assert abs(out[0].float().sum().item() - 1) < 1e-2
+
+
+def _sigmoid(x):
+    return 1 / (1 + math.exp(-x))
+
+
+# Hand-worked CoDA case with identity projections (project=False), dim 2:
+# a1=(1,0), a2=(0,2); b1=(1,1), b2=(2,0)
+# E = a·bᵀ = [[1, 2], [2, 0]];  L1 distances [[1, 1], [2, 4]] so N = -[[1, 1], [2, 4]]  (mean N = -2, mean E = 5/4)
+A = torch.tensor([[[1.0, 0.0], [0.0, 2.0]]])
+B = torch.tensor([[[1.0, 1.0], [2.0, 0.0]]])
+E = [[1.0, 2.0], [2.0, 0.0]]
+N = [[-1.0, -1.0], [-2.0, -4.0]]
+GATES = {
+    "none": lambda n: _sigmoid(n),
+    "center": lambda n: _sigmoid(n + 2.0),
+    "scale": lambda n: 2 * _sigmoid(n),
+}
+
+
+@pytest.mark.parametrize("gate", GATES)
+@pytest.mark.parametrize("center_e", [False, True])
+def test_coda_matches_hand_computed_example(gate, center_e):
+    aligner = CoDAAligner(2, project=False, gate=gate, center_e=center_e)
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    out = aligner(A, B, mask, mask)
+    shift = 1.25 if center_e else 0.0
+    m = [[math.tanh(E[i][j] - shift) * GATES[gate](N[i][j]) for j in range(2)] for i in range(2)]
+    expected_m = torch.tensor([m])
+    torch.testing.assert_close(out.matrices["M"], expected_m)
+    # a_aligned = M b, b_aligned = Mᵀ a
+    expected_a = torch.tensor([[[m[i][0] * B[0, 0, k] + m[i][1] * B[0, 1, k] for k in range(2)] for i in range(2)]])
+    expected_b = torch.tensor([[[m[0][j] * A[0, 0, k] + m[1][j] * A[0, 1, k] for k in range(2)] for j in range(2)]])
+    torch.testing.assert_close(out.a_aligned, expected_a)
+    torch.testing.assert_close(out.b_aligned, expected_b)
+
+
+@pytest.mark.parametrize(("phi_e", "phi_n"), [("sigmoid", "tanh"), ("tanh", "algebraic"), ("sigmoid", "arctan")])
+def test_coda_activation_options_and_temperatures(phi_e, phi_n):
+    funcs = {
+        "tanh": math.tanh,
+        "sigmoid": _sigmoid,
+        "arctan": math.atan,
+        "algebraic": lambda x: x / math.sqrt(1 + x * x),
+    }
+    aligner = CoDAAligner(2, project=False, gate="none", phi_e=phi_e, phi_n=phi_n, alpha=0.5, beta=2.0)
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    m = aligner(A, B, mask, mask).matrices["M"]
+    expected = [[funcs[phi_e](0.5 * E[i][j]) * funcs[phi_n](2.0 * N[i][j]) for j in range(2)] for i in range(2)]
+    torch.testing.assert_close(m, torch.tensor([expected]))
+
+
+def test_coda_centering_uses_valid_positions_only():
+    aligner = CoDAAligner(2, project=False, gate="center", center_e=True)
+    a_pad = torch.cat([A, torch.full((1, 1, 2), 9.0)], dim=1)
+    ma = torch.tensor([[True, True, False]])
+    mb = torch.ones(1, 2, dtype=torch.bool)
+    padded = aligner(a_pad, B, ma, mb).matrices["M"]
+    plain = aligner(A, B, mb, mb).matrices["M"]
+    torch.testing.assert_close(padded[:, :2], plain)
+    assert torch.all(padded[:, 2] == 0)
+
+
+@pytest.mark.parametrize("gate", ["center", "scale", "none"])
+@pytest.mark.parametrize("phi_n", ["sigmoid", "tanh", "arctan", "algebraic"])
+def test_coda_m_range(gate, phi_n):
+    aligner = CoDAAligner(DIM, hidden=5, gate=gate, phi_n=phi_n, alpha=5.0).eval()
+    a, b, ma, mb = _inputs(batch=4, la=7, lb=6, seed=3)
+    m = aligner(3 * a, 3 * b, ma, mb).matrices["M"]
+    # |φ_E| ≤ 1; sup|φ_N| is 1 (π/2 for arctan), doubled by gate="scale" except for sigmoid, where N ≤ 0
+    # keeps 2·sigmoid(N) ≤ 1.
+    bound = math.pi / 2 if phi_n == "arctan" else 1.0
+    if gate == "scale" and phi_n != "sigmoid":
+        bound *= 2
+    assert m.abs().max() <= bound
+
+
+def test_coda_has_no_softmax(monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("softmax must not be used by CoDA")
+
+    monkeypatch.setattr(torch, "softmax", forbidden)
+    monkeypatch.setattr(torch.nn.functional, "softmax", forbidden)
+    monkeypatch.setattr("matching.aligners.masked_softmax", forbidden)
+    a, b, ma, mb = _inputs()
+    CoDAAligner(DIM, hidden=5)(a, b, ma, mb)
+
+
+@pytest.mark.parametrize("name", ALIGNERS)
+def test_gradients_reach_every_parameter(name):
+    torch.manual_seed(0)
+    aligner = ALIGNERS[name](dim=DIM)
+    a, b, ma, mb = _inputs()
+    a.requires_grad_(True)
+    out = aligner(a, b, ma, mb)
+    (out.a_aligned.square().sum() + out.b_aligned.square().sum()).backward()
+    for pname, p in aligner.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, pname
+    assert a.grad.abs().sum() > 0
+
+
+def test_score_bias_is_added_to_the_scores():
+    aligner = SoftmaxAligner(2, project=False)
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    bias = torch.tensor([[0.0, 100.0], [100.0, 0.0]])
+    w = aligner(A, B, mask, mask, score_bias=bias).matrices["softmax_a"]
+    assert w[0, 0, 1] > 0.99 and w[0, 1, 0] > 0.99
+
+
+def test_wrong_input_dimension_is_a_clear_error():
+    aligner = SoftmaxAligner(DIM, hidden=5)
+    a, b, ma, mb = _inputs()
+    with pytest.raises(ValueError, match="built for 6-d inputs"):
+        aligner(a[..., :4], b[..., :4], ma, mb)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"gate": "bogus"}, "gate normalisation"),
+        ({"phi_n": "relu"}, "phi_n activation"),
+        ({"alpha": -1.0}, "non-negative"),
+    ],
+)
+def test_coda_bad_options_are_clear_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        CoDAAligner(DIM, **kwargs)
