@@ -1,0 +1,46 @@
+# `make help` lists the targets. Everything runs inside .venv, created from the project's own files.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+TASK   ?= snli
+ARGS   ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help install train sweep test test-slow lint format clean
+
+help:  ## show this help
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[dev,tensorboard]"
+	touch $@
+
+install: $(VENV)/.installed  ## create .venv and install the project with its dev extras
+
+train: install  ## train one model: make train TASK=snli ARGS="aligner=coda seed=2"
+	$(BIN)/python -m matching.train task=$(TASK) $(ARGS)
+
+sweep: install  ## seed x aligner sweep: make sweep TASK=scitail ARGS="paths.data_dir=..."
+	$(BIN)/python -m matching.train -m task=$(TASK) aligner=softmax,coda,conflict seed=1,2,3 $(ARGS)
+
+test: install  ## run the default (fast) test suite
+	$(BIN)/python -m pytest -q
+
+test-slow: install  ## run the slow tests too
+	$(BIN)/python -m pytest -q -m "slow or not slow"
+
+lint: install  ## ruff check and format check
+	$(BIN)/ruff check matching tests benchmarks
+	$(BIN)/ruff format --check matching tests benchmarks
+
+format: install  ## apply ruff fixes and formatting
+	$(BIN)/ruff check --fix matching tests benchmarks
+	$(BIN)/ruff format matching tests benchmarks
+
+clean:  ## remove caches (keeps data/ and outputs/)
+	rm -rf .pytest_cache .ruff_cache **/__pycache__

@@ -1,0 +1,241 @@
+"""PairDataModule: read → tokenise → vocabulary (train only) → ids → length-bucketed, per-batch-padded batches."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+from tqdm.auto import tqdm
+
+from matching.data.readers import Pair
+from matching.data.sources import read_split
+from matching.data.vocab import Tokenizer, Vocabulary
+
+log = logging.getLogger(__name__)
+
+
+class LabelError(ValueError):
+    """A pair carries a label outside the task's label space."""
+
+
+@dataclass
+class EncodedSplit(Dataset):
+    """Token ids of both sides, label ids and optional group ids of one split, ready for batching."""
+
+    name: str
+    a: list[np.ndarray]
+    b: list[np.ndarray]
+    labels: np.ndarray  # (N,) int64
+    groups: list[str | None]
+    truncated: int = 0
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> int:
+        return i  # the collate function gathers and pads a whole batch at once
+
+    def lengths(self) -> np.ndarray:
+        return np.fromiter((len(a) + len(b) for a, b in zip(self.a, self.b, strict=True)), np.int64, len(self))
+
+
+def encode_split(
+    name: str,
+    pairs: Sequence[Pair],
+    tokens: Sequence[tuple[list[str], list[str]]],
+    vocab: Vocabulary,
+    labels: Sequence[str],
+    max_length: int | None,
+) -> EncodedSplit:
+    label_ids = {label: i for i, label in enumerate(labels)}
+    unknown = {p.label for p in pairs} - label_ids.keys()
+    if unknown:
+        raise LabelError(
+            f"{name} split has labels {sorted(unknown)} outside the task's label space {list(labels)}; "
+            f"fix the data or set task.labels to the corpus's labels"
+        )
+    a, b, truncated = [], [], 0
+    for ta, tb in tokens:
+        if max_length and (len(ta) > max_length or len(tb) > max_length):
+            truncated += 1
+            ta, tb = ta[:max_length], tb[:max_length]
+        # An empty side would make the sentence all padding; an OOV id keeps it a (meaningless) one-token text.
+        a.append(vocab.encode(ta or ["<empty>"]))
+        b.append(vocab.encode(tb or ["<empty>"]))
+    if truncated:
+        log.warning(
+            "%s: %d pairs had a side longer than max_length=%d and were truncated",
+            name,
+            truncated,
+            max_length,
+        )
+    y = np.fromiter((label_ids[p.label] for p in pairs), np.int64, len(pairs))
+    return EncodedSplit(name, a, b, y, [p.group for p in pairs], truncated)
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Batches of similar length: shuffle, sort within chunks of `bucket_batches` batches, shuffle batches.
+
+    With `shuffle=False` the whole split is sorted by length (fast, deterministic evaluation). The order
+    depends only on `seed` and the epoch (set by Lightning through `set_epoch`).
+    """
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, shuffle: bool, seed: int = 0, bucket_batches: int = 50):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.lengths, self.batch_size, self.shuffle = lengths, batch_size, shuffle
+        self.seed, self.bucket_batches, self.epoch = seed, bucket_batches, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.lengths) / self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if not self.shuffle:
+            order = np.argsort(self.lengths, kind="stable")
+            yield from (order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size))
+            return
+        rng = np.random.default_rng([self.seed, self.epoch])
+        order = rng.permutation(len(self.lengths))
+        chunk = self.batch_size * self.bucket_batches
+        batches = []
+        for start in range(0, len(order), chunk):
+            part = order[start : start + chunk]
+            part = part[np.argsort(self.lengths[part], kind="stable")]
+            batches += [part[i : i + self.batch_size] for i in range(0, len(part), self.batch_size)]
+        for i in rng.permutation(len(batches)):
+            yield batches[i].tolist()
+
+
+class PadCollator:
+    """Gathers a batch of indices from an EncodedSplit and pads both sides to the batch's own maximum."""
+
+    def __init__(self, split: EncodedSplit):
+        self.split = split
+
+    @staticmethod
+    def _pad(seqs: list[np.ndarray]) -> torch.Tensor:
+        out = np.zeros((len(seqs), max(len(s) for s in seqs)), dtype=np.int64)
+        for row, s in zip(out, seqs, strict=True):
+            row[: len(s)] = s
+        return torch.from_numpy(out)
+
+    def __call__(self, indices: list[int]) -> dict[str, Any]:
+        s = self.split
+        return {
+            "a": self._pad([s.a[i] for i in indices]),
+            "b": self._pad([s.b[i] for i in indices]),
+            "label": torch.from_numpy(s.labels[indices]),
+            "index": torch.as_tensor(indices),
+        }
+
+
+def split_prefix(split: str) -> str:
+    """Logged-key prefix of a split: dev -> val, dev_mismatched -> val_mismatched, test -> test."""
+    return "val" + split[3:] if split.startswith("dev") else split
+
+
+class PairDataModule(pl.LightningDataModule):
+    """Builds every split of a task once (`setup`), with the vocabulary from the training split only.
+
+    Args:
+        task: the task config (name, kind, reader, labels, splits, eval_splits, optional hub).
+        data_dir: root that relative split paths are resolved against.
+        cache_dir: where downloads and caches go.
+        vocab: an existing vocabulary (evaluation of a trained model); None builds one from `train`.
+    """
+
+    def __init__(
+        self,
+        task: Mapping[str, Any],
+        data_dir: str | os.PathLike,
+        cache_dir: str | os.PathLike,
+        batch_size: int,
+        eval_batch_size: int | None = None,
+        num_workers: int = 0,
+        bucket_batches: int = 50,
+        lowercase: bool = True,
+        max_length: int | None = None,
+        oov_buckets: int = 100,
+        seed: int = 0,
+        vocab: Vocabulary | None = None,
+    ):
+        super().__init__()
+        self.task, self.data_dir, self.cache_dir = task, data_dir, cache_dir
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or 2 * batch_size
+        self.num_workers, self.bucket_batches, self.seed = num_workers, bucket_batches, seed
+        self.tokenizer = Tokenizer(lowercase)
+        self.max_length, self.oov_buckets = max_length, oov_buckets
+        self.vocab = vocab
+        self.splits: dict[str, EncodedSplit] = {}
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self.task["labels"])
+
+    @property
+    def eval_splits(self) -> list[str]:
+        return [s for s in self.task["eval_splits"] if self.task["splits"].get(s)]
+
+    @property
+    def test_splits(self) -> list[str]:
+        return [s for s in self.task.get("test_splits", ["test"]) if self.task["splits"].get(s)]
+
+    def _tokenize(self, name: str, pairs: list[Pair]) -> list[tuple[list[str], list[str]]]:
+        tok = self.tokenizer
+        bar = tqdm(pairs, desc=f"tokenising {self.task['name']} {name}", unit=" pairs", disable=len(pairs) < 50_000)
+        return [(tok(p.a), tok(p.b)) for p in bar]
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        wanted = (["train"] if self.vocab is None or stage in (None, "fit") else []) + self.eval_splits
+        wanted += [s for s in self.test_splits if s not in wanted]
+        started = time.perf_counter()
+        raw = {}
+        for name in wanted:
+            pairs = read_split(self.task, name, self.data_dir, self.cache_dir)
+            if not pairs:
+                raise ValueError(f"{self.task['name']} {name} split is empty; check task.splits.{name}")
+            raw[name] = (pairs, self._tokenize(name, pairs))
+        if self.vocab is None:
+            self.vocab = Vocabulary.build((t for ab in raw["train"][1] for t in ab), self.oov_buckets)
+            log.info("vocabulary: %d words from the %s training split", len(self.vocab.words), self.task["name"])
+        for name, (pairs, tokens) in raw.items():
+            self.splits[name] = encode_split(name, pairs, tokens, self.vocab, self.labels, self.max_length)
+        sizes = ", ".join(f"{k} {len(v):,}" for k, v in self.splits.items())
+        log.info("%s ready in %.1fs: %s pairs", self.task["name"], time.perf_counter() - started, sizes)
+
+    def _loader(self, split: str, train: bool) -> DataLoader:
+        data = self.splits[split]
+        size = self.batch_size if train else self.eval_batch_size
+        sampler = BucketBatchSampler(
+            data.lengths(), size, shuffle=train, seed=self.seed, bucket_batches=self.bucket_batches
+        )
+        return DataLoader(
+            data,
+            batch_sampler=sampler,
+            collate_fn=PadCollator(data),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> list[DataLoader]:
+        return [self._loader(s, train=False) for s in self.eval_splits]
+
+    def test_dataloader(self) -> list[DataLoader]:
+        return [self._loader(s, train=False) for s in self.test_splits]

@@ -1,0 +1,434 @@
+"""Pretrained word vectors for a vocabulary: GloVe / word2vec text (plain or gzip), word2vec binary, gensim .kv.
+
+Only the rows of the requested words are ever kept in memory: text files are streamed line by line and only the
+lines of vocabulary words have their floats parsed, so a 2M-word GloVe file loads with a small footprint.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import io
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("auto", "glove", "word2vec", "word2vec_bin", "kv")
+
+_PROGRESS_MIN_BYTES = 50_000_000  # smaller files load in a moment: no progress bar
+_PROGRESS_EVERY_LINES = 0xFFF  # update the bar every 4096 lines (a mask, tested with &)
+_BATCH_ROWS = 4096  # vocabulary lines parsed together
+_PANDAS_MIN_ROWS = 256  # below this, pandas' C parser does not pay for itself
+_GZIP_MAGIC = b"\x1f\x8b"
+_BOM = b"\xef\xbb\xbf"
+
+
+class VectorsError(ValueError):
+    """Bad/unsupported vectors file; message says which file, which line, what to do."""
+
+
+def missing_vectors_message(path: str | os.PathLike) -> str:
+    return (
+        f"No word vectors at {path}.\n"
+        "To use GloVe (as in the paper), download and unpack it:\n"
+        "    mkdir -p data/glove && cd data/glove && "
+        "wget https://nlp.stanford.edu/data/glove.840B.300d.zip && unzip glove.840B.300d.zip\n"
+        "then run with `embeddings=glove` or `embeddings.path=<file>`.\n"
+        "Any GloVe-text, word2vec (text or binary) or gensim .kv file works too:\n"
+        "    embeddings.path=/path/to/vectors.txt embeddings.dim=300\n"
+        "To train randomly initialised embeddings instead (no pretrained vectors), choose it explicitly:\n"
+        "    embeddings=random"
+    )
+
+
+def load_vectors(
+    path: str | os.PathLike,
+    words: Sequence[str],
+    *,
+    format: str = "auto",
+    dim: int | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return (matrix float32 (len(words), dim), found bool (len(words),)).
+
+    Row i is the vector of words[i] (zeros where not found). Words are looked up exactly as given.
+    format: "auto" (by extension: .kv -> gensim KeyedVectors; .bin/.bin.gz -> word2vec binary; otherwise text,
+    with a first line of exactly two integers meaning word2vec text, else GloVe text), "glove", "word2vec",
+    "word2vec_bin", "kv". dim: expected dimension (a mismatch raises VectorsError). cache_dir: when given, the
+    result is cached as .npz keyed by (absolute path, size, mtime, format, hash of the word list).
+    """
+    if format not in FORMATS:
+        raise ValueError(f"unknown vectors format {format!r}; expected one of {', '.join(FORMATS)}")
+    path = _existing(Path(path))
+    words = list(words)
+
+    cache_file = _cache_file(Path(cache_dir), path, format, words) if cache_dir is not None else None
+    if cache_file is not None and (cached := _read_cache(cache_file, len(words))) is not None:
+        matrix, found = cached
+        log.info("word vectors for %d words loaded from cache %s (source %s)", len(words), cache_file, path)
+        _check_dim(path, matrix.shape[1], dim)
+        return matrix, found
+
+    start = time.perf_counter()
+    fmt = _resolve_format(path) if format == "auto" else format
+    if fmt in ("word2vec_bin", "kv"):
+        matrix, found = _read_gensim(path, words, fmt, dim)
+    else:
+        header = {"glove": False, "word2vec": True}.get(fmt)  # None: detect
+        matrix, found = _read_text(path, words, header=header, dim=dim)
+
+    n = int(found.sum())
+    log.info(
+        "%s: found %d of %d words (%.1f%%), dim %d, %.1f s",
+        path,
+        n,
+        len(words),
+        100.0 * n / max(len(words), 1),
+        matrix.shape[1],
+        time.perf_counter() - start,
+    )
+    if cache_file is not None:
+        _write_cache(cache_file, matrix, found)
+    return matrix, found
+
+
+def _existing(path: Path) -> Path:
+    if path.exists():
+        return path
+    gz = path.with_name(path.name + ".gz")
+    if gz.exists():
+        return gz
+    raise FileNotFoundError(missing_vectors_message(path))
+
+
+def _resolve_format(path: Path) -> str:
+    name = path.name.lower()
+    if name.endswith(".kv"):
+        return "kv"
+    if name.endswith((".bin", ".bin.gz")):
+        return "word2vec_bin"
+    return "text"
+
+
+def _check_dim(path: Path, found: int, expected: int | None, hint: str = "") -> None:
+    if expected is not None and found != expected:
+        raise VectorsError(
+            f"{path}: the vectors have dimension {found}, but dimension {expected} was expected.{hint} "
+            f"Set embeddings.dim={found} or point embeddings.path at {expected}-dimensional vectors."
+        )
+
+
+# --- text formats ---------------------------------------------------------------------------------------------
+
+
+def _read_text(path: Path, words: list[str], *, header: bool | None, dim: int | None) -> tuple[np.ndarray, np.ndarray]:
+    index: dict[bytes, int] = {}
+    for i, w in enumerate(words):
+        index.setdefault(w.encode("utf-8"), i)
+    # Vocabulary words with spaces can only be matched by looking at every line's field count (slow path).
+    spaced = any(b" " in key for key in index)
+
+    size = path.stat().st_size
+    reader = _TextReader(path, index, spaced, dim)
+    with ExitStack() as stack:
+        raw = stack.enter_context(open(path, "rb", buffering=1 << 20))
+        stream = raw
+        if raw.peek(2)[:2] == _GZIP_MAGIC:  # progress follows `raw`: the compressed position
+            stream = stack.enter_context(io.BufferedReader(gzip.GzipFile(fileobj=raw), 1 << 20))
+        bar = stack.enter_context(
+            tqdm(
+                total=size,
+                unit="B",
+                unit_scale=True,
+                desc=f"reading vectors {path.name}",
+                disable=size < _PROGRESS_MIN_BYTES,
+            )
+        )
+        reader.read(stream, raw, header, bar, len(words))
+
+    matrix, found = reader.matrix, reader.found
+    if len(index) != len(words):  # repeated words in the list share the first one's row
+        for i, w in enumerate(words):
+            j = index[w.encode("utf-8")]
+            if j != i:
+                matrix[i], found[i] = matrix[j], found[j]
+    return matrix, found
+
+
+class _TextReader:
+    """One pass over a GloVe / word2vec text file, filling the rows of vocabulary words."""
+
+    def __init__(self, path: Path, index: dict[bytes, int], spaced: bool, dim: int | None):
+        self.path = path
+        self.index = index
+        self.spaced = spaced
+        self.dim = dim
+        self.remaining = dict(index)  # words not found yet; the first occurrence of a word wins
+        self.matrix = np.zeros((0, 0), np.float32)
+        self.found = np.zeros(0, bool)
+        self.batch: list[tuple[int, int, bytes, bytes]] = []  # (row, line number, word, values)
+        self.recoded = 0  # words not in UTF-8 (Windows-1252 / latin-1)
+        self.skipped = 0  # garbled lines of words outside the vocabulary
+
+    def read(self, stream, raw, header: bool | None, bar: tqdm, n_rows: int) -> None:
+        lineno, first = self._first_vector_line(stream, header)
+        start = lineno + 1
+        self.matrix = np.zeros((n_rows, self.dim), np.float32)
+        self.found = np.zeros(n_rows, bool)
+        if first is not None:  # the dimension-defining line is always checked, in the vocabulary or not
+            word, values = self._split(first, lineno, always=True)
+            vector = self._parse_line(values.split(), lineno, word)
+            if (row := self._take(word)) is not None:
+                self.matrix[row], self.found[row] = vector, True
+
+        remaining, get, batch, spaced = self.remaining, self.remaining.get, self.batch, self.spaced
+        dim_spaces = self.dim - 1
+        for lineno, line in enumerate(stream, start):
+            if not lineno & _PROGRESS_EVERY_LINES:
+                bar.update(raw.tell() - bar.n)
+                if not remaining:
+                    break
+            sp = line.find(b" ")
+            word = line[:sp]
+            row = get(word)
+            if row is not None and sp > 0 and not spaced:
+                values = line[sp + 1 :].rstrip()
+                if values.count(b" ") == dim_spaces:  # the common case: a well-formed line
+                    del remaining[word]
+                    batch.append((row, lineno, word, values))
+                    if len(batch) >= _BATCH_ROWS:
+                        self._flush()
+                    continue
+            elif sp > 0:
+                vocabulary_word = False
+                if not word.isascii() and (key := _utf8_key(word)) is not word:
+                    self.recoded += 1  # e.g. Windows-1252: looked up by its UTF-8 form
+                    vocabulary_word = key in remaining
+                if not (vocabulary_word or spaced):
+                    continue
+            # rare cases: extra fields (a word with spaces), odd spacing, no space at all, a re-encoded word
+            word, values = self._split(line, lineno)
+            if word is not None and (row := self._take(word)) is not None:
+                batch.append((row, lineno, word, values))
+        self._flush()
+        bar.update(raw.tell() - bar.n)
+
+        if self.recoded:
+            log.info("%s: %d words were not UTF-8; read them as Windows-1252/latin-1", self.path, self.recoded)
+        if self.skipped:
+            log.warning("%s: skipped %d garbled line(s) (none of them a vocabulary word)", self.path, self.skipped)
+        if not remaining:
+            log.debug("%s: all words found by line %d; stopped reading", self.path, lineno)
+
+    def _first_vector_line(self, stream, header: bool | None) -> tuple[int, bytes | None]:
+        """Read the optional word2vec header and the first vector line; fix self.dim."""
+        first = stream.readline().removeprefix(_BOM)
+        if not first.strip():
+            raise VectorsError(f"{self.path}: line 1 is empty; this is not a word-vector file.")
+        fields = first.split()
+        is_header = len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit()
+        if header is True and not is_header:
+            raise VectorsError(
+                f"{self.path}: line 1 is not a word2vec header ('<count> <dim>'): {first[:80]!r}. "
+                "If this is a GloVe file (no header), use format='glove' or 'auto'."
+            )
+        if header is not False and is_header:
+            _check_dim(self.path, int(fields[1]), self.dim, " (line 1, the word2vec header)")
+            self.dim = int(fields[1])
+            if self.dim < 1:
+                raise VectorsError(f"{self.path}: line 1: the word2vec header gives dimension 0.")
+            line = stream.readline()
+            return 2, (line if line.strip() else None)
+        hint = " The first line looks like a word2vec header: use format='word2vec' or 'auto'." if is_header else ""
+        found_dim = len(fields) - 1
+        if found_dim < 1:
+            raise VectorsError(f"{self.path}: line 1 has no numbers after the word {fields[0][:80]!r}.{hint}")
+        _check_dim(self.path, found_dim, self.dim, f" (line 1 has {found_dim} numbers after the word){hint}")
+        self.dim = found_dim
+        return 1, first
+
+    def _split(self, line: bytes, lineno: int, always: bool = False) -> tuple[bytes | None, bytes]:
+        """Split a line into (word, values) where the word is everything but the last `dim` fields.
+
+        A malformed line raises VectorsError when its word is in the vocabulary (or `always`); otherwise it
+        is counted and (None, b"") is returned.
+        """
+        parts = line.rsplit(None, self.dim)
+        if len(parts) == self.dim + 1:
+            return _utf8_key(parts[0]), b" ".join(parts[1:])
+        if not line.strip():
+            return None, b""
+        word = _utf8_key(line.split(None, 1)[0])
+        if always or word in self.remaining:
+            raise VectorsError(
+                f"{self.path}: line {lineno}: expected a word and {self.dim} numbers, found "
+                f"{len(line.split()) - 1} numbers after the word {_show(word)}. The file is truncated or "
+                "damaged: download it again, or check embeddings.dim and embeddings.format."
+            )
+        self.skipped += 1
+        return None, b""
+
+    def _take(self, word: bytes) -> int | None:
+        return self.remaining.pop(word, None)
+
+    def _flush(self) -> None:
+        if not self.batch:
+            return
+        rows = [row for row, *_ in self.batch]
+        self.matrix[rows] = self._parse_batch()
+        self.found[rows] = True
+        self.batch.clear()
+
+    def _parse_batch(self) -> np.ndarray:
+        # Each batch entry holds exactly `dim` fields joined by single spaces, so a large batch can go
+        # through pandas' C parser in one call (about 3x faster than numpy per line). Anything it does
+        # not accept is parsed line by line below, which finds and reports the bad line.
+        if len(self.batch) >= _PANDAS_MIN_ROWS:
+            try:
+                import pandas as pd
+
+                block = pd.read_csv(
+                    io.BytesIO(b"\n".join(values for *_, values in self.batch)),
+                    sep=" ",
+                    header=None,
+                    dtype=np.float32,
+                    na_filter=False,
+                    quoting=csv.QUOTE_NONE,
+                    engine="c",
+                ).to_numpy(np.float32)
+                if block.shape == (len(self.batch), self.dim):
+                    return block
+            except Exception:  # any failure: the exact parser below finds the bad line
+                pass
+        out = np.empty((len(self.batch), self.dim), np.float32)
+        for k, (_, lineno, word, values) in enumerate(self.batch):
+            out[k] = self._parse_line(values.split(), lineno, word)
+        return out
+
+    def _parse_line(self, fields: list[bytes], lineno: int, word: bytes) -> np.ndarray:
+        if len(fields) != self.dim:
+            raise VectorsError(
+                f"{self.path}: line {lineno}: expected {self.dim} numbers after the word {_show(word)}, "
+                f"found {len(fields)}. The file is truncated or damaged: download it again."
+            )
+        try:
+            return np.array(fields, dtype=np.float32)
+        except ValueError:
+            pass
+        for k, field in enumerate(fields, 1):
+            try:
+                float(field)
+            except ValueError:
+                raise VectorsError(
+                    f"{self.path}: line {lineno}: value {k} of the word {_show(word)} is not a number: "
+                    f"{field[:40]!r}. The file is damaged or not a word-vector text file: download it again "
+                    "or check embeddings.format."
+                ) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _utf8_key(word: bytes) -> bytes:
+    """The vocabulary key of a word: its UTF-8 bytes; a word in Windows-1252 (or latin-1) is re-encoded."""
+    if word.isascii():
+        return word
+    try:
+        word.decode("utf-8")
+        return word
+    except UnicodeDecodeError:
+        pass
+    try:
+        text = word.decode("cp1252")
+    except UnicodeDecodeError:
+        text = word.decode("latin-1")
+    return text.encode("utf-8")
+
+
+def _show(word: bytes) -> str:
+    return repr(word.decode("utf-8", "replace")[:80])
+
+
+# --- gensim formats -------------------------------------------------------------------------------------------
+
+
+def _read_gensim(path: Path, words: list[str], fmt: str, dim: int | None) -> tuple[np.ndarray, np.ndarray]:
+    from gensim.models import KeyedVectors
+
+    try:
+        if fmt == "kv":
+            kv = KeyedVectors.load(str(path), mmap="r")
+        else:
+            kv = KeyedVectors.load_word2vec_format(str(path), binary=True, unicode_errors="replace")
+    except Exception as e:  # gensim raises many kinds: pickle, EOF, value, unicode errors
+        what = "a gensim KeyedVectors (.kv) file" if fmt == "kv" else "a word2vec binary file"
+        raise VectorsError(
+            f"{path}: could not read it as {what}: {type(e).__name__}: {e}. Check embeddings.format "
+            "(glove, word2vec, word2vec_bin, kv) or download the file again."
+        ) from e
+    if not isinstance(kv, KeyedVectors):
+        raise VectorsError(f"{path}: holds a {type(kv).__name__}, not gensim KeyedVectors; save model.wv instead.")
+    _check_dim(path, kv.vector_size, dim)
+
+    key_to_index = kv.key_to_index
+    rows, indices = [], []
+    for i, w in enumerate(words):
+        j = key_to_index.get(w)
+        if j is not None:
+            rows.append(i)
+            indices.append(j)
+    matrix = np.zeros((len(words), kv.vector_size), np.float32)
+    found = np.zeros(len(words), bool)
+    if rows:
+        order = np.argsort(indices)  # read a memory-mapped file in order
+        matrix[np.asarray(rows)[order]] = kv.vectors[np.asarray(indices)[order]]
+        found[rows] = True
+    return matrix, found
+
+
+# --- cache ----------------------------------------------------------------------------------------------------
+
+
+def _cache_file(cache_dir: Path, path: Path, format: str, words: list[str]) -> Path:
+    st = path.stat()
+    key = hashlib.sha256(json.dumps([str(path.resolve()), st.st_size, st.st_mtime_ns, format]).encode())
+    key.update(hashlib.sha256("\0".join(words).encode("utf-8", "surrogatepass")).digest())
+    key.update(str(len(words)).encode())
+    return cache_dir / f"{path.name}.{key.hexdigest()[:24]}.npz"
+
+
+def _read_cache(cache_file: Path, n_words: int) -> tuple[np.ndarray, np.ndarray] | None:
+    if not cache_file.exists():
+        return None
+    try:
+        with np.load(cache_file) as z:
+            matrix, found = z["matrix"], z["found"]
+    except Exception as e:  # a damaged cache is rebuilt, never fatal
+        log.warning("ignoring unreadable vectors cache %s (%s)", cache_file, e)
+        return None
+    if matrix.ndim != 2 or matrix.shape[0] != n_words or found.shape != (n_words,):
+        log.warning("ignoring vectors cache %s: unexpected shape %s", cache_file, matrix.shape)
+        return None
+    return matrix.astype(np.float32, copy=False), found.astype(bool, copy=False)
+
+
+def _write_cache(cache_file: Path, matrix: np.ndarray, found: np.ndarray) -> None:
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, matrix=matrix, found=found)
+        os.replace(tmp, cache_file)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        log.warning("could not write vectors cache %s (%s)", cache_file, e)
+        return
+    log.info("cached word vectors in %s", cache_file)

@@ -1,0 +1,92 @@
+"""Where a split comes from: a local file in its original format, or the Hugging Face hub as a fallback.
+
+A task config names, per split, a `path` (relative to `paths.data_dir`, or absolute; plain or `.gz`) and an
+optional `start`/`stop` slice over the pairs read. When the file is missing and the task has a `hub` entry,
+the split is fetched with `datasets` (when the machine is online) into the cache folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from matching.data.readers import READERS, Pair
+
+log = logging.getLogger(__name__)
+
+
+class CorpusNotFoundError(FileNotFoundError):
+    """A split could be found neither locally nor on the hub; the message says how to get it."""
+
+
+def resolve_path(path: str | os.PathLike, data_dir: str | os.PathLike) -> Path:
+    path = Path(os.path.expanduser(str(path)))
+    return path if path.is_absolute() else Path(data_dir) / path
+
+
+def _exists(path: Path) -> bool:
+    return path.exists() or Path(str(path) + ".gz").exists()
+
+
+def read_split(
+    task: Mapping[str, Any], split: str, data_dir: str | os.PathLike, cache_dir: str | os.PathLike
+) -> list[Pair]:
+    """All pairs of `split` for `task` (a task config node: name, reader, splits, optional hub)."""
+    spec = task["splits"][split]
+    path = resolve_path(spec["path"], data_dir)
+    if _exists(path):
+        reader = READERS[task["reader"]]
+        log.info("reading %s %s from %s", task["name"], split, path)
+        pairs = reader(path)
+    else:
+        pairs = _read_hub(task, split, path, cache_dir)
+    start, stop = spec.get("start"), spec.get("stop")
+    return list(islice(pairs, start, stop))
+
+
+def _read_hub(task: Mapping[str, Any], split: str, path: Path, cache_dir: str | os.PathLike):
+    hub = task.get("hub")
+    how = task.get("download", "")
+    if not hub or split not in hub.get("splits", {}):
+        raise CorpusNotFoundError(
+            f"{task['name']} {split} split not found: no file at {path} (nor {path}.gz).\n"
+            f"{how}\nPoint at your copy with paths.data_dir=<folder> (or MATCHING_DATA_DIR), or at this one file "
+            f"with task.splits.{split}.path=<file>."
+        )
+    try:
+        import datasets
+
+        log.info("%s not found locally; loading %s from the Hugging Face hub (%s)", path, split, hub["name"])
+        ds = datasets.load_dataset(
+            hub["name"], hub.get("config"), split=hub["splits"][split], cache_dir=str(Path(cache_dir) / "hub")
+        )
+    except Exception as err:  # offline, hub down, dataset renamed: all end the same way for the user
+        raise CorpusNotFoundError(
+            f"{task['name']} {split} split not found: no file at {path} (nor {path}.gz), and loading "
+            f"{hub['name']} from the Hugging Face hub failed ({type(err).__name__}: {err}).\n{how}\n"
+            f"Or point at your copy with paths.data_dir=<folder> (or MATCHING_DATA_DIR), or at this one file with "
+            f"task.splits.{split}.path=<file>."
+        ) from err
+    fields = hub["fields"]
+    label_feature = ds.features[fields["label"]]
+    names = getattr(label_feature, "names", None)  # ClassLabel: ints -> names; -1 means "no gold label"
+    dropped = 0
+    for row in ds:
+        label = row[fields["label"]]
+        if names is not None:
+            if label is None or label < 0:
+                dropped += 1
+                continue
+            label = names[label]
+        label = str(label).strip()
+        if not label or label == "-":
+            dropped += 1
+            continue
+        group = str(row[fields["group"]]) if fields.get("group") else None
+        yield Pair(str(row[fields["a"]]).strip(), str(row[fields["b"]]).strip(), label, group)
+    if dropped:
+        log.info("%s %s (hub): dropped %d rows without a gold label", task["name"], split, dropped)

@@ -1,0 +1,35 @@
+"""Shared test helpers: compose the real Hydra configs pointed at the fixtures (no network, tiny model)."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, open_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURE_VECTORS = FIXTURES / "vectors" / "glove.fixture.20d.txt"
+
+
+def compose_train(tmp_path: Path, *overrides: str, small: bool = True) -> DictConfig:
+    """The `train` config as the CLI would build it, with data, cache and outputs redirected for tests."""
+    base = [
+        f"paths.data_dir={FIXTURES}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        f"embeddings.path={FIXTURE_VECTORS}",
+        "embeddings.dim=20",
+        "trainer.enable_progress_bar=false",
+    ]
+    if small:
+        base += ["model.hidden=16", "data.batch_size=4", "data.eval_batch_size=8"]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=[*base, *overrides])
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(tmp_path / "run")
+    return cfg
+
+
+@pytest.fixture
+def make_cfg(tmp_path):
+    return lambda *overrides, **kw: compose_train(tmp_path, *overrides, **kw)

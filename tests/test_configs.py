@@ -1,0 +1,102 @@
+"""Every option of every config group composes and instantiates."""
+
+import pytest
+import torch
+from conftest import CONF
+from hydra.errors import ConfigCompositionException
+from hydra.utils import instantiate
+
+from matching.aligners import Aligner
+from matching.train import build_datamodule, build_embedding_matrix, build_model
+
+
+def options(group):
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", options("aligner"))
+def test_aligner_options(make_cfg, name):
+    cfg = make_cfg(f"aligner={name}")
+    aligner = instantiate(cfg.aligner)(dim=16)
+    assert isinstance(aligner, Aligner)
+
+
+@pytest.mark.parametrize("name", options("intra"))
+def test_intra_options_build_a_model(make_cfg, name):
+    cfg = make_cfg(f"intra={name}")
+    model = build_model(cfg, torch.randn(30, 20), num_classes=3)
+    assert (model.intra is None) == (name == "none")
+
+
+@pytest.mark.parametrize("name", options("task"))
+def test_task_options_read_their_fixtures(make_cfg, name):
+    cfg = make_cfg(f"task={name}")
+    dm = build_datamodule(cfg)
+    dm.setup("fit")
+    assert len(dm.splits["train"]) > 0 and dm.eval_splits[0] == "dev"
+    assert cfg.checkpoint.monitor == "val/acc"
+
+
+@pytest.mark.parametrize("name", options("embeddings"))
+def test_embeddings_options(make_cfg, name, tmp_path):
+    cfg = make_cfg(f"embeddings={name}")
+    if name != "random":  # the pretrained options name real files; point them at the fixture vectors
+        cfg.embeddings.path = str(CONF.parent / "tests/fixtures/vectors/glove.fixture.20d.txt")
+        cfg.embeddings.format = "glove"
+    cfg.embeddings.dim = 20
+    dm = build_datamodule(cfg)
+    dm.setup("fit")
+    matrix = build_embedding_matrix(cfg, dm.vocab)
+    assert matrix.shape == (len(dm.vocab), 20)
+
+
+@pytest.mark.parametrize("name", options("optim"))
+def test_optim_options(make_cfg, name):
+    cfg = make_cfg(f"optim={name}")
+    optimizer = instantiate(cfg.optim)([torch.nn.Parameter(torch.zeros(2))])
+    assert optimizer.defaults["lr"] == cfg.optim.lr
+
+
+@pytest.mark.parametrize("name", options("trainer"))
+def test_trainer_options_compose(make_cfg, name):
+    cfg = make_cfg(f"trainer={name}")
+    assert cfg.trainer.max_epochs == cfg.task.epochs
+    if name == "cpu":
+        trainer = instantiate(cfg.trainer, logger=False)
+        assert trainer.max_epochs == cfg.task.epochs
+
+
+@pytest.mark.parametrize("name", options("logger"))
+def test_logger_options(make_cfg, name):
+    cfg = make_cfg(f"logger={name}")
+    logger = instantiate(cfg.logger)
+    assert str(cfg.paths.output_dir) in str(logger.log_dir)
+
+
+@pytest.mark.parametrize("group", ["experiment", "debug"])
+def test_experiment_and_debug_options_compose(make_cfg, group):
+    for name in options(group):
+        cfg = make_cfg(f"{group}={name}")
+        assert cfg.task.name
+
+
+def test_model_option_and_paper_defaults(make_cfg):
+    cfg = make_cfg(small=False)
+    assert (cfg.model.hidden, cfg.model.dropout, cfg.optim.lr, cfg.data.batch_size) == (200, 0.2, 3e-4, 64)
+    assert cfg.task.epochs == 50 and cfg.aligner.hidden == 200
+    assert make_cfg("task=scitail", small=False).data.batch_size == 32
+
+
+def test_unknown_option_lists_the_valid_choices(make_cfg):
+    with pytest.raises(ConfigCompositionException, match="Available options") as err:
+        make_cfg("aligner=nope")
+    assert "coda" in str(err.value) and "softmax_conflict" in str(err.value)
+
+
+def test_data_dir_follows_the_environment_variable(monkeypatch, tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    monkeypatch.setenv("MATCHING_DATA_DIR", str(tmp_path))
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train")
+    assert cfg.paths.data_dir == str(tmp_path)

@@ -1,0 +1,245 @@
+import gzip
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from matching.data import embeddings
+from matching.data.embeddings import VectorsError, load_vectors, missing_vectors_message
+
+GLOVE_SAMPLE = Path("/work/shared/data/glove-sample/glove.6B.50d.head2446.txt")
+
+VECTORS = {
+    "the": [0.1, 0.2, 0.3],
+    "cat": [1.0, -2.0, 3.5],
+    "sat": [-0.25, 0.0, 1e-3],
+}
+GLOVE_TEXT = "".join(f"{w} {' '.join(str(x) for x in v)}\n" for w, v in VECTORS.items())
+
+
+def write(path: Path, data: str | bytes) -> Path:
+    raw = data.encode() if isinstance(data, str) else data
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(raw))
+    else:
+        path.write_bytes(raw)
+    return path
+
+
+def assert_vectors(matrix, found, words):
+    assert matrix.dtype == np.float32 and found.dtype == bool
+    assert matrix.shape == (len(words), 3) and found.shape == (len(words),)
+    for i, w in enumerate(words):
+        if w in VECTORS:
+            assert found[i]
+            np.testing.assert_allclose(matrix[i], VECTORS[w], rtol=1e-6)
+        else:
+            assert not found[i]
+            assert not matrix[i].any()
+
+
+WORDS = ["sat", "dog", "the", "cat"]
+
+
+@pytest.mark.parametrize("name", ["v.txt", "v.txt.gz"])
+def test_glove_text_plain_and_gz(tmp_path, name):
+    path = write(tmp_path / name, GLOVE_TEXT)
+    assert_vectors(*load_vectors(path, WORDS), WORDS)
+    assert_vectors(*load_vectors(path, WORDS, format="glove", dim=3), WORDS)
+
+
+def test_gz_found_without_its_suffix(tmp_path):
+    write(tmp_path / "v.txt.gz", GLOVE_TEXT)
+    assert_vectors(*load_vectors(tmp_path / "v.txt", WORDS), WORDS)
+
+
+def test_crlf_and_trailing_spaces(tmp_path):
+    path = write(tmp_path / "v.txt", GLOVE_TEXT.replace("\n", " \r\n"))
+    assert_vectors(*load_vectors(path, WORDS), WORDS)
+
+
+@pytest.mark.parametrize("name", ["w2v.txt", "w2v.txt.gz"])
+def test_word2vec_text(tmp_path, name):
+    path = write(tmp_path / name, f"{len(VECTORS)} 3\n{GLOVE_TEXT}")
+    assert_vectors(*load_vectors(path, WORDS), WORDS)
+    assert_vectors(*load_vectors(path, WORDS, format="word2vec", dim=3), WORDS)
+
+
+def test_word2vec_format_requires_header(tmp_path):
+    path = write(tmp_path / "v.txt", GLOVE_TEXT)
+    with pytest.raises(VectorsError, match="header"):
+        load_vectors(path, WORDS, format="word2vec")
+
+
+def gensim_vectors():
+    from gensim.models import KeyedVectors
+
+    kv = KeyedVectors(vector_size=3)
+    kv.add_vectors(list(VECTORS), np.array(list(VECTORS.values()), dtype=np.float32))
+    return kv
+
+
+@pytest.mark.parametrize("name", ["v.bin", "v.bin.gz"])
+def test_word2vec_binary(tmp_path, name):
+    path = tmp_path / name
+    gensim_vectors().save_word2vec_format(str(path), binary=True)
+    assert_vectors(*load_vectors(path, WORDS), WORDS)
+    assert_vectors(*load_vectors(path, WORDS, format="word2vec_bin", dim=3), WORDS)
+
+
+def test_gensim_keyed_vectors(tmp_path):
+    path = tmp_path / "v.kv"
+    gensim_vectors().save(str(path))
+    assert_vectors(*load_vectors(path, WORDS), WORDS)
+    with pytest.raises(VectorsError, match=r"dimension 3.*dimension 300"):
+        load_vectors(path, WORDS, dim=300)
+
+
+def test_not_a_keyed_vectors_file(tmp_path):
+    path = write(tmp_path / "v.kv", GLOVE_TEXT)
+    with pytest.raises(VectorsError, match="v.kv"):
+        load_vectors(path, WORDS)
+
+
+def test_empty_vocabulary_and_repeated_words(tmp_path):
+    path = write(tmp_path / "v.txt", GLOVE_TEXT)
+    matrix, found = load_vectors(path, [])
+    assert matrix.shape == (0, 3) and found.shape == (0,)
+    words = ["cat", "dog", "cat", "dog"]
+    assert_vectors(*load_vectors(path, words), words)
+
+
+def test_duplicate_word_in_file_keeps_first(tmp_path):
+    path = write(tmp_path / "v.txt", GLOVE_TEXT + "cat 9 9 9\n")
+    assert_vectors(*load_vectors(path, WORDS), WORDS)
+
+
+def test_word_with_spaces(tmp_path):
+    # glove.840B has a few lines like this: more fields than dim + 1; the word is all but the last dim fields
+    text = "the 0.1 0.2 0.3\nat name@domain.com 7 8 9\nat 4 5 6\n. . . 1 1 1\n"
+    path = write(tmp_path / "v.txt", text)
+    matrix, found = load_vectors(path, ["at", "name@domain.com", "."])
+    assert found.tolist() == [True, False, False]
+    np.testing.assert_array_equal(matrix[0], [4, 5, 6])
+    # a vocabulary word that itself contains spaces is matched too
+    matrix, found = load_vectors(path, ["at name@domain.com", ". . .", "at"])
+    assert found.all()
+    np.testing.assert_array_equal(matrix, [[7, 8, 9], [1, 1, 1], [4, 5, 6]])
+
+
+def test_windows_1252_word(tmp_path, caplog):
+    # a later UTF-8 "café" is a duplicate; \x81 is undefined in Windows-1252 (read as latin-1)
+    text = b"the 0.1 0.2\ncaf\xe9 0.3 0.4\n\x93 0.5 0.6\n" + "café 9 9\n".encode() + b"\x81x 1 1\n"
+    path = write(tmp_path / "v.txt", text)
+    with caplog.at_level(logging.INFO, logger=embeddings.__name__):
+        matrix, found = load_vectors(path, ["café", "\u201c", "the"])
+    assert found.all()
+    np.testing.assert_allclose(matrix, [[0.3, 0.4], [0.5, 0.6], [0.1, 0.2]])
+    assert "3 words were not UTF-8" in caplog.text  # counted and logged once
+
+
+def test_dim_mismatch(tmp_path):
+    path = write(tmp_path / "v.txt", GLOVE_TEXT)
+    with pytest.raises(VectorsError, match=r"v\.txt.*dimension 3.*dimension 300"):
+        load_vectors(path, WORDS, dim=300)
+    path = write(tmp_path / "w2v.txt", f"3 3\n{GLOVE_TEXT}")
+    with pytest.raises(VectorsError, match=r"w2v\.txt.*dimension 3.*dimension 50"):
+        load_vectors(path, WORDS, dim=50)
+
+
+def test_garbled_float_in_vocabulary_line(tmp_path):
+    path = write(tmp_path / "v.txt", "the 0.1 0.2 0.3\nsat 1 2 3\ncat 1.0 x2 3\n")
+    with pytest.raises(VectorsError, match=r"v\.txt: line 3: value 2 .*'cat'.*x2"):
+        load_vectors(path, ["cat"])
+
+
+def test_short_vocabulary_line(tmp_path):
+    path = write(tmp_path / "v.txt", "the 0.1 0.2 0.3\ncat 1.0 2\n")
+    with pytest.raises(VectorsError, match=r"v\.txt: line 2: expected a word and 3 numbers, found 2"):
+        load_vectors(path, ["cat"])
+
+
+def test_garbled_first_line_always_raises(tmp_path):
+    path = write(tmp_path / "v.txt", "the 0.1 oops 0.3\ncat 1 2 3\n")
+    with pytest.raises(VectorsError, match=r"line 1: value 2"):
+        load_vectors(path, ["cat"])
+
+
+def test_garbled_lines_outside_vocabulary_are_skipped(tmp_path, caplog):
+    path = write(tmp_path / "v.txt", "the 0.1 0.2 0.3\nbad 1 x 3\nshort 1\nnospace\n\ncat 1 2 3\n")
+    with caplog.at_level(logging.INFO, logger=embeddings.__name__):
+        matrix, found = load_vectors(path, ["cat", "the"])
+    assert found.all()
+    np.testing.assert_array_equal(matrix[0], [1, 2, 3])
+    assert "skipped 1 garbled line" in caplog.text  # only lines that are cheap to spot are counted
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError) as info:
+        load_vectors(tmp_path / "nope.txt", WORDS)
+    message = str(info.value)
+    assert "embeddings=random" in message and "glove" in message and "nope.txt" in message
+    assert message == missing_vectors_message(tmp_path / "nope.txt")
+    assert "embeddings.path=" in message and "embeddings.dim=" in message
+
+
+def test_unknown_format(tmp_path):
+    path = write(tmp_path / "v.txt", GLOVE_TEXT)
+    with pytest.raises(ValueError, match="format"):
+        load_vectors(path, WORDS, format="fasttext")
+
+
+def test_cache(tmp_path, monkeypatch, caplog):
+    path = write(tmp_path / "v.txt", GLOVE_TEXT)
+    cache = tmp_path / "cache"
+    first = load_vectors(path, WORDS, cache_dir=cache)
+    assert len(list(cache.glob("*.npz"))) == 1
+
+    def no_parsing(*args, **kwargs):
+        raise AssertionError("the vectors file was parsed again")
+
+    monkeypatch.setattr(embeddings, "_read_text", no_parsing)
+    with caplog.at_level(logging.INFO, logger=embeddings.__name__):
+        second = load_vectors(path, WORDS, cache_dir=cache)
+    assert "from cache" in caplog.text
+    for a, b in zip(first, second, strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(VectorsError, match="dimension 300"):
+        load_vectors(path, WORDS, dim=300, cache_dir=cache)
+    with pytest.raises(AssertionError, match="parsed again"):  # another word list misses the cache
+        load_vectors(path, [*WORDS, "mat"], cache_dir=cache)
+
+
+def test_large_batches_match_exact_parser(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    n, dim = 1500, 20
+    vectors = rng.standard_normal((n, dim)).astype(np.float32)
+    lines = [f"w{i} " + " ".join(f"{x:.6f}" for x in v) + "\n" for i, v in enumerate(vectors)]
+    path = write(tmp_path / "v.txt", "".join(lines))
+    words = [f"w{i}" for i in rng.permutation(n)[:1200]] + ["missing"]
+    fast, found = load_vectors(path, words)
+    monkeypatch.setattr(embeddings, "_PANDAS_MIN_ROWS", 10**9)
+    exact, found_exact = load_vectors(path, words)
+    np.testing.assert_array_equal(found, found_exact)
+    assert found.sum() == 1200
+    np.testing.assert_allclose(fast, exact, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(fast[:-1], vectors[[int(w[1:]) for w in words[:-1]]], atol=1e-6)
+
+    lines[1000] = "w1000 " + " ".join(["0.5"] * (dim - 1)) + " 1.2.3\n"
+    path = write(tmp_path / "bad.txt", "".join(lines))
+    monkeypatch.setattr(embeddings, "_PANDAS_MIN_ROWS", 256)
+    with pytest.raises(VectorsError, match=r"bad\.txt: line 1001: value 20 of the word 'w1000'"):
+        load_vectors(path, [f"w{i}" for i in range(n)])
+
+
+@pytest.mark.skipif(not GLOVE_SAMPLE.exists(), reason="shared GloVe sample not available")
+def test_real_glove_sample(caplog):
+    words = ["the", ",", "\u2013", "\u2019s", "no-such-word-here"]
+    with caplog.at_level(logging.INFO, logger=embeddings.__name__):
+        matrix, found = load_vectors(GLOVE_SAMPLE, words, dim=50)
+    assert matrix.shape == (5, 50)
+    assert found.tolist() == [True, True, True, True, False]
+    np.testing.assert_allclose(matrix[0, :3], [0.418, 0.24968, -0.41242], rtol=1e-6)
+    assert "5 words were not UTF-8" in caplog.text

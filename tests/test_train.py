@@ -1,0 +1,57 @@
+"""Smoke and learning tests: the whole training system on fixture corpora."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from matching.train import train
+
+ALIGNERS = ["softmax", "coda", "conflict", "softmax_conflict"]
+
+
+@pytest.mark.parametrize("aligner", ALIGNERS)
+def test_fast_dev_run_every_aligner(make_cfg, aligner):
+    metrics = train(make_cfg(f"aligner={aligner}", "debug=fast"))
+    assert "val/acc" in metrics and "train/loss" in metrics
+
+
+@pytest.mark.parametrize(
+    "overrides", [["task=mnli"], ["task=scitail", "intra=coda"], ["task=dnli", "model.null_token=true"]]
+)
+def test_fast_dev_run_every_task(make_cfg, overrides):
+    metrics = train(make_cfg(*overrides, "debug=fast"))
+    assert "val/acc" in metrics
+    if "task=mnli" in overrides:
+        assert "val_mismatched/acc" in metrics
+
+
+def test_a_small_batch_can_be_overfitted(make_cfg):
+    cfg = make_cfg("debug=overfit", "model.dropout=0.0", "optim.lr=0.005", "data.batch_size=6", "logger=csv")
+    metrics = train(cfg)
+    run = Path(cfg.paths.output_dir)
+    rows = (run / "logs" / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    acc_col, loss_col = header.index("train/acc"), header.index("train/loss")
+    epoch_accs = [float(r.split(",")[acc_col]) for r in rows[1:] if r.split(",")[acc_col]]
+    step_losses = [float(r.split(",")[loss_col]) for r in rows[1:] if r.split(",")[loss_col]]
+    assert step_losses[-1] < 0.5 * step_losses[0]
+    assert epoch_accs[-1] >= 0.95
+    assert metrics["epochs"] > 0
+
+
+def test_run_directory_is_self_contained(make_cfg):
+    cfg = make_cfg("trainer.max_epochs=2", "test=true")
+    metrics = train(cfg)
+    run = Path(cfg.paths.output_dir)
+    for name in ["config.yaml", "vocab.txt", "metrics.json", "checkpoints/best.ckpt", "checkpoints/last.ckpt"]:
+        assert (run / name).exists(), name
+    saved = json.loads((run / "metrics.json").read_text())
+    assert saved["val/acc"] == pytest.approx(metrics["val/acc"])
+    assert "test/acc" in saved and saved["best_epoch"] in (0, 1)
+
+
+def test_same_seed_gives_identical_metrics(make_cfg, tmp_path):
+    first = train(make_cfg("trainer.max_epochs=2", "deterministic=true"))
+    second = train(make_cfg("trainer.max_epochs=2", "deterministic=true"))
+    assert first["val/loss"] == second["val/loss"]
