@@ -30,6 +30,13 @@ def compose_train(tmp_path: Path, *overrides: str, small: bool = True) -> DictCo
     return cfg
 
 
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    """Nothing may download at test time: the hub fallback must fail fast, not try the network."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
 @pytest.fixture
 def make_cfg(tmp_path):
     return lambda *overrides, **kw: compose_train(tmp_path, *overrides, **kw)

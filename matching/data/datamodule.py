@@ -197,11 +197,19 @@ class PairDataModule(pl.LightningDataModule):
         bar = tqdm(pairs, desc=f"tokenising {self.task['name']} {name}", unit=" pairs", disable=len(pairs) < 50_000)
         return [(tok(p.a), tok(p.b)) for p in bar]
 
+    def _needed(self, stage: str | None) -> list[str]:
+        """Splits a stage needs: fit reads train and dev, validate dev, test the test splits (None: all)."""
+        wanted = ["train"] if self.vocab is None or stage in (None, "fit") else []
+        if stage in (None, "fit", "validate"):
+            wanted += self.eval_splits
+        if stage in (None, "test"):
+            wanted += self.test_splits
+        return [s for s in dict.fromkeys(wanted) if s not in self.splits]
+
     def setup(self, stage: str | None = None) -> None:
-        if self.splits:
+        wanted = self._needed(stage)
+        if not wanted:
             return
-        wanted = (["train"] if self.vocab is None or stage in (None, "fit") else []) + self.eval_splits
-        wanted += [s for s in self.test_splits if s not in wanted]
         started = time.perf_counter()
         raw = {}
         for name in wanted:
@@ -214,7 +222,7 @@ class PairDataModule(pl.LightningDataModule):
             log.info("vocabulary: %d words from the %s training split", len(self.vocab.words), self.task["name"])
         for name, (pairs, tokens) in raw.items():
             self.splits[name] = encode_split(name, pairs, tokens, self.vocab, self.labels, self.max_length)
-        sizes = ", ".join(f"{k} {len(v):,}" for k, v in self.splits.items())
+        sizes = ", ".join(f"{k} {len(self.splits[k]):,}" for k in raw)
         log.info("%s ready in %.1fs: %s pairs", self.task["name"], time.perf_counter() - started, sizes)
 
     def _loader(self, split: str, train: bool) -> DataLoader:

@@ -1,0 +1,164 @@
+"""Tokeniser, vocabulary, batching and data sources."""
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from matching.data.datamodule import BucketBatchSampler, LabelError, PairDataModule, split_prefix
+from matching.data.sources import CorpusNotFoundError
+from matching.data.vocab import Tokenizer, Vocabulary
+from matching.model import NULL_ID, PAD_ID
+from matching.train import build_datamodule, build_embedding_matrix
+
+
+def test_tokenizer_lowercases_and_splits_punctuation():
+    assert Tokenizer()("A man's dog, running!") == ["a", "man", "'", "s", "dog", ",", "running", "!"]
+    assert Tokenizer(lowercase=False)("The Dog.") == ["The", "Dog", "."]
+
+
+def test_vocabulary_ids_oov_hashing_and_roundtrip(tmp_path):
+    vocab = Vocabulary.build([["a", "dog"], ["a", "cat"]], oov_buckets=10)
+    assert vocab.words == ["a", "dog", "cat"]
+    assert vocab.index["<pad>"] == PAD_ID and vocab.index["<null>"] == NULL_ID
+    ids = vocab.encode(["a", "zebra", "zebra", "cat"])
+    assert ids[0] == vocab.index["a"] and ids[3] == vocab.index["cat"]
+    assert ids[1] == ids[2] and 2 <= ids[1] < 12  # an unseen word always hashes to the same bucket
+    vocab.save(tmp_path / "vocab.txt")
+    loaded = Vocabulary.load(tmp_path / "vocab.txt")
+    assert loaded.tokens == vocab.tokens and loaded.oov_buckets == 10
+    np.testing.assert_array_equal(loaded.encode(["zebra"]), vocab.encode(["zebra"]))
+
+
+def test_vocabulary_load_rejects_other_files(tmp_path):
+    (tmp_path / "v.txt").write_text("hello\nworld\n")
+    with pytest.raises(ValueError, match="not a vocabulary written by matching"):
+        Vocabulary.load(tmp_path / "v.txt")
+
+
+def test_embedding_matrix_uses_bucket_vectors_for_words_without_vectors():
+    vocab = Vocabulary(["a", "b"], oov_buckets=3)
+    vectors = np.array([[1.0, 2.0], [0.0, 0.0]], dtype=np.float32)
+    matrix = vocab.embedding_matrix(vectors, np.array([True, False]), dim=2, seed=0)
+    np.testing.assert_array_equal(matrix[vocab.index["a"]], [1.0, 2.0])
+    np.testing.assert_array_equal(matrix[vocab.index["b"]], matrix[vocab.bucket("b")])
+    assert np.all(matrix[PAD_ID] == 0)
+
+
+def test_bucket_sampler_covers_every_index_once_and_groups_lengths():
+    lengths = np.random.default_rng(0).integers(2, 60, size=1000)
+    sampler = BucketBatchSampler(lengths, batch_size=32, shuffle=True, seed=3, bucket_batches=10)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) == 32
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    spread = np.mean([np.ptp(lengths[b]) for b in batches])
+    assert spread < 0.25 * np.ptp(lengths)  # length-bucketed: far less spread than random batches
+    again = list(BucketBatchSampler(lengths, 32, shuffle=True, seed=3, bucket_batches=10))
+    assert again == batches  # same seed and epoch: same order
+    sampler.set_epoch(1)
+    assert list(sampler) != batches
+
+
+def test_eval_sampler_is_sorted_and_deterministic():
+    lengths = np.array([5, 1, 3, 2, 4])
+    assert list(BucketBatchSampler(lengths, 2, shuffle=False)) == [[1, 3], [2, 4], [0]]
+
+
+def test_batches_are_padded_to_their_own_maximum(make_cfg):
+    dm = build_datamodule(make_cfg())
+    dm.setup("fit")
+    for batch in dm.train_dataloader():
+        lengths_a = (batch["a"] != PAD_ID).sum(1)
+        assert batch["a"].shape[1] == lengths_a.max()
+        assert batch["b"].shape[1] == (batch["b"] != PAD_ID).sum(1).max()
+        assert batch["label"].dtype == torch.int64
+
+
+def test_vocabulary_comes_from_the_training_split_only(make_cfg):
+    dm = build_datamodule(make_cfg())
+    dm.setup("fit")
+    tok = Tokenizer()
+    train_words = {w for p in _pairs(dm, "train") for w in tok(p[0]) + tok(p[1])}
+    assert set(dm.vocab.words) == train_words
+
+
+def _pairs(dm, split):
+    from matching.data.sources import read_split
+
+    return [(p.a, p.b) for p in read_split(dm.task, split, dm.data_dir, dm.cache_dir)]
+
+
+def test_any_split_can_point_at_another_file_and_be_sliced(make_cfg, tmp_path):
+    other = tmp_path / "elsewhere.jsonl"
+    shutil.copy(make_cfg().paths.data_dir + "/snli/snli_1.0_train.jsonl", other)
+    cfg = make_cfg(f"task.splits.dev.path={other}", "task.splits.dev.start=2", "task.splits.dev.stop=7")
+    dm = build_datamodule(cfg)
+    dm.setup("fit")
+    assert len(dm.splits["dev"]) == 5
+
+
+def test_gzipped_corpus_is_read_when_the_plain_file_is_absent(make_cfg, tmp_path):
+    import gzip
+
+    src = make_cfg().paths.data_dir + "/scitail/SciTailV1.1/tsv_format/scitail_1.0_dev.tsv"
+    target = tmp_path / "data" / "scitail" / "SciTailV1.1" / "tsv_format"
+    target.mkdir(parents=True)
+    with open(src, "rb") as f, gzip.open(target / "scitail_1.0_dev.tsv.gz", "wb") as g:
+        g.write(f.read())
+    cfg = make_cfg("task=scitail", f"task.splits.train.path={src}", f"paths.data_dir={tmp_path / 'data'}")
+    dm = build_datamodule(cfg)
+    dm.setup("validate")
+    assert len(dm.splits["dev"]) == 6
+
+
+def test_missing_corpus_without_hub_says_how_to_download(make_cfg, tmp_path):
+    cfg = make_cfg("task=dnli", f"paths.data_dir={tmp_path}")
+    with pytest.raises(CorpusNotFoundError) as err:
+        build_datamodule(cfg).setup("fit")
+    message = str(err.value)
+    assert "dialogue_nli_train.jsonl" in message and "wellecks" in message and "paths.data_dir" in message
+
+
+def test_missing_corpus_offline_reports_the_hub_failure(make_cfg, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    cfg = make_cfg("task=snli", f"paths.data_dir={tmp_path}")
+    with pytest.raises(CorpusNotFoundError) as err:
+        build_datamodule(cfg).setup("fit")
+    message = str(err.value)
+    assert "stanfordnlp/snli" in message and "snli_1.0_train.jsonl" in message and "snli_1.0.zip" in message
+
+
+def test_label_outside_the_label_space_is_a_clear_error(make_cfg):
+    cfg = make_cfg("task.labels=[entailment,contradiction]")
+    with pytest.raises(LabelError, match="neutral"):
+        build_datamodule(cfg).setup("fit")
+
+
+def test_missing_vectors_say_how_to_get_glove_or_choose_random(make_cfg, tmp_path):
+    cfg = make_cfg(f"embeddings.path={tmp_path / 'nope.txt'}")
+    dm = build_datamodule(cfg)
+    dm.setup("fit")
+    with pytest.raises(FileNotFoundError) as err:
+        build_embedding_matrix(cfg, dm.vocab)
+    assert "glove.840B.300d.zip" in str(err.value) and "embeddings=random" in str(err.value)
+
+
+def test_split_prefixes():
+    assert [split_prefix(s) for s in ["dev", "dev_mismatched", "test"]] == ["val", "val_mismatched", "test"]
+
+
+def test_empty_split_is_an_error(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    task = {
+        "name": "t",
+        "reader": "snli_jsonl",
+        "labels": ["entailment"],
+        "splits": {"train": {"path": str(empty)}},
+        "eval_splits": [],
+        "test_splits": [],
+    }
+    with pytest.raises(ValueError, match="train split is empty"):
+        PairDataModule(task, tmp_path, tmp_path, batch_size=2).setup("fit")
