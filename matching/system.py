@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -11,14 +12,20 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from matching.metrics import RankingMetrics, describe
+
+log = logging.getLogger(__name__)
+
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 
 class MatchingSystem(pl.LightningModule):
     """Cross-entropy training of `model` (called as model(a_ids, b_ids) -> (logits, matrices)).
 
-    Logged keys are `{prefix}/{loss,acc}` where the prefix of each evaluation split is given by
-    `val_prefixes` (one per validation dataloader, e.g. ["val", "val_mismatched"]) and `test_prefixes`.
+    kind="classify": logged keys `{prefix}/{loss,acc}`. kind="rank" (pointwise ranking, label 1 = match):
+    also `{prefix}/{map,mrr,map_raw,mrr_raw,top1,top2,top5,questions,...}`, computed per question over the
+    whole split (see matching.metrics). The prefix of each evaluation split is given by `val_prefixes` (one per
+    validation dataloader, e.g. ["val", "val_mismatched"]) and `test_prefixes`.
     """
 
     def __init__(
@@ -26,6 +33,7 @@ class MatchingSystem(pl.LightningModule):
         model: nn.Module,
         optimizer: OptimizerFactory,
         labels: Sequence[str],
+        kind: str = "classify",
         val_prefixes: Sequence[str] = ("val",),
         test_prefixes: Sequence[str] = ("test",),
     ):
@@ -34,7 +42,15 @@ class MatchingSystem(pl.LightningModule):
         self.optimizer_factory = optimizer
         self.labels = list(labels)
         self.val_prefixes, self.test_prefixes = list(val_prefixes), list(test_prefixes)
+        if kind not in ("classify", "rank"):
+            raise ValueError(f"task kind must be 'classify' or 'rank', got {kind!r}")
+        if kind == "rank" and len(self.labels) != 2:
+            raise ValueError(f"ranking is pointwise with two labels (no-match, match), got {self.labels}")
+        self.kind = kind
         n = len(self.labels)
+        self.ranking = nn.ModuleDict(
+            {p: RankingMetrics() for p in self.val_prefixes + self.test_prefixes} if kind == "rank" else {}
+        )
         self.train_acc = MulticlassAccuracy(n, average="micro")
         self.eval_acc = nn.ModuleDict(
             {p: MulticlassAccuracy(n, average="micro") for p in self.val_prefixes + self.test_prefixes}
@@ -60,6 +76,29 @@ class MatchingSystem(pl.LightningModule):
         metric(logits, batch["label"])
         self.log(f"{prefix}/loss", loss, batch_size=size, add_dataloader_idx=False)
         self.log(f"{prefix}/acc", metric, prog_bar=prefix == "val", batch_size=size, add_dataloader_idx=False)
+        if self.kind == "rank":
+            score = torch.softmax(logits.float(), dim=-1)[:, 1]  # P(match)
+            self.ranking[prefix].update(score, batch["label"], batch["group"], batch["index"])
+
+    def _log_ranking(self, prefixes: Sequence[str]) -> None:
+        for prefix in prefixes:
+            metric = self.ranking[prefix]
+            if not metric.update_called:
+                continue
+            values = metric.compute()
+            metric.reset()
+            for name, value in values.items():
+                self.log(f"{prefix}/{name}", value, prog_bar=name == "map" and prefix == "val")
+            if not self.trainer.sanity_checking:
+                log.info(describe(prefix, values))
+
+    def on_validation_epoch_end(self) -> None:
+        if self.kind == "rank":
+            self._log_ranking(self.val_prefixes)
+
+    def on_test_epoch_end(self) -> None:
+        if self.kind == "rank":
+            self._log_ranking(self.test_prefixes)
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_step(batch, self.val_prefixes[dataloader_idx])

@@ -97,6 +97,7 @@ def build_system(cfg: DictConfig, model: DecomposableAttention, dm: PairDataModu
         model,
         optimizer=instantiate(cfg.optim),
         labels=dm.labels,
+        kind=dm.task["kind"],
         val_prefixes=[split_prefix(s) for s in dm.eval_splits],
         test_prefixes=[split_prefix(s) for s in dm.test_splits],
     )

@@ -34,7 +34,8 @@ def test_task_options_read_their_fixtures(make_cfg, name):
     dm = build_datamodule(cfg)
     dm.setup("fit")
     assert len(dm.splits["train"]) > 0 and dm.eval_splits[0] == "dev"
-    assert cfg.checkpoint.monitor == "val/acc"
+    expected = {"classify": "val/acc", "rank": "val/top1" if name == "ubuntu" else "val/map"}[cfg.task.kind]
+    assert cfg.checkpoint.monitor == expected
 
 
 @pytest.mark.parametrize("name", options("embeddings"))

@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
 from matching.data.readers import (
     READERS,
@@ -92,12 +93,16 @@ def test_mnli_trailing_space_stripped_and_non_ascii_kept():
 
 
 def test_readers_registry():
-    assert READERS == {
+    assert {k: READERS[k] for k in ("snli_jsonl", "mnli_jsonl", "scitail_tsv", "dnli_json")} == {
         "snli_jsonl": read_snli_jsonl,
         "mnli_jsonl": read_snli_jsonl,
         "scitail_tsv": read_scitail_tsv,
         "dnli_json": read_dnli,
     }
+    task_readers = {
+        yaml.safe_load(p.read_text())["reader"] for p in (Path(__file__).parents[1] / "conf" / "task").glob("*.yaml")
+    }
+    assert task_readers <= READERS.keys()  # every task config names a registered reader
 
 
 # --------------------------------------------------------------------------------- gzip, CRLF, twins

@@ -26,6 +26,48 @@ def test_fast_dev_run_every_task(make_cfg, overrides):
         assert "val_mismatched/acc" in metrics
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["task=wikiqa"],
+        ["task=trecqa"],
+        ["task=ubuntu", "aligner=coda"],
+        [
+            "task=trecqa",
+            "task.reader=trecqa_xml",
+            "task.splits.train.path=trecqa/xml/train.xml",
+            "task.splits.dev.path=trecqa/xml/dev.xml",
+            "task.splits.dev_raw.path=trecqa/xml/dev.xml",
+        ],
+        [
+            "task=ubuntu",
+            "task.reader=ubuntu_tsv",
+            "task.splits.train.path=ubuntu_tsv/train.txt",
+            "task.splits.dev.path=ubuntu_tsv/valid.txt",
+            "task.splits.test.path=ubuntu_tsv/test.txt",
+        ],
+    ],
+)
+def test_fast_dev_run_every_ranking_task(make_cfg, overrides):
+    metrics = train(make_cfg(*overrides, "debug=fast", "data.eval_batch_size=4"))
+    for key in ("val/map", "val/mrr", "val/map_raw", "val/top1", "val/questions"):
+        assert key in metrics, key
+
+
+def test_ranking_run_scores_every_question_of_the_split(make_cfg, caplog):
+    cfg = make_cfg("task=wikiqa", "trainer.max_epochs=1", "data.eval_batch_size=3")
+    with caplog.at_level("INFO"):
+        metrics = train(cfg)
+    # fixture dev: 5 questions, 3 with both kinds of answer, 1 without a correct one, 1 with only correct ones
+    assert (metrics["val/questions"], metrics["val/skipped_no_positive"], metrics["val/skipped_all_positive"]) == (
+        3,
+        1,
+        1,
+    )
+    assert "val: scored 3 questions" in caplog.text
+    assert 0 < metrics["val/map"] <= 1 and 0 < metrics["val/mrr"] <= 1
+
+
 def test_a_small_batch_can_be_overfitted(make_cfg):
     cfg = make_cfg("debug=overfit", "model.dropout=0.0", "optim.lr=0.005", "data.batch_size=6", "logger=csv")
     metrics = train(cfg)

@@ -35,7 +35,8 @@ class EncodedSplit(Dataset):
     a: list[np.ndarray]
     b: list[np.ndarray]
     labels: np.ndarray  # (N,) int64
-    groups: list[str | None]
+    groups: np.ndarray  # (N,) int64 question/context id (order of first appearance); -1 when ungrouped
+    group_names: list[str]  # group id -> the corpus's own question id
     truncated: int = 0
 
     def __len__(self) -> int:
@@ -46,6 +47,20 @@ class EncodedSplit(Dataset):
 
     def lengths(self) -> np.ndarray:
         return np.fromiter((len(a) + len(b) for a, b in zip(self.a, self.b, strict=True)), np.int64, len(self))
+
+
+def keep_recent_turns(tokens: list[str], budget: int, turn_end: str) -> list[str]:
+    """The most recent whole turns of a dialogue context that fit in `budget` tokens (markers included).
+
+    When even the last turn is longer than the budget, its last `budget` tokens are kept.
+    """
+    if len(tokens) <= budget:
+        return tokens
+    start = len(tokens) - budget
+    for i in range(start, len(tokens) - 1):
+        if tokens[i - 1] == turn_end:  # i starts a turn
+            return tokens[i:]
+    return tokens[start:]
 
 
 def encode_split(
@@ -79,7 +94,11 @@ def encode_split(
             max_length,
         )
     y = np.fromiter((label_ids[p.label] for p in pairs), np.int64, len(pairs))
-    return EncodedSplit(name, a, b, y, [p.group for p in pairs], truncated)
+    group_ids: dict[str, int] = {}
+    groups = np.fromiter(
+        (-1 if p.group is None else group_ids.setdefault(p.group, len(group_ids)) for p in pairs), np.int64, len(pairs)
+    )
+    return EncodedSplit(name, a, b, y, groups, list(group_ids), truncated)
 
 
 class BucketBatchSampler(Sampler[list[int]]):
@@ -137,6 +156,7 @@ class PadCollator:
             "a": self._pad([s.a[i] for i in indices]),
             "b": self._pad([s.b[i] for i in indices]),
             "label": torch.from_numpy(s.labels[indices]),
+            "group": torch.from_numpy(s.groups[indices]),
             "index": torch.as_tensor(indices),
         }
 
@@ -175,7 +195,7 @@ class PairDataModule(pl.LightningDataModule):
         self.task, self.data_dir, self.cache_dir = task, data_dir, cache_dir
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or 2 * batch_size
         self.num_workers, self.bucket_batches, self.seed = num_workers, bucket_batches, seed
-        self.tokenizer = Tokenizer(lowercase)
+        self.tokenizer = Tokenizer(lowercase, keep_tokens=task.get("keep_tokens") or ())
         self.max_length, self.oov_buckets = max_length, oov_buckets
         self.vocab = vocab
         self.splits: dict[str, EncodedSplit] = {}
@@ -195,7 +215,19 @@ class PairDataModule(pl.LightningDataModule):
     def _tokenize(self, name: str, pairs: list[Pair]) -> list[tuple[list[str], list[str]]]:
         tok = self.tokenizer
         bar = tqdm(pairs, desc=f"tokenising {self.task['name']} {name}", unit=" pairs", disable=len(pairs) < 50_000)
-        return [(tok(p.a), tok(p.b)) for p in bar]
+        tokens = [(tok(p.a), tok(p.b)) for p in bar]
+        budget = self.task.get("context_budget")
+        if budget:  # dialogue contexts: keep the most recent turns
+            turn_end = self.task["turn_end"]
+            cut = 0
+            for i, (ta, tb) in enumerate(tokens):
+                if len(ta) > budget:
+                    tokens[i] = (keep_recent_turns(ta, budget, turn_end), tb)
+                    cut += 1
+            log.info(
+                "%s %s: %d contexts cut to their most recent turns (%d tokens)", self.task["name"], name, cut, budget
+            )
+        return tokens
 
     def _needed(self, stage: str | None) -> list[str]:
         """Splits a stage needs: fit reads train and dev, validate dev, test the test splits (None: all)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -25,18 +26,33 @@ PAD, NULL = "<pad>", "<null>"
 
 
 class Tokenizer:
-    """Lower-casing (optional), split on whitespace, and every punctuation character as its own token."""
+    """Lower-casing (optional), split on whitespace, and every punctuation character as its own token.
 
-    def __init__(self, lowercase: bool = True):
+    `keep_tokens` (e.g. Ubuntu's turn markers `__eou__`, `__eot__`) are kept whole as single tokens.
+    """
+
+    def __init__(self, lowercase: bool = True, keep_tokens: Sequence[str] = ()):
         self.lowercase = lowercase
+        self._keep = re.compile("(" + "|".join(map(re.escape, keep_tokens)) + ")") if keep_tokens else None
         steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
         self._normalizer = normalizers.Sequence(steps)
         self._pre_tokenizer = pre_tokenizers.Sequence(
             [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation(behavior="isolated")]
         )
 
-    def __call__(self, text: str) -> list[str]:
+    def _split(self, text: str) -> list[str]:
         return [w for w, _ in self._pre_tokenizer.pre_tokenize_str(self._normalizer.normalize_str(text))]
+
+    def __call__(self, text: str) -> list[str]:
+        if self._keep is None:
+            return self._split(text)
+        tokens: list[str] = []
+        for i, piece in enumerate(self._keep.split(text)):  # odd pieces are the kept tokens themselves
+            if i % 2:
+                tokens.append(piece)
+            elif piece.strip():
+                tokens += self._split(piece)
+        return tokens
 
 
 class Vocabulary:

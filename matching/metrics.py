@@ -1,0 +1,105 @@
+"""Ranking metrics grouped by question over a whole split, on torchmetrics' retrieval metrics.
+
+Pointwise ranking (CoDA paper §3.2): every (question, candidate) pair is scored with P(match), and the
+candidates of each question are ranked by that score. Scores, labels, question ids and example indices are
+accumulated over the whole split (and gathered from all processes), so a question whose candidates fall into
+different batches or ranks is still scored as one; duplicates of an example (a distributed sampler pads the
+last batch by repeating examples) are counted once.
+
+Protocol:
+- `map`, `mrr`, `top1`, `top2`, `top5`: the standard filtered protocol, over questions with at least one
+  correct and one incorrect candidate. `topk` is recall@k (Ubuntu's R10@k: the true response among the top k).
+- `map_raw`, `mrr_raw`: every question, a question without a correct candidate scoring 0 (trec_eval's view
+  of a raw split).
+- Ties are broken pessimistically: among equal scores incorrect candidates rank first, then file order, so a
+  model that gives every candidate the same score earns no credit from the order of the file.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+from torchmetrics.retrieval import RetrievalMAP, RetrievalMRR, RetrievalRecall
+
+log = logging.getLogger(__name__)
+
+TOP_K = (1, 2, 5)
+
+
+class RankingMetrics(Metric):
+    """Accumulates (score, label, question id, example index) and computes the metrics of the module doc."""
+
+    full_state_update = False
+    higher_is_better = True
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        for name in ("scores", "targets", "groups", "indices"):
+            self.add_state(name, default=[], dist_reduce_fx="cat")
+
+    def update(self, scores: Tensor, targets: Tensor, groups: Tensor, indices: Tensor) -> None:
+        """scores (N,) P(match); targets (N,) 0/1; groups (N,) question ids; indices (N,) example ids."""
+        self.scores.append(scores.detach().float().flatten())
+        self.targets.append(targets.detach().long().flatten())
+        self.groups.append(groups.detach().long().flatten())
+        self.indices.append(indices.detach().long().flatten())
+
+    def _gathered(self) -> tuple[np.ndarray, ...]:
+        def cat(state) -> np.ndarray:
+            if isinstance(state, Tensor):  # after a distributed sync the list is already one tensor
+                return state.cpu().numpy()
+            return torch.cat(state).cpu().numpy() if state else np.zeros(0)
+
+        scores, targets, groups, indices = (cat(s) for s in (self.scores, self.targets, self.groups, self.indices))
+        indices, first = np.unique(indices, return_index=True)  # drop duplicates of the same example
+        return scores[first], targets[first].astype(np.int64), groups[first].astype(np.int64), indices
+
+    def compute(self) -> dict[str, Tensor]:
+        scores, targets, groups, indices = self._gathered()
+        if len(scores) == 0:
+            raise ValueError("RankingMetrics.compute() called before any update: the evaluation split was empty")
+        # Unique rank scores encode the tie-breaking rule: score desc, then incorrect first, then file order.
+        order = np.lexsort((indices, targets, -scores))
+        rank_score = np.empty(len(scores))
+        rank_score[order] = np.arange(len(scores), 0, -1, dtype=np.float64)  # positive: torchmetrics needs > 0
+
+        group_ids, inverse = np.unique(groups, return_inverse=True)
+        positives = np.bincount(inverse, weights=targets, minlength=len(group_ids))
+        sizes = np.bincount(inverse, minlength=len(group_ids))
+        no_positive, no_negative = positives == 0, positives == sizes
+        keep_group = ~(no_positive | no_negative)
+        keep = keep_group[inverse]
+
+        preds_t = torch.from_numpy(rank_score)
+        target_t = torch.from_numpy(targets).bool()
+        index_t = torch.from_numpy(inverse.astype(np.int64))
+        out: dict[str, Tensor] = {
+            "map_raw": RetrievalMAP(empty_target_action="neg")(preds_t, target_t, indexes=index_t),
+            "mrr_raw": RetrievalMRR(empty_target_action="neg")(preds_t, target_t, indexes=index_t),
+        }
+        if keep.any():
+            kp, kt, ki = preds_t[keep], target_t[keep], index_t[keep]
+            out["map"] = RetrievalMAP()(kp, kt, indexes=ki)
+            out["mrr"] = RetrievalMRR()(kp, kt, indexes=ki)
+            for k in TOP_K:
+                out[f"top{k}"] = RetrievalRecall(top_k=k)(kp, kt, indexes=ki)
+        else:
+            nan = torch.tensor(float("nan"))
+            out |= {"map": nan, "mrr": nan} | {f"top{k}": nan for k in TOP_K}
+        out["questions"] = torch.tensor(float(keep_group.sum()))
+        out["skipped_no_positive"] = torch.tensor(float(no_positive.sum()))
+        out["skipped_all_positive"] = torch.tensor(float((no_negative & ~no_positive).sum()))
+        return {k: v.float() for k, v in out.items()}
+
+
+def describe(prefix: str, values: dict[str, Tensor]) -> str:
+    """One line saying how many questions were scored and skipped, and why."""
+    scored, none, only = (int(values[k]) for k in ("questions", "skipped_no_positive", "skipped_all_positive"))
+    return (
+        f"{prefix}: scored {scored} questions (MAP {values['map']:.4f}, MRR {values['mrr']:.4f}, "
+        f"top-1 {values['top1']:.4f}); skipped {none} with no correct candidate and {only} with only correct ones"
+    )

@@ -1,0 +1,95 @@
+"""Ranking metrics: hand-computed values, batch boundaries, duplicates, and agreement with trec_eval."""
+
+import numpy as np
+import pytest
+import torch
+
+from matching.metrics import RankingMetrics
+
+# group, score, target  (see the expected values below)
+EXAMPLE = [
+    (0, 0.9, 0), (0, 0.8, 1), (0, 0.3, 1),  # ranks: -, +, +      AP = (1/2 + 2/3)/2 = 7/12, RR = 1/2
+    (1, 0.2, 0), (1, 0.7, 0),               # no correct answer: skipped (raw: AP = RR = 0)
+    (2, 0.5, 1), (2, 0.5, 0), (2, 0.1, 0),  # tie broken pessimistically: -, +, -   AP = RR = 1/2
+    (3, 0.4, 1), (3, 0.6, 1),               # only correct answers: skipped (raw: AP = RR = 1)
+]  # fmt: skip
+EXPECTED = {
+    "map": 13 / 24,
+    "mrr": 1 / 2,
+    "top1": 0.0,
+    "top2": 3 / 4,  # group 0: 1 of 2 positives in the top 2; group 2: 1 of 1
+    "top5": 1.0,
+    "map_raw": 25 / 48,
+    "mrr_raw": 1 / 2,
+    "questions": 2,
+    "skipped_no_positive": 1,
+    "skipped_all_positive": 1,
+}
+
+
+def _feed(metric, rows, batch_size, indices=None):
+    indices = list(range(len(rows))) if indices is None else indices
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start : start + batch_size]
+        g, s, t = (torch.tensor([r[i] for r in chunk]) for i in range(3))
+        metric.update(s.float(), t, g, torch.tensor(indices[start : start + batch_size]))
+
+
+def _check(values):
+    for key, expected in EXPECTED.items():
+        assert values[key].item() == pytest.approx(expected, abs=1e-6), key
+
+
+def test_hand_computed_example_in_one_batch():
+    metric = RankingMetrics()
+    _feed(metric, EXAMPLE, batch_size=len(EXAMPLE))
+    _check(metric.compute())
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 4])
+def test_questions_straddling_batches_in_any_order(batch_size):
+    order = np.random.default_rng(batch_size).permutation(len(EXAMPLE))
+    metric = RankingMetrics()
+    _feed(metric, [EXAMPLE[i] for i in order], batch_size, indices=[int(i) for i in order])
+    _check(metric.compute())
+
+
+def test_duplicated_examples_count_once():
+    metric = RankingMetrics()
+    _feed(metric, EXAMPLE, batch_size=4)
+    _feed(metric, EXAMPLE[:3], batch_size=3)  # a padded sampler repeats the first examples
+    _check(metric.compute())
+
+
+def test_constant_scores_earn_no_credit_from_file_order():
+    metric = RankingMetrics()
+    rows = [(0, 0.5, 1), (0, 0.5, 0), (0, 0.5, 0)]
+    _feed(metric, rows, batch_size=3)
+    assert metric.compute()["mrr"].item() == pytest.approx(1 / 3)
+
+
+def test_empty_split_is_a_clear_error():
+    with pytest.raises(ValueError, match="evaluation split was empty"):
+        RankingMetrics().compute()
+
+
+def test_agrees_with_trec_eval_on_random_data():
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    rng = np.random.default_rng(0)
+    rows, qrel, run = [], {}, {}
+    for q in range(200):
+        n = int(rng.integers(2, 30))
+        targets = rng.integers(0, 2, n)
+        targets[0], targets[1] = 1, 0  # the filtered protocol's questions: both kinds present
+        scores = rng.random(n)
+        qrel[f"q{q}"] = {f"d{i}": int(t) for i, t in enumerate(targets)}
+        run[f"q{q}"] = {f"d{i}": float(s) for i, s in enumerate(scores)}
+        rows += [(q, float(s), int(t)) for s, t in zip(scores, targets, strict=True)]
+    order = rng.permutation(len(rows))
+    metric = RankingMetrics()
+    _feed(metric, [rows[i] for i in order], batch_size=64, indices=[int(i) for i in order])
+    ours = metric.compute()
+    theirs = pytrec_eval.RelevanceEvaluator(qrel, {"map", "recip_rank"}).evaluate(run)
+    assert ours["map"].item() == pytest.approx(np.mean([v["map"] for v in theirs.values()]), abs=1e-6)
+    assert ours["mrr"].item() == pytest.approx(np.mean([v["recip_rank"] for v in theirs.values()]), abs=1e-6)
+    assert ours["questions"].item() == 200
