@@ -1,0 +1,70 @@
+"""The sweep report over a real (tiny) multirun, launched as a user would, in a subprocess."""
+
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+import pytest
+from conftest import FIXTURE_VECTORS, FIXTURES, ROOT
+
+from matching.report import main as report_main
+
+
+@pytest.fixture(scope="module")
+def multirun(tmp_path_factory):
+    sweep = tmp_path_factory.mktemp("sweep")
+    cmd = [
+        sys.executable, "-m", "matching.train", "-m", "aligner=softmax,coda", "seed=1,2",
+        f"paths.data_dir={FIXTURES}", f"paths.cache_dir={sweep / 'cache'}", f"embeddings.path={FIXTURE_VECTORS}",
+        "embeddings.dim=20", "model.hidden=16", "data.batch_size=4", "trainer.max_epochs=2",
+        "trainer.enable_progress_bar=false", f"hydra.sweep.dir={sweep / 'multirun'}",
+    ]  # fmt: skip
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return sweep / "multirun"
+
+
+def test_report_table_matches_values_recomputed_from_the_runs(multirun, tmp_path, capsys):
+    assert report_main([str(multirun), "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    runs = [json.loads(p.read_text()) | {"dir": p.parent.name} for p in multirun.rglob("metrics.json")]
+    assert len(runs) == 4
+    rows = list(csv.DictReader(open(tmp_path / "report.csv")))
+    assert {(r["aligner"], r["split"], r["metric"]) for r in rows} == {
+        ("softmax", "dev", "acc"),
+        ("coda", "dev", "acc"),
+    }
+    for row in rows:
+        values = [100 * r["val/acc"] for r in runs if f"_{row['aligner']}_" in r["dir"]]
+        assert int(row["n"]) == len(values) == 2
+        assert float(row["mean"]) == pytest.approx(statistics.fmean(values), abs=0.006)
+        assert float(row["std"]) == pytest.approx(statistics.stdev(values), abs=0.006)
+        assert row["paper_test"] == {"softmax": "84.61", "coda": "85.71"}[row["aligner"]]
+        assert (
+            f"| snli | {row['aligner']} | dev | acc | {float(row['mean']):.2f} ± {float(row['std']):.2f} | 2 |"
+            in printed
+        )
+    png = (tmp_path / "report.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
+    assert (tmp_path / "report.md").read_text().startswith("| task | aligner |")
+
+
+def test_report_accepts_single_run_directories(multirun, tmp_path):
+    dirs = sorted(str(p.parent) for p in multirun.rglob("metrics.json"))[:2]
+    assert report_main([*dirs, "--out", str(tmp_path)]) == 0
+
+
+def test_report_on_a_folder_without_runs_is_a_clear_error(tmp_path, capsys):
+    assert report_main([str(tmp_path)]) == 2
+    assert "no run directories" in capsys.readouterr().err
+    assert report_main([str(tmp_path / "missing")]) == 2
+    assert "no such run" in capsys.readouterr().err
+
+
+def test_report_help_runs():
+    done = subprocess.run([sys.executable, "-m", "matching.report", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "multirun" in done.stdout
