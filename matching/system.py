@@ -31,13 +31,15 @@ class MatchingSystem(pl.LightningModule):
     def __init__(
         self,
         model: nn.Module,
-        optimizer: OptimizerFactory,
+        optimizer: OptimizerFactory | None,
         labels: Sequence[str],
         kind: str = "classify",
         val_prefixes: Sequence[str] = ("val",),
         test_prefixes: Sequence[str] = ("test",),
+        task: str | None = None,
     ):
         super().__init__()
+        self.task = task
         self.model = model
         self.optimizer_factory = optimizer
         self.labels = list(labels)
@@ -106,5 +108,17 @@ class MatchingSystem(pl.LightningModule):
     def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_step(batch, self.test_prefixes[dataloader_idx])
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # What `evaluate`/`predict` check a checkpoint against before trusting it with data.
+        model = self.model
+        checkpoint["matching"] = {
+            "task": self.task,
+            "labels": self.labels,
+            "kind": self.kind,
+            "vocab_size": model.embedding.num_embeddings if hasattr(model, "embedding") else None,
+        }
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
+        if self.optimizer_factory is None:
+            raise RuntimeError("this MatchingSystem was built for evaluation only (no optimizer)")
         return self.optimizer_factory([p for p in self.parameters() if p.requires_grad])

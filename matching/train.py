@@ -6,9 +6,7 @@ A run directory holds `config.yaml` (resolved), `vocab.txt`, `checkpoints/{best,
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import statistics
 import time
 from pathlib import Path
@@ -22,11 +20,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from matching.data.datamodule import PairDataModule, split_prefix
-from matching.data.embeddings import load_vectors
-from matching.data.vocab import Vocabulary
-from matching.model import DecomposableAttention
-from matching.system import MatchingSystem
+from matching.runs import build_datamodule, build_embedding_matrix, build_model, build_system, write_json
 
 log = logging.getLogger(__name__)
 
@@ -42,72 +36,6 @@ class EpochTimer(pl.Callback):
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self.seconds.append(time.perf_counter() - self._start)
-
-
-def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None) -> PairDataModule:
-    task = OmegaConf.to_container(cfg.task, resolve=True)
-    d = cfg.data
-    return PairDataModule(
-        task,
-        data_dir=cfg.paths.data_dir,
-        cache_dir=cfg.paths.cache_dir,
-        batch_size=d.batch_size,
-        eval_batch_size=d.eval_batch_size,
-        num_workers=d.num_workers,
-        bucket_batches=d.bucket_batches,
-        lowercase=d.lowercase,
-        max_length=d.max_length,
-        oov_buckets=d.oov_buckets,
-        seed=cfg.seed,
-        vocab=vocab,
-    )
-
-
-def build_embedding_matrix(cfg: DictConfig, vocab: Vocabulary) -> torch.Tensor:
-    """Pretrained rows for the vocabulary's words (OOV buckets elsewhere), or random trainable ones."""
-    emb = cfg.embeddings
-    if emb.kind == "random":
-        return torch.from_numpy(vocab.embedding_matrix(None, None, emb.dim, cfg.seed))
-    if emb.kind != "pretrained":
-        raise ValueError(f"embeddings.kind must be 'pretrained' or 'random', got {emb.kind!r}")
-    vectors, found = load_vectors(emb.path, vocab.words, format=emb.format, dim=emb.dim, cache_dir=cfg.paths.cache_dir)
-    log.info(
-        "pretrained vectors for %d of %d training words (%.1f%%); the rest hash to %d OOV vectors",
-        found.sum(),
-        len(found),
-        100 * found.mean() if len(found) else 0.0,
-        vocab.oov_buckets,
-    )
-    return torch.from_numpy(vocab.embedding_matrix(vectors, found, emb.dim, cfg.seed))
-
-
-def build_model(cfg: DictConfig, vectors: torch.Tensor, num_classes: int) -> DecomposableAttention:
-    intra = instantiate(cfg.intra) if cfg.get("intra") else None
-    return instantiate(
-        cfg.model,
-        vectors=vectors,
-        num_classes=num_classes,
-        aligner=instantiate(cfg.aligner),
-        intra_aligner=intra,
-    )
-
-
-def build_system(cfg: DictConfig, model: DecomposableAttention, dm: PairDataModule) -> MatchingSystem:
-    return MatchingSystem(
-        model,
-        optimizer=instantiate(cfg.optim),
-        labels=dm.labels,
-        kind=dm.task["kind"],
-        val_prefixes=[split_prefix(s) for s in dm.eval_splits],
-        test_prefixes=[split_prefix(s) for s in dm.test_splits],
-    )
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write atomically: a kill mid-write never leaves a half-written file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
 
 
 def _floats(metrics: dict[str, Any]) -> dict[str, float]:

@@ -7,7 +7,7 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 
 from matching.aligners import Aligner
-from matching.train import build_datamodule, build_embedding_matrix, build_model
+from matching.runs import build_datamodule, build_embedding_matrix, build_model
 
 
 def options(group):

@@ -10,7 +10,7 @@ from matching.data.datamodule import BucketBatchSampler, LabelError, PairDataMod
 from matching.data.sources import CorpusNotFoundError
 from matching.data.vocab import Tokenizer, Vocabulary
 from matching.model import NULL_ID, PAD_ID
-from matching.train import build_datamodule, build_embedding_matrix
+from matching.runs import build_datamodule, build_embedding_matrix
 
 
 def test_tokenizer_lowercases_and_splits_punctuation():

@@ -239,7 +239,13 @@ class PairDataModule(pl.LightningDataModule):
         return [s for s in dict.fromkeys(wanted) if s not in self.splits]
 
     def setup(self, stage: str | None = None) -> None:
-        wanted = self._needed(stage)
+        self.prepare_splits(self._needed(stage))
+
+    def prepare_splits(self, names: Sequence[str]) -> None:
+        """Read, tokenise and encode the named splits (with train first when there is no vocabulary yet)."""
+        wanted = [
+            s for s in dict.fromkeys((["train"] if self.vocab is None else []) + list(names)) if s not in self.splits
+        ]
         if not wanted:
             return
         started = time.perf_counter()
@@ -257,7 +263,7 @@ class PairDataModule(pl.LightningDataModule):
         sizes = ", ".join(f"{k} {len(self.splits[k]):,}" for k in raw)
         log.info("%s ready in %.1fs: %s pairs", self.task["name"], time.perf_counter() - started, sizes)
 
-    def _loader(self, split: str, train: bool) -> DataLoader:
+    def loader(self, split: str, train: bool = False) -> DataLoader:
         data = self.splits[split]
         size = self.batch_size if train else self.eval_batch_size
         sampler = BucketBatchSampler(
@@ -272,10 +278,10 @@ class PairDataModule(pl.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", train=True)
+        return self.loader("train", train=True)
 
     def val_dataloader(self) -> list[DataLoader]:
-        return [self._loader(s, train=False) for s in self.eval_splits]
+        return [self.loader(s, train=False) for s in self.eval_splits]
 
     def test_dataloader(self) -> list[DataLoader]:
-        return [self._loader(s, train=False) for s in self.test_splits]
+        return [self.loader(s, train=False) for s in self.test_splits]

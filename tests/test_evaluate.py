@@ -1,0 +1,123 @@
+"""Evaluate a checkpoint from its run directory: parity with training, and refusals with clear messages."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from matching.data.datamodule import LabelError
+from matching.evaluate import evaluate, main
+from matching.runs import RunError
+from matching.train import train
+
+
+@pytest.fixture(scope="module")
+def snli_run(tmp_path_factory):
+    from conftest import compose_train
+
+    cfg = compose_train(tmp_path_factory.mktemp("snli"), "trainer.max_epochs=2")
+    metrics = train(cfg)
+    return Path(cfg.paths.output_dir), metrics
+
+
+@pytest.fixture(scope="module")
+def wikiqa_run(tmp_path_factory):
+    from conftest import compose_train
+
+    cfg = compose_train(tmp_path_factory.mktemp("wikiqa"), "task=wikiqa", "trainer.max_epochs=2", "aligner=coda")
+    metrics = train(cfg)
+    return Path(cfg.paths.output_dir), metrics
+
+
+def test_train_then_evaluate_parity_classification(snli_run):
+    run, trained = snli_run
+    metrics = evaluate(run / "checkpoints" / "best.ckpt", "dev")
+    for key in ("val/acc", "val/loss"):
+        assert metrics[key] == pytest.approx(trained[key], abs=1e-6)
+    saved = json.loads((run / "eval_dev.json").read_text())
+    assert saved["metrics"]["val/acc"] == pytest.approx(trained["val/acc"], abs=1e-6)
+    assert saved["pairs"] == {"dev": 9}
+
+
+def test_train_then_evaluate_parity_ranking(wikiqa_run):
+    run, trained = wikiqa_run
+    metrics = evaluate(run / "checkpoints" / "best.ckpt", "dev", out=str(run / "x.json"))
+    for key in ("val/map", "val/mrr", "val/map_raw", "val/top1", "val/questions", "val/loss"):
+        assert metrics[key] == pytest.approx(trained[key], abs=1e-6), key
+
+
+def test_evaluate_test_split_and_data_overrides(snli_run, tmp_path):
+    run, _ = snli_run
+    from conftest import FIXTURES
+
+    other = tmp_path / "copy.jsonl"
+    shutil.copy(FIXTURES / "snli" / "snli_1.0_dev.jsonl", other)
+    on_test = evaluate(run / "checkpoints" / "best.ckpt", "test")
+    assert "test/acc" in on_test
+    moved = evaluate(run / "checkpoints" / "best.ckpt", "test", [f"task.splits.test.path={other}"])
+    dev = evaluate(run / "checkpoints" / "best.ckpt", "dev")
+    assert moved["test/acc"] == pytest.approx(dev["val/acc"])  # the same file, read as the test split
+
+
+def test_refuses_a_vocabulary_that_does_not_match(snli_run, tmp_path):
+    run, _ = snli_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    with open(copy / "vocab.txt", "a") as f:
+        f.write("extra-word\n")
+    with pytest.raises(RunError, match="vocabulary mismatch"):
+        evaluate(copy / "checkpoints" / "best.ckpt")
+
+
+def test_refuses_another_label_space(snli_run):
+    run, _ = snli_run
+    with pytest.raises(RunError, match="label space mismatch"):
+        evaluate(run / "checkpoints" / "best.ckpt", "dev", ["task.labels=[yes,no,maybe]"])
+
+
+def test_refuses_data_with_labels_outside_the_label_space(snli_run, tmp_path):
+    run, _ = snli_run
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"sentence1": "A dog runs.", "sentence2": "An animal moves.", "gold_label": "entails"}\n')
+    with pytest.raises(LabelError, match="entails"):
+        evaluate(run / "checkpoints" / "best.ckpt", "dev", [f"task.splits.dev.path={bad}"])
+
+
+def test_refuses_a_corrupt_checkpoint(snli_run, tmp_path):
+    run, _ = snli_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    ckpt = copy / "checkpoints" / "best.ckpt"
+    ckpt.write_bytes(ckpt.read_bytes()[:1000])
+    with pytest.raises(RunError, match="corrupt"):
+        evaluate(ckpt)
+
+
+def test_refuses_a_checkpoint_from_another_task(snli_run, wikiqa_run, tmp_path):
+    snli, _ = snli_run
+    wikiqa, _ = wikiqa_run
+    copy = tmp_path / "run"
+    shutil.copytree(wikiqa, copy)
+    shutil.copy(snli / "checkpoints" / "best.ckpt", copy / "checkpoints" / "best.ckpt")
+    with pytest.raises(RunError, match="trained on task 'snli'"):
+        evaluate(copy / "checkpoints" / "best.ckpt")
+
+
+def test_cli_errors_are_one_clear_line(snli_run, capsys):
+    run, _ = snli_run
+    assert main([]) == 2
+    assert "missing ckpt=" in capsys.readouterr().err
+    assert main([f"ckpt={run / 'checkpoints' / 'nope.ckpt'}"]) == 2
+    assert "best.ckpt" in capsys.readouterr().err  # lists the checkpoints that do exist
+    assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", "split=validation"]) == 2
+    assert "unknown split 'validation'" in capsys.readouterr().err
+    assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", "paths.dat_dir=/x"]) == 2
+    assert "unknown config key 'paths.dat_dir'" in capsys.readouterr().err
+
+
+def test_cli_prints_a_table(snli_run, capsys):
+    run, _ = snli_run
+    assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}"]) == 0
+    out = capsys.readouterr().out
+    assert "val/acc" in out and "wrote" in out
