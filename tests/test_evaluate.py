@@ -2,32 +2,12 @@
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
 from matching.data.datamodule import LabelError
 from matching.evaluate import evaluate, main
 from matching.runs import RunError
-from matching.train import train
-
-
-@pytest.fixture(scope="module")
-def snli_run(tmp_path_factory):
-    from conftest import compose_train
-
-    cfg = compose_train(tmp_path_factory.mktemp("snli"), "trainer.max_epochs=2")
-    metrics = train(cfg)
-    return Path(cfg.paths.output_dir), metrics
-
-
-@pytest.fixture(scope="module")
-def wikiqa_run(tmp_path_factory):
-    from conftest import compose_train
-
-    cfg = compose_train(tmp_path_factory.mktemp("wikiqa"), "task=wikiqa", "trainer.max_epochs=2", "aligner=coda")
-    metrics = train(cfg)
-    return Path(cfg.paths.output_dir), metrics
 
 
 def test_train_then_evaluate_parity_classification(snli_run):

@@ -63,6 +63,29 @@ def keep_recent_turns(tokens: list[str], budget: int, turn_end: str) -> list[str
     return tokens[start:]
 
 
+def to_ids(
+    tokens: Sequence[tuple[list[str], list[str]]], vocab: Vocabulary, max_length: int | None
+) -> tuple[list[np.ndarray], list[np.ndarray], int]:
+    """Token ids of both sides (cut to `max_length`), and how many pairs were cut."""
+    a, b, truncated = [], [], 0
+    for ta, tb in tokens:
+        if max_length and (len(ta) > max_length or len(tb) > max_length):
+            truncated += 1
+            ta, tb = ta[:max_length], tb[:max_length]
+        # An empty side would make the sentence all padding; an OOV id keeps it a (meaningless) one-token text.
+        a.append(vocab.encode(ta or ["<empty>"]))
+        b.append(vocab.encode(tb or ["<empty>"]))
+    return a, b, truncated
+
+
+def pad_batch(seqs: Sequence[np.ndarray]) -> torch.Tensor:
+    """(B, max length) int64 ids, 0-padded on the right."""
+    out = np.zeros((len(seqs), max(len(s) for s in seqs)), dtype=np.int64)
+    for row, s in zip(out, seqs, strict=True):
+        row[: len(s)] = s
+    return torch.from_numpy(out)
+
+
 def encode_split(
     name: str,
     pairs: Sequence[Pair],
@@ -78,21 +101,9 @@ def encode_split(
             f"{name} split has labels {sorted(unknown)} outside the task's label space {list(labels)}; "
             f"fix the data or set task.labels to the corpus's labels"
         )
-    a, b, truncated = [], [], 0
-    for ta, tb in tokens:
-        if max_length and (len(ta) > max_length or len(tb) > max_length):
-            truncated += 1
-            ta, tb = ta[:max_length], tb[:max_length]
-        # An empty side would make the sentence all padding; an OOV id keeps it a (meaningless) one-token text.
-        a.append(vocab.encode(ta or ["<empty>"]))
-        b.append(vocab.encode(tb or ["<empty>"]))
+    a, b, truncated = to_ids(tokens, vocab, max_length)
     if truncated:
-        log.warning(
-            "%s: %d pairs had a side longer than max_length=%d and were truncated",
-            name,
-            truncated,
-            max_length,
-        )
+        log.warning("%s: %d pairs had a side longer than max_length=%d and were truncated", name, truncated, max_length)
     y = np.fromiter((label_ids[p.label] for p in pairs), np.int64, len(pairs))
     group_ids: dict[str, int] = {}
     groups = np.fromiter(
@@ -143,18 +154,11 @@ class PadCollator:
     def __init__(self, split: EncodedSplit):
         self.split = split
 
-    @staticmethod
-    def _pad(seqs: list[np.ndarray]) -> torch.Tensor:
-        out = np.zeros((len(seqs), max(len(s) for s in seqs)), dtype=np.int64)
-        for row, s in zip(out, seqs, strict=True):
-            row[: len(s)] = s
-        return torch.from_numpy(out)
-
     def __call__(self, indices: list[int]) -> dict[str, Any]:
         s = self.split
         return {
-            "a": self._pad([s.a[i] for i in indices]),
-            "b": self._pad([s.b[i] for i in indices]),
+            "a": pad_batch([s.a[i] for i in indices]),
+            "b": pad_batch([s.b[i] for i in indices]),
             "label": torch.from_numpy(s.labels[indices]),
             "group": torch.from_numpy(s.groups[indices]),
             "index": torch.as_tensor(indices),
@@ -212,9 +216,18 @@ class PairDataModule(pl.LightningDataModule):
     def test_splits(self) -> list[str]:
         return [s for s in self.task.get("test_splits", ["test"]) if self.task["splits"].get(s)]
 
-    def _tokenize(self, name: str, pairs: list[Pair]) -> list[tuple[list[str], list[str]]]:
+    def encode_pairs(self, pairs: Sequence[Pair]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Token ids of new pairs, prepared exactly as the training data was (needs the vocabulary)."""
+        if self.vocab is None:
+            raise RuntimeError("encode_pairs needs a vocabulary: set up the training split or pass vocab=")
+        a, b, _ = to_ids(self._tokenize("input", pairs, quiet=True), self.vocab, self.max_length)
+        return a, b
+
+    def _tokenize(self, name: str, pairs: Sequence[Pair], quiet: bool = False) -> list[tuple[list[str], list[str]]]:
         tok = self.tokenizer
-        bar = tqdm(pairs, desc=f"tokenising {self.task['name']} {name}", unit=" pairs", disable=len(pairs) < 50_000)
+        bar = tqdm(
+            pairs, desc=f"tokenising {self.task['name']} {name}", unit=" pairs", disable=quiet or len(pairs) < 50_000
+        )
         tokens = [(tok(p.a), tok(p.b)) for p in bar]
         budget = self.task.get("context_budget")
         if budget:  # dialogue contexts: keep the most recent turns

@@ -1,0 +1,192 @@
+"""`python -m matching.predict ckpt=<path> input=<file or -> [output=<file or ->] [batch_size=N] [format=F]`.
+
+Predicts on new pairs with a trained model, offline, from its run directory alone (format: auto, tsv or
+jsonl; batch_size 256 by default). Input is TSV (two text
+columns and an optional group id; an optional header `a<TAB>b[<TAB>group]`) or JSON Lines (`{"a": ..., "b": ...,
+"group": ...}`; `sentence1`/`sentence2`, `premise`/`hypothesis`, `question`/`answer` and `context`/`response`
+also work). Output is JSON Lines:
+
+- classification: one line per pair, `{"line", "a", "b", "label", "probs": {label: p}}`;
+- ranking: one line per group (question), `{"group", "a", "ranking": [{"line", "b", "score"}, ...]}` with the
+  candidates by decreasing P(match). Without a group id, pairs with the same first text form a group. A
+  group's candidates must be consecutive in the input, which is read and written as a stream.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import torch
+
+from matching.data.datamodule import pad_batch
+from matching.data.readers import DataFormatError, Pair, open_text
+from matching.runs import RunError, TrainedRun, build_datamodule, load_trained, parse_cli
+
+log = logging.getLogger(__name__)
+
+FIELD_ALIASES = [("a", "b"), ("sentence1", "sentence2"), ("premise", "hypothesis"), ("question", "answer"),
+                 ("context", "response")]  # fmt: skip
+GROUP_ALIASES = ("group", "qid", "question_id", "id")
+
+
+@dataclass(frozen=True)
+class InputPair:
+    line: int
+    a: str
+    b: str
+    group: str | None
+
+
+def _from_json(obj: object, source: str, line: int) -> InputPair:
+    if not isinstance(obj, dict):
+        raise DataFormatError(f"{source}, line {line}: expected a JSON object with the two texts, got {obj!r:.60}")
+    for ka, kb in FIELD_ALIASES:
+        if ka in obj and kb in obj:
+            group = next((obj[k] for k in GROUP_ALIASES if obj.get(k) is not None), None)
+            return InputPair(line, str(obj[ka]), str(obj[kb]), None if group is None else str(group))
+    raise DataFormatError(
+        f"{source}, line {line}: no pair of text fields among {[list(p) for p in FIELD_ALIASES]}; "
+        f"found keys {sorted(obj)}"
+    )
+
+
+def read_input(stream: IO[str], source: str, fmt: str = "auto") -> Iterator[InputPair]:
+    """Pairs from TSV or JSON Lines, streamed; malformed lines are errors naming the line."""
+    for number, raw in enumerate(stream, start=1):
+        text = raw.rstrip("\r\n")
+        if not text.strip():
+            continue
+        if fmt == "auto":
+            fmt = "jsonl" if text.lstrip().startswith("{") else "tsv"
+        if fmt == "jsonl":
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise DataFormatError(
+                    f"{source}, line {number}: invalid JSON ({err.msg}); one object per line"
+                ) from err
+            yield _from_json(obj, source, number)
+            continue
+        cols = text.split("\t")
+        if number == 1 and [c.strip().lower() for c in cols[:2]] == ["a", "b"]:
+            continue  # header
+        if len(cols) not in (2, 3):
+            raise DataFormatError(
+                f"{source}, line {number}: expected 2 or 3 tab-separated columns (a, b[, group]), found {len(cols)}"
+            )
+        yield InputPair(number, cols[0], cols[1], cols[2] if len(cols) == 3 else None)
+
+
+def _batches(items: Iterable[InputPair], size: int) -> Iterator[list[InputPair]]:
+    batch: list[InputPair] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class Predictor:
+    """Batched inference with a trained run; texts are prepared exactly as the training data was."""
+
+    def __init__(self, run: TrainedRun):
+        self.run = run
+        self.data = build_datamodule(run.cfg, vocab=run.vocab)
+
+    @torch.inference_mode()
+    def probabilities(self, pairs: Sequence[InputPair]) -> torch.Tensor:
+        a, b = self.data.encode_pairs([Pair(p.a, p.b, "", p.group) for p in pairs])
+        logits = self.run.model(pad_batch(a), pad_batch(b)).logits
+        return torch.softmax(logits.float(), dim=-1)  # (N, C)
+
+
+def predict(run: TrainedRun, pairs: Iterable[InputPair], out: IO[str], batch_size: int = 256) -> int:
+    """Write predictions as JSON Lines; returns the number of pairs."""
+    predictor, labels, count = Predictor(run), run.labels, 0
+    if run.kind == "classify":
+        for batch in _batches(pairs, batch_size):
+            probs = predictor.probabilities(batch)
+            for p, row in zip(batch, probs.tolist(), strict=True):
+                best = max(range(len(labels)), key=row.__getitem__)
+                record = {"line": p.line, "a": p.a, "b": p.b, "label": labels[best],
+                          "probs": {label: round(v, 6) for label, v in zip(labels, row, strict=True)}}  # fmt: skip
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            count += len(batch)
+        return count
+
+    done: set[str] = set()
+    current: list[tuple[InputPair, float]] = []
+
+    def flush() -> None:
+        if current:
+            group = current[0][0].group or current[0][0].a
+            ranked = sorted(current, key=lambda item: (-item[1], item[0].line))
+            record = {"group": group, "a": current[0][0].a,
+                      "ranking": [{"line": p.line, "b": p.b, "score": round(s, 6)} for p, s in ranked]}  # fmt: skip
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            done.add(group)
+            current.clear()
+
+    for batch in _batches(pairs, batch_size):
+        scores = predictor.probabilities(batch)[:, 1].tolist()  # P(match)
+        for p, score in zip(batch, scores, strict=True):
+            group = p.group or p.a
+            if current and group != (current[0][0].group or current[0][0].a):
+                flush()
+            if group in done:
+                raise DataFormatError(
+                    f"line {p.line}: group {group!r} appeared earlier and was already ranked; give the candidates of "
+                    f"each group on consecutive lines (sort the input by group)"
+                )
+            current.append((p, score))
+        count += len(batch)
+    flush()
+    return count
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        options, overrides = parse_cli(
+            argv, {"ckpt": None, "input": None, "output": "-", "batch_size": "256", "format": "auto"}
+        )
+        if not options["ckpt"] or not options["input"]:
+            raise RunError("usage: python -m matching.predict ckpt=<path.ckpt> input=<file or -> [output=<file or ->]")
+        if options["format"] not in ("auto", "tsv", "jsonl"):
+            raise RunError(f"format must be auto, tsv or jsonl, got {options['format']!r}")
+        run = load_trained(options["ckpt"], overrides)
+        with ExitStack() as stack:
+            if options["input"] == "-":
+                source, stream = "<stdin>", sys.stdin
+            else:
+                source = options["input"]
+                stream = stack.enter_context(open_text(source))
+            fmt = options["format"]
+            if fmt == "auto" and source != "<stdin>":
+                suffixes = Path(source).suffixes
+                fmt = "jsonl" if {".jsonl", ".json"} & set(suffixes) else "tsv" if ".tsv" in suffixes else "auto"
+            out = (
+                sys.stdout
+                if options["output"] == "-"
+                else stack.enter_context(open(options["output"], "w", encoding="utf-8"))
+            )
+            count = predict(run, read_input(stream, source, fmt), out, int(options["batch_size"]))
+        print(f"predicted {count} pairs", file=sys.stderr)
+    except (RunError, DataFormatError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Predict on new pairs: TSV, JSON Lines and stdin; classification and ranking; errors with line numbers."""
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from matching.predict import main, read_input
+
+
+def _run(argv, capsys):
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, [json.loads(line) for line in captured.out.splitlines()], captured.err
+
+
+def test_classification_from_tsv_and_jsonl_agree(snli_run, tmp_path, capsys):
+    run, _ = snli_run
+    ckpt = run / "checkpoints" / "best.ckpt"
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("a\tb\nA man plays a guitar.\tA person makes music.\nTwo dogs run.\tThe cats sleep.\n")
+    jsonl = tmp_path / "pairs.jsonl"
+    jsonl.write_text(
+        json.dumps({"sentence1": "A man plays a guitar.", "sentence2": "A person makes music."}) + "\n\n"
+        + json.dumps({"a": "Two dogs run.", "b": "The cats sleep."}) + "\n"
+    )  # fmt: skip
+    code, from_tsv, err = _run([f"ckpt={ckpt}", f"input={tsv}", "batch_size=1"], capsys)
+    assert code == 0 and "predicted 2 pairs" in err
+    code, from_jsonl, _ = _run([f"ckpt={ckpt}", f"input={jsonl}"], capsys)
+    assert code == 0
+    assert [r["label"] for r in from_tsv] == [r["label"] for r in from_jsonl]
+    for record in from_tsv:
+        assert set(record["probs"]) == {"entailment", "neutral", "contradiction"}
+        assert sum(record["probs"].values()) == pytest.approx(1, abs=1e-5)
+        assert record["label"] == max(record["probs"], key=record["probs"].get)
+    assert from_jsonl[0]["probs"] == pytest.approx(from_tsv[0]["probs"], abs=1e-6)
+
+
+def test_ranking_from_stdin_groups_and_orders_candidates(wikiqa_run, tmp_path):
+    run, _ = wikiqa_run
+    lines = [
+        {"question": "how big is the moon", "answer": "The Moon is the fifth largest moon.", "qid": "Q1"},
+        {"question": "how big is the moon", "answer": "Paris is in France.", "qid": "Q1"},
+        {"question": "how big is the moon", "answer": "Its diameter is 3,474 km.", "qid": "Q1"},
+        {"question": "who wrote hamlet", "answer": "Hamlet is a tragedy by Shakespeare."},
+        {"question": "who wrote hamlet", "answer": "Bananas are yellow."},
+    ]
+    stdin = "\n".join(json.dumps(x) for x in lines) + "\n"
+    out = tmp_path / "ranked.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "matching.predict", f"ckpt={run / 'checkpoints' / 'best.ckpt'}", "input=-",
+         f"output={out}"],
+        input=stdin, capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    groups = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["group"] for g in groups] == ["Q1", "who wrote hamlet"]
+    assert sorted(c["line"] for c in groups[0]["ranking"]) == [1, 2, 3]
+    scores = [c["score"] for c in groups[0]["ranking"]]
+    assert scores == sorted(scores, reverse=True) and all(0 <= s <= 1 for s in scores)
+
+
+def test_ranking_refuses_a_group_split_across_the_input(wikiqa_run, tmp_path, capsys):
+    run, _ = wikiqa_run
+    tsv = tmp_path / "q.tsv"
+    tsv.write_text("q one\tcand a\tG1\nq two\tcand b\tG2\nq one\tcand c\tG1\n")
+    code, records, err = _run([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", f"input={tsv}"], capsys)
+    assert code == 2 and "line 3" in err and "consecutive" in err
+    assert [r["group"] for r in records] == ["G1", "G2"]  # what was computed before the error is kept
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"a": "x", "b": "y"}\n{"a": "x", "b": \n', "line 2: invalid JSON"),
+        ('{"text": "x"}\n', "no pair of text fields"),
+        ("only one column\n", "line 1: expected 2 or 3 tab-separated columns"),
+    ],
+)
+def test_malformed_input_names_the_line(text, message):
+    from matching.data.readers import DataFormatError
+
+    with pytest.raises(DataFormatError, match=message):
+        list(read_input(io.StringIO(text), "input.txt"))
+
+
+def test_usage_errors(snli_run, capsys):
+    run, _ = snli_run
+    assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}"]) == 2
+    assert "usage" in capsys.readouterr().err
+    assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", "input=/no/such/file.tsv"]) == 2
+    assert "/no/such/file.tsv" in capsys.readouterr().err
