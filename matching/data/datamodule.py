@@ -220,10 +220,10 @@ class PairDataModule(pl.LightningDataModule):
         """Token ids of new pairs, prepared exactly as the training data was (needs the vocabulary)."""
         if self.vocab is None:
             raise RuntimeError("encode_pairs needs a vocabulary: set up the training split or pass vocab=")
-        a, b, _ = to_ids(self._tokenize("input", pairs, quiet=True), self.vocab, self.max_length)
+        a, b, _ = to_ids(self.tokenize("input", pairs, quiet=True), self.vocab, self.max_length)
         return a, b
 
-    def _tokenize(self, name: str, pairs: Sequence[Pair], quiet: bool = False) -> list[tuple[list[str], list[str]]]:
+    def tokenize(self, name: str, pairs: Sequence[Pair], quiet: bool = False) -> list[tuple[list[str], list[str]]]:
         tok = self.tokenizer
         bar = tqdm(
             pairs, desc=f"tokenising {self.task['name']} {name}", unit=" pairs", disable=quiet or len(pairs) < 50_000
@@ -267,7 +267,7 @@ class PairDataModule(pl.LightningDataModule):
             pairs = read_split(self.task, name, self.data_dir, self.cache_dir)
             if not pairs:
                 raise ValueError(f"{self.task['name']} {name} split is empty; check task.splits.{name}")
-            raw[name] = (pairs, self._tokenize(name, pairs))
+            raw[name] = (pairs, self.tokenize(name, pairs))
         if self.vocab is None:
             self.vocab = Vocabulary.build((t for ab in raw["train"][1] for t in ab), self.oov_buckets)
             log.info("vocabulary: %d words from the %s training split", len(self.vocab.words), self.task["name"])

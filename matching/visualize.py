@@ -1,0 +1,159 @@
+"""Alignment heat-maps and value histograms of a trained model.
+
+    python -m matching.visualize ckpt=<path> a="..." b="..." [out=file.png] [intra=false]
+    python -m matching.visualize ckpt=<path> mode=histogram [split=dev] [out=file.png] [max_pairs=2000]
+
+Heat-map mode draws, for one pair, every matrix the aligner used, labelled with the tokens: softmax weights
+both ways; CoDA's φ_E(E) (`affinity`, tanh(E) by default), the gate φ_N(N) and M; conflict's weights (and the
+intra-sentence matrices with `intra=true`). Histogram mode collects the values of those matrices over the real
+(non-padding) cells of a dev set, as in the CoDA paper's Figure 2. Any other `key=value` overrides the run's
+saved config (e.g. `paths.data_dir=...`).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from matching.data.datamodule import pad_batch
+from matching.data.readers import Pair
+from matching.data.vocab import NULL
+from matching.runs import RunError, TrainedRun, build_datamodule, load_trained, parse_cli
+
+log = logging.getLogger(__name__)
+
+#: Matrices whose values are signed (centred colour map) rather than weights in [0, 1].
+SIGNED = {"affinity", "M"}
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+@torch.inference_mode()
+def alignment(run: TrainedRun, a: str, b: str) -> tuple[list[str], list[str], dict[str, np.ndarray]]:
+    """Tokens of both sides (with NULL when the model uses it) and the (La, Lb) matrices for one pair."""
+    data = build_datamodule(run.cfg, vocab=run.vocab)
+    ((tokens_a, tokens_b),) = data.tokenize("input", [Pair(a, b, "")], quiet=True)
+    if not tokens_a or not tokens_b:
+        raise RunError("both texts need at least one token to draw an alignment")
+    ids_a, ids_b = pad_batch([run.vocab.encode(tokens_a)]), pad_batch([run.vocab.encode(tokens_b)])
+    matrices = {k: v[0].float().numpy() for k, v in run.model(ids_a, ids_b).matrices.items()}
+    if run.model.null_token:
+        tokens_a, tokens_b = [NULL, *tokens_a], [NULL, *tokens_b]
+    return tokens_a, tokens_b, matrices
+
+
+def draw_heatmaps(
+    tokens_a: list[str], tokens_b: list[str], matrices: dict[str, np.ndarray], out: Path, title: str = ""
+) -> Path:
+    plt = _plt()
+    names = list(matrices)
+    cell = 0.32
+    width = max(3.0, cell * max(len(matrices[n][0]) for n in names) + 2.0)
+    height = max(2.5, cell * max(len(matrices[n]) for n in names) + 1.8)
+    fig, axes = plt.subplots(1, len(names), figsize=(width * len(names), height), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        m = matrices[name]
+        intra = name.startswith("intra_")
+        rows = tokens_b if name.startswith("intra_b") else tokens_a
+        cols = rows if intra else tokens_b
+        signed = name.split("/")[-1] in SIGNED
+        limit = max(1e-6, float(np.abs(m).max())) if signed else 1.0
+        image = ax.imshow(m, cmap="RdBu_r" if signed else "Blues", vmin=-limit if signed else 0.0, vmax=limit)
+        ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=8)
+        ax.set_yticks(range(len(rows)), rows, fontsize=8)
+        ax.set_title(name, fontsize=10)
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+@torch.inference_mode()
+def matrix_values(run: TrainedRun, split: str = "dev", max_pairs: int = 2000) -> dict[str, np.ndarray]:
+    """Values of every cross-alignment matrix over the real cells of (up to `max_pairs` of) a split."""
+    data = build_datamodule(run.cfg, vocab=run.vocab)
+    if not data.task["splits"].get(split):
+        raise RunError(f"unknown split {split!r}; choose one of {[k for k, v in data.task['splits'].items() if v]}")
+    data.prepare_splits([split])
+    values: dict[str, list[np.ndarray]] = {}
+    seen = 0
+    for batch in data.loader(split):
+        out = run.model(batch["a"], batch["b"])
+        mask_a, mask_b = batch["a"] != 0, batch["b"] != 0
+        if run.model.null_token:
+            ones = torch.ones_like(mask_a[:, :1])
+            mask_a, mask_b = torch.cat([ones, mask_a], 1), torch.cat([ones, mask_b], 1)
+        valid = mask_a.unsqueeze(2) & mask_b.unsqueeze(1)
+        for name, m in out.matrices.items():
+            if not name.startswith("intra_"):
+                values.setdefault(name, []).append(m[valid].float().numpy())
+        seen += len(batch["label"])
+        if seen >= max_pairs:
+            break
+    return {k: np.concatenate(v) for k, v in values.items()}
+
+
+def draw_histograms(values: dict[str, np.ndarray], out: Path, title: str = "") -> Path:
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(values), figsize=(3.6 * len(values), 3.0), squeeze=False)
+    for ax, (name, v) in zip(axes[0], values.items(), strict=True):
+        ax.hist(v, bins=60, color="tab:blue")
+        ax.set_title(f"{name} ({len(v):,} cells)", fontsize=10)
+        ax.set_yscale("log")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    defaults = {"ckpt": None, "mode": "heatmap", "a": None, "b": None, "out": None, "intra": "false", "split": "dev",
+                "max_pairs": "2000"}  # fmt: skip
+    try:
+        options, overrides = parse_cli(argv, defaults)
+        if not options["ckpt"]:
+            raise RunError('usage: python -m matching.visualize ckpt=<path.ckpt> a="..." b="..." [out=file.png]')
+        run = load_trained(options["ckpt"], overrides)
+        aligner = type(run.model.aligner).__name__
+        if options["mode"] == "heatmap":
+            if options["a"] is None or options["b"] is None:
+                raise RunError('heat-map mode needs both texts: a="..." b="..."')
+            tokens_a, tokens_b, matrices = alignment(run, options["a"], options["b"])
+            if options["intra"].lower() not in ("true", "1", "yes"):
+                matrices = {k: v for k, v in matrices.items() if not k.startswith("intra_")}
+            out = Path(options["out"] or run.run_dir / "alignment.png")
+            draw_heatmaps(tokens_a, tokens_b, matrices, out, title=f"{run.cfg.task.name} · {aligner}")
+        elif options["mode"] == "histogram":
+            values = matrix_values(run, options["split"], int(options["max_pairs"]))
+            out = Path(options["out"] or run.run_dir / f"matrix_values_{options['split']}.png")
+            draw_histograms(values, out, title=f"{run.cfg.task.name} {options['split']} · {aligner}")
+        else:
+            raise RunError(f"mode must be heatmap or histogram, got {options['mode']!r}")
+        print(f"wrote {out}")
+    except (RunError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
