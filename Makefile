@@ -17,10 +17,10 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[dev,tensorboard]"
+	$(BIN)/pip install --quiet -e ".[dev,tensorboard,export,sweep]"
 	touch $@
 
-install: $(VENV)/.installed  ## create .venv and install the project with its dev extras
+install: $(VENV)/.installed  ## create .venv and install the project with all its extras
 
 train: install  ## train one model: make train TASK=snli ARGS="aligner=coda seed=2"
 	$(BIN)/python -m matching.train task=$(TASK) $(ARGS)

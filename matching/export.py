@@ -1,0 +1,129 @@
+"""`python -m matching.export ckpt=<path> format=onnx|torchscript [out=<dir>]`: a trained model for serving.
+
+Writes into `out` (default `<run dir>/export/`) the model (`model.onnx` or `model.pt`), a copy of `vocab.txt`
+and `serving.json` (labels, task kind, and the text preparation: lower-casing, kept tokens, OOV buckets,
+maximum length). The exported model takes two int64 tensors of token ids, a (batch, len_a) and b
+(batch, len_b), 0-padded on the right, with batch and both lengths dynamic, and returns class probabilities
+(batch, classes). Export needs the `export` extra for ONNX: `pip install -e ".[export]"`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from matching.runs import RunError, TrainedRun, load_trained, parse_cli
+
+log = logging.getLogger(__name__)
+
+FORMATS = {"onnx": "model.onnx", "torchscript": "model.pt"}
+
+
+class ServingModel(nn.Module):
+    """Token ids in, class probabilities out; the alignment matrices are dropped."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+        self.eval()
+
+    def forward(self, a: Tensor, b: Tensor) -> Tensor:
+        return torch.softmax(self.model(a, b).logits, dim=-1)
+
+
+def _onnx_cdist(x1, x2, p: float = 2.0, compute_mode: int | None = None):
+    """ONNX has no cdist: ‖x1_i − x2_j‖_p from broadcast differences (CoDA uses p = 1)."""
+    from onnxscript import opset18 as op
+
+    diff = op.Sub(op.Unsqueeze(x1, op.Constant(value_ints=[-2])), op.Unsqueeze(x2, op.Constant(value_ints=[-3])))
+    axis = op.Constant(value_ints=[-1])
+    if p == 1.0:
+        return op.ReduceSum(op.Abs(diff), axis, keepdims=0)
+    return op.Pow(op.ReduceSum(op.Pow(op.Abs(diff), op.Constant(value_float=p)), axis, keepdims=0),
+                  op.Constant(value_float=1.0 / p))  # fmt: skip
+
+
+def example_inputs(vocab_size: int, batch: int = 3, len_a: int = 7, len_b: int = 5, seed: int = 0):
+    """Random ids with ragged padding, for tracing and parity checks."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randint(2, vocab_size, (batch, len_a), generator=g)
+    b = torch.randint(2, vocab_size, (batch, len_b), generator=g)
+    for i in range(1, batch):  # every example but the first is shorter than the batch maximum
+        a[i, len_a - i :] = 0
+        b[i, max(1, len_b - i) :] = 0
+    return a, b
+
+
+def export(run: TrainedRun, fmt: str, out_dir: Path) -> Path:
+    if fmt not in FORMATS:
+        raise RunError(f"format must be one of {sorted(FORMATS)}, got {fmt!r}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    serving = ServingModel(run.model)
+    args = example_inputs(len(run.vocab))
+    path = out_dir / FORMATS[fmt]
+    if fmt == "torchscript":
+        with torch.no_grad():
+            traced = torch.jit.trace(serving, args, check_inputs=[example_inputs(len(run.vocab), 5, 11, 3, seed=1)])
+        traced.save(str(path))
+    else:
+        try:
+            import onnx  # noqa: F401  (the exporter needs it)
+        except ImportError as err:
+            raise RunError('ONNX export needs the export extra: pip install -e ".[export]"') from err
+        batch, len_a, len_b = torch.export.Dim("batch"), torch.export.Dim("len_a"), torch.export.Dim("len_b")
+        program = torch.onnx.export(
+            serving,
+            args,
+            custom_translation_table={torch.ops.aten._cdist_forward.default: _onnx_cdist},
+            input_names=["a", "b"],
+            output_names=["probs"],
+            dynamo=True,
+            dynamic_shapes={"a": {0: batch, 1: len_a}, "b": {0: batch, 1: len_b}},
+            external_data=False,
+        )
+        program.save(str(path))
+    shutil.copy(run.run_dir / "vocab.txt", out_dir / "vocab.txt")
+    cfg = run.cfg
+    spec = {
+        "format": fmt,
+        "model": path.name,
+        "inputs": {"a": "int64 (batch, len_a) token ids, 0 = padding", "b": "int64 (batch, len_b)"},
+        "output": "float32 (batch, classes) probabilities",
+        "labels": run.labels,
+        "kind": run.kind,
+        "task": cfg.task.name,
+        "tokenizer": {"lowercase": bool(cfg.data.lowercase), "keep_tokens": list(cfg.task.get("keep_tokens") or [])},
+        "oov_buckets": run.vocab.oov_buckets,
+        "oov_hash": "2 + crc32(utf-8 word) % oov_buckets",
+        "max_length": cfg.data.max_length,
+        "checkpoint": str(run.checkpoint),
+    }
+    (out_dir / "serving.json").write_text(json.dumps(spec, indent=2) + "\n")
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        options, overrides = parse_cli(argv, {"ckpt": None, "format": "onnx", "out": None})
+        if not options["ckpt"]:
+            raise RunError("usage: python -m matching.export ckpt=<path.ckpt> format=onnx|torchscript [out=<dir>]")
+        run = load_trained(options["ckpt"], overrides)
+        path = export(run, options["format"], Path(options["out"] or run.run_dir / "export"))
+        print(f"wrote {path} (with vocab.txt and serving.json beside it)")
+    except (RunError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
