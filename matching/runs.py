@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
 from matching.data.datamodule import PairDataModule, split_prefix
@@ -43,6 +44,7 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None) -> PairDa
         oov_buckets=d.oov_buckets,
         seed=cfg.seed,
         vocab=vocab,
+        on_bad_example=d.get("on_bad_example", "error"),
     )
 
 
@@ -87,11 +89,41 @@ def build_system(cfg: DictConfig, model: DecomposableAttention, dm: PairDataModu
     )
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write atomically: a kill mid-write never leaves a half-written file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file and rename it into place: a kill mid-write never leaves a half-written file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer, but through a temporary file and a rename, so that a run killed while
+    saving keeps its previous checkpoint intact instead of a truncated one that breaks `evaluate` or resume."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save(checkpoint, tmp)
+        os.replace(tmp, path)
+
+
+def check_writable(folder: Path) -> None:
+    """Fail early, before any work, when outputs cannot be written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise RunError(
+            f"cannot write to the output directory {folder} ({err.strerror or err}); choose a writable place with "
+            f"paths.output_root=<dir> (runs go under it) or hydra.run.dir=<dir>"
+        ) from err
 
 
 class RunError(ValueError):

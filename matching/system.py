@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from matching.metrics import RankingMetrics, describe
@@ -54,9 +57,10 @@ class MatchingSystem(pl.LightningModule):
             {p: RankingMetrics() for p in self.val_prefixes + self.test_prefixes} if kind == "rank" else {}
         )
         self.train_acc = MulticlassAccuracy(n, average="micro")
-        self.eval_acc = nn.ModuleDict(
-            {p: MulticlassAccuracy(n, average="micro") for p in self.val_prefixes + self.test_prefixes}
-        )
+        prefixes = self.val_prefixes + self.test_prefixes
+        self.eval_acc = nn.ModuleDict({p: MulticlassAccuracy(n, average="micro") for p in prefixes})
+        # A metric object (not a plain per-process mean) so that the loss is exact over all processes.
+        self.eval_loss = nn.ModuleDict({p: MeanMetric() for p in prefixes})
 
     def forward(self, a: torch.Tensor, b: torch.Tensor):
         return self.model(a, b)
@@ -76,7 +80,8 @@ class MatchingSystem(pl.LightningModule):
         size = len(batch["label"])
         metric = self.eval_acc[prefix]
         metric(logits, batch["label"])
-        self.log(f"{prefix}/loss", loss, batch_size=size, add_dataloader_idx=False)
+        self.eval_loss[prefix].update(loss, weight=size)
+        self.log(f"{prefix}/loss", self.eval_loss[prefix], batch_size=size, add_dataloader_idx=False)
         self.log(f"{prefix}/acc", metric, prog_bar=prefix == "val", batch_size=size, add_dataloader_idx=False)
         if self.kind == "rank":
             score = torch.softmax(logits.float(), dim=-1)[:, 1]  # P(match)
@@ -91,7 +96,7 @@ class MatchingSystem(pl.LightningModule):
             metric.reset()
             for name, value in values.items():
                 self.log(f"{prefix}/{name}", value, prog_bar=name == "map" and prefix == "val")
-            if not self.trainer.sanity_checking:
+            if not self.trainer.sanity_checking and self.trainer.is_global_zero:
                 log.info(describe(prefix, values))
 
     def on_validation_epoch_end(self) -> None:
@@ -108,7 +113,20 @@ class MatchingSystem(pl.LightningModule):
     def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_step(batch, self.test_prefixes[dataloader_idx])
 
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Resuming continues the random streams (dropout) exactly where the interrupted run left them.
+        rng = checkpoint.get("rng")
+        if rng:
+            torch.set_rng_state(rng["torch"])
+            name, keys, pos, has_gauss, cached = rng["numpy"]
+            np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+            random.setstate(rng["python"])
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Tensors and plain Python values only, so the checkpoint still loads with torch.load(weights_only=True).
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        numpy_state = (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))
+        checkpoint["rng"] = {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
         # What `evaluate`/`predict` check a checkpoint against before trusting it with data.
         model = self.model
         checkpoint["matching"] = {

@@ -2,6 +2,8 @@
 
 A run directory holds `config.yaml` (resolved), `vocab.txt`, `checkpoints/{best,last}.ckpt`,
 `metrics.json` (dev metrics of the best checkpoint, optional test metrics, timing) and the CSV log.
+Checkpoints are written atomically at the end of every epoch; `python -m matching.train resume=<run dir>`
+continues an interrupted run from its last completed epoch, with its own saved config.
 """
 
 from __future__ import annotations
@@ -20,7 +22,19 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from matching.runs import build_datamodule, build_embedding_matrix, build_model, build_system, write_json
+from matching.data.vocab import Vocabulary
+from matching.runs import (
+    AtomicCheckpointIO,
+    RunError,
+    build_datamodule,
+    build_embedding_matrix,
+    build_model,
+    build_system,
+    check_writable,
+    find_run_dir,
+    write_json,
+    write_text_atomic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,21 +52,70 @@ class EpochTimer(pl.Callback):
         self.seconds.append(time.perf_counter() - self._start)
 
 
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+class FiniteLossGuard(pl.Callback):
+    """Stops the run at the first non-finite training loss, naming the step; checkpoints already written
+    (the last completed epoch) are kept."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._batch_idx = batch_idx
+
+    def on_before_backward(self, trainer, pl_module, loss) -> None:
+        # Before backward and the optimizer step, so the weights in memory are never touched by the bad loss.
+        batch_idx = self._batch_idx
+        if not torch.isfinite(loss).all():
+            last = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt" if trainer.checkpoint_callback else None
+            kept = f"the last good checkpoint is {last}" if last and last.exists() else "no checkpoint was written yet"
+            raise NonFiniteLossError(
+                f"training loss became {loss.item()} at global step {trainer.global_step} "
+                f"(epoch {trainer.current_epoch}, batch {batch_idx}); {kept}. "
+                "Lower optim.lr, set trainer.gradient_clip_val, or check the data."
+            )
+
+
+def _resume_config(resume: str) -> tuple[DictConfig, Path]:
+    """The saved config of the run to resume and its last checkpoint."""
+    target = Path(resume)
+    run_dir = find_run_dir(target) if target.suffix == ".ckpt" else target
+    if not (run_dir / "config.yaml").exists():
+        raise RunError(f"resume={resume}: no config.yaml there; give the run directory (the one holding checkpoints/)")
+    ckpt = target if target.suffix == ".ckpt" else run_dir / "checkpoints" / "last.ckpt"
+    if not ckpt.exists():
+        raise RunError(
+            f"resume={resume}: no checkpoint at {ckpt}; the run ended before its first epoch, start it again"
+        )
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    return cfg, ckpt
+
+
 def _floats(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items()}
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
-    """Train as configured; returns the dev (and optionally test) metrics of the best checkpoint."""
+    """Train as configured (or resume the run named by `cfg.resume`); returns the dev (and optionally test)
+    metrics of the best checkpoint."""
+    resume_from = None
+    if cfg.get("resume"):
+        cfg, resume_from = _resume_config(str(cfg.resume))
+        log.info("resuming %s from %s", cfg.paths.output_dir, resume_from)
     pl.seed_everything(cfg.seed, workers=True)
     run_dir = Path(cfg.paths.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-
-    dm = build_datamodule(cfg)
-    dm.setup("fit")
-    dm.vocab.save(run_dir / "vocab.txt")
-    model = build_model(cfg, build_embedding_matrix(cfg, dm.vocab), num_classes=len(dm.labels))
+    check_writable(run_dir)
+    if resume_from is None:
+        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        dm = build_datamodule(cfg)
+        dm.setup("fit")
+        dm.vocab.save(run_dir / "vocab.txt")
+        vectors = build_embedding_matrix(cfg, dm.vocab)
+    else:  # the same vocabulary; the checkpoint restores every weight, the vectors file is not needed
+        dm = build_datamodule(cfg, vocab=Vocabulary.load(run_dir / "vocab.txt"))
+        dm.setup("fit")
+        vectors = torch.zeros(len(dm.vocab), cfg.embeddings.dim)
+    model = build_model(cfg, vectors, num_classes=len(dm.labels))
     system = build_system(cfg, model, dm)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("model: %s aligner, %s trainable parameters", type(model.aligner).__name__, f"{trainable:,}")
@@ -66,7 +129,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         auto_insert_metric_name=False,
     )
     timer = EpochTimer()
-    callbacks: list[pl.Callback] = [checkpoint, timer]
+    callbacks: list[pl.Callback] = [checkpoint, timer, FiniteLossGuard()]
     if cfg.early_stopping.patience is not None:
         callbacks.append(
             EarlyStopping(
@@ -74,9 +137,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
             )
         )
     logger = instantiate(cfg.logger) if cfg.get("logger") else False
-    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, default_root_dir=run_dir)
+    trainer: pl.Trainer = instantiate(
+        cfg.trainer, callbacks=callbacks, logger=logger, default_root_dir=run_dir, plugins=[AtomicCheckpointIO()]
+    )
     started = time.perf_counter()
-    trainer.fit(system, datamodule=dm)
+    trainer.fit(system, datamodule=dm, ckpt_path=resume_from)
     metrics: dict[str, float] = {
         "train_seconds": time.perf_counter() - started,
         "epochs": trainer.current_epoch,
@@ -94,9 +159,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
         if cfg.test and dm.test_splits:
             for result in trainer.test(system, datamodule=dm, ckpt_path="best", verbose=False):
                 metrics |= _floats(result)
-    write_json(run_dir / "metrics.json", metrics)
-    shown = {k: round(v, 4) for k, v in metrics.items() if "/" in k}
-    log.info("run dir %s; best checkpoint metrics %s", run_dir, shown)
+    if trainer.is_global_zero:
+        write_json(run_dir / "metrics.json", metrics)
+        shown = {k: round(v, 4) for k, v in metrics.items() if "/" in k}
+        log.info("run dir %s; best checkpoint metrics %s", run_dir, shown)
     return metrics
 
 

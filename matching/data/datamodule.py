@@ -17,14 +17,22 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
 
 from matching.data.readers import Pair
-from matching.data.sources import read_split
+from matching.data.sources import read_split, resolve_path
 from matching.data.vocab import Tokenizer, Vocabulary
 
 log = logging.getLogger(__name__)
 
 
-class LabelError(ValueError):
+class BadExampleError(ValueError):
+    """A pair that cannot be used; the message names its file and line and what to do."""
+
+
+class LabelError(BadExampleError):
     """A pair carries a label outside the task's label space."""
+
+
+class EmptyTextError(BadExampleError):
+    """A pair has an empty (or whitespace-only) text."""
 
 
 @dataclass
@@ -93,14 +101,37 @@ def encode_split(
     vocab: Vocabulary,
     labels: Sequence[str],
     max_length: int | None,
+    source: str = "",
+    on_bad: str = "error",
 ) -> EncodedSplit:
+    """Ids of a split. A pair with an unknown label or an empty text raises (on_bad="error") or is counted
+    and skipped (on_bad="skip")."""
+    if on_bad not in ("error", "skip"):
+        raise ValueError(f"data.on_bad_example must be 'error' or 'skip', got {on_bad!r}")
     label_ids = {label: i for i, label in enumerate(labels)}
-    unknown = {p.label for p in pairs} - label_ids.keys()
-    if unknown:
-        raise LabelError(
-            f"{name} split has labels {sorted(unknown)} outside the task's label space {list(labels)}; "
-            f"fix the data or set task.labels to the corpus's labels"
-        )
+    skipped: dict[str, list[int]] = {}
+    keep = []
+    for i, (p, (ta, tb)) in enumerate(zip(pairs, tokens, strict=True)):
+        if p.label not in label_ids:
+            error, reason = LabelError, f"label {p.label!r} is outside the task's label space {list(labels)}"
+        elif not ta or not tb:
+            error, reason = EmptyTextError, f"the {'first' if not ta else 'second'} text is empty"
+        else:
+            keep.append(i)
+            continue
+        if on_bad == "error":
+            where = f"{source or name}, line {p.line}" if p.line else f"{source or name}, example {i + 1}"
+            raise error(
+                f"{where}: {reason}. Fix that line, set task.labels to the corpus's labels if they differ, or run "
+                f"with data.on_bad_example=skip to count and skip such pairs."
+            )
+        skipped.setdefault(reason, []).append(p.line or i + 1)
+    for reason, lines in skipped.items():
+        log.warning("%s: skipped %d pairs because %s (lines %s%s)", source or name, len(lines), reason,
+                    ", ".join(map(str, lines[:5])), ", ..." if len(lines) > 5 else "")  # fmt: skip
+    if skipped:
+        pairs = [pairs[i] for i in keep]
+        tokens = [tokens[i] for i in keep]
     a, b, truncated = to_ids(tokens, vocab, max_length)
     if truncated:
         log.warning("%s: %d pairs had a side longer than max_length=%d and were truncated", name, truncated, max_length)
@@ -117,23 +148,51 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     With `shuffle=False` the whole split is sorted by length (fast, deterministic evaluation). The order
     depends only on `seed` and the epoch (set by Lightning through `set_epoch`).
+
+    Distributed (`num_replicas` > 1): for training, every process takes every `num_replicas`-th batch of the
+    same global order, the list padded with its first batches so all processes run the same number of steps.
+    For evaluation, whole questions (`groups`) go to one process each and nothing is padded or repeated, so
+    every example is scored exactly once and no question is split between processes.
     """
 
-    def __init__(self, lengths: np.ndarray, batch_size: int, shuffle: bool, seed: int = 0, bucket_batches: int = 50):
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        batch_size: int,
+        shuffle: bool,
+        seed: int = 0,
+        bucket_batches: int = 50,
+        num_replicas: int = 1,
+        rank: int = 0,
+        groups: np.ndarray | None = None,
+    ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} outside 0..{num_replicas - 1}")
         self.lengths, self.batch_size, self.shuffle = lengths, batch_size, shuffle
         self.seed, self.bucket_batches, self.epoch = seed, bucket_batches, 0
+        self.num_replicas, self.rank, self.groups = num_replicas, rank, groups
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
+    def _eval_indices(self) -> np.ndarray:
+        index = np.arange(len(self.lengths))
+        if self.num_replicas == 1:
+            return index
+        owner = index if self.groups is None else np.where(self.groups >= 0, self.groups, index)
+        return index[owner % self.num_replicas == self.rank]
+
     def __len__(self) -> int:
-        return math.ceil(len(self.lengths) / self.batch_size)
+        if not self.shuffle:
+            return math.ceil(len(self._eval_indices()) / self.batch_size)
+        return math.ceil(math.ceil(len(self.lengths) / self.batch_size) / self.num_replicas)
 
     def __iter__(self) -> Iterator[list[int]]:
         if not self.shuffle:
-            order = np.argsort(self.lengths, kind="stable")
+            mine = self._eval_indices()
+            order = mine[np.argsort(self.lengths[mine], kind="stable")]
             yield from (order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size))
             return
         rng = np.random.default_rng([self.seed, self.epoch])
@@ -144,8 +203,12 @@ class BucketBatchSampler(Sampler[list[int]]):
             part = order[start : start + chunk]
             part = part[np.argsort(self.lengths[part], kind="stable")]
             batches += [part[i : i + self.batch_size] for i in range(0, len(part), self.batch_size)]
-        for i in rng.permutation(len(batches)):
-            yield batches[i].tolist()
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+        if self.num_replicas > 1:
+            batches += batches[: (-len(batches)) % self.num_replicas]
+            batches = batches[self.rank :: self.num_replicas]
+        for batch in batches:
+            yield batch.tolist()
 
 
 class PadCollator:
@@ -194,6 +257,7 @@ class PairDataModule(pl.LightningDataModule):
         oov_buckets: int = 100,
         seed: int = 0,
         vocab: Vocabulary | None = None,
+        on_bad_example: str = "error",
     ):
         super().__init__()
         self.task, self.data_dir, self.cache_dir = task, data_dir, cache_dir
@@ -202,6 +266,7 @@ class PairDataModule(pl.LightningDataModule):
         self.tokenizer = Tokenizer(lowercase, keep_tokens=task.get("keep_tokens") or ())
         self.max_length, self.oov_buckets = max_length, oov_buckets
         self.vocab = vocab
+        self.on_bad_example = on_bad_example
         self.splits: dict[str, EncodedSplit] = {}
 
     @property
@@ -272,16 +337,22 @@ class PairDataModule(pl.LightningDataModule):
             self.vocab = Vocabulary.build((t for ab in raw["train"][1] for t in ab), self.oov_buckets)
             log.info("vocabulary: %d words from the %s training split", len(self.vocab.words), self.task["name"])
         for name, (pairs, tokens) in raw.items():
-            self.splits[name] = encode_split(name, pairs, tokens, self.vocab, self.labels, self.max_length)
+            source = str(resolve_path(self.task["splits"][name]["path"], self.data_dir))
+            self.splits[name] = encode_split(
+                name, pairs, tokens, self.vocab, self.labels, self.max_length, source, self.on_bad_example
+            )
         sizes = ", ".join(f"{k} {len(self.splits[k]):,}" for k in raw)
         log.info("%s ready in %.1fs: %s pairs", self.task["name"], time.perf_counter() - started, sizes)
 
     def loader(self, split: str, train: bool = False) -> DataLoader:
         data = self.splits[split]
         size = self.batch_size if train else self.eval_batch_size
+        trainer = getattr(self, "trainer", None)
+        replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         sampler = BucketBatchSampler(
-            data.lengths(), size, shuffle=train, seed=self.seed, bucket_batches=self.bucket_batches
-        )
+            data.lengths(), size, shuffle=train, seed=self.seed, bucket_batches=self.bucket_batches,
+            num_replicas=replicas, rank=rank, groups=data.groups,
+        )  # fmt: skip
         return DataLoader(
             data,
             batch_sampler=sampler,

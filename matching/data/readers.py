@@ -64,6 +64,7 @@ class Pair:
     b: str
     label: str
     group: str | None = None
+    line: int = 0  # 1-based line of the example in its file (0: unknown), for error messages
 
 
 class DataFormatError(ValueError):
@@ -213,7 +214,7 @@ def _pairs_from_records(
                 f"Is this {what}? Fix or remove that line."
             )
         tally.kept += 1
-        yield Pair(a.strip(), b.strip(), label)
+        yield Pair(a.strip(), b.strip(), label, line=lineno)
     tally.log()
 
 
@@ -318,7 +319,7 @@ def _scitail(path: Path) -> Iterator[Pair]:
             tally.dropped[_DROPPED_LABELS[label]] += 1
             continue
         tally.kept += 1
-        yield Pair(a, b, label)
+        yield Pair(a, b, label, line=lineno)
     tally.log()
 
 
@@ -474,7 +475,9 @@ def _wikiqa(path: Path) -> Iterator[Pair]:
                 f"{len(_WIKIQA_HEADER)} ({', '.join(_WIKIQA_HEADER)}). Check that line for a stray or missing tab."
             )
         qid, question, _doc, _title, _sid, sentence, label = cols
-        pair = Pair(question.strip(), sentence.strip(), _binary_label(path, lineno, label, _WIKIQA_WHAT), qid.strip())
+        pair = Pair(
+            question.strip(), sentence.strip(), _binary_label(path, lineno, label, _WIKIQA_WHAT), qid.strip(), lineno
+        )
         tally.add(pair, f"{path}, line {lineno}", "QuestionID")
         yield pair
     tally.log()
@@ -539,7 +542,7 @@ def _trecqa_toks(folder: Path, files: list[Path]) -> Iterator[Pair]:
                 f"{id_path}, line {lineno}: empty question id. id.txt must give each pair's question id; fix "
                 "that line or re-extract this split folder."
             )
-        pair = Pair(a.strip(), b.strip(), _binary_label(sim_path, lineno, sim, sim_what), qid)
+        pair = Pair(a.strip(), b.strip(), _binary_label(sim_path, lineno, sim, sim_what), qid, lineno)
         tally.add(pair, f"{id_path}, line {lineno}")
         yield pair
     tally.log()
@@ -615,7 +618,7 @@ def _trecqa_xml(path: Path) -> Iterator[Pair]:
             if tag == "<question>":
                 question = text
             else:
-                pair = Pair(question, text, "1" if tag == "<positive>" else "0", group)  # type: ignore[arg-type]
+                pair = Pair(question, text, "1" if tag == "<positive>" else "0", group, lineno)  # type: ignore[arg-type]
                 tally.add(pair, f"{path}, line {group_line}", "QApairs id")
                 n_candidates += 1
                 yield pair
@@ -717,10 +720,10 @@ def _ubuntu_csv(path: Path) -> Iterator[Pair]:
         where = f"{path}, line {start}"
         if header == _UBUNTU_TRAIN_HEADER:
             what = "a train.csv Label of 1.0/0.0"
-            pairs = [Pair(context, row[1].strip(), _binary_label(path, start, row[2], what), group)]
+            pairs = [Pair(context, row[1].strip(), _binary_label(path, start, row[2], what), group, start)]
         else:
-            pairs = [Pair(context, row[1].strip(), "1", group)]
-            pairs.extend(Pair(context, d.strip(), "0", group) for d in row[2:])
+            pairs = [Pair(context, row[1].strip(), "1", group, start)]
+            pairs.extend(Pair(context, d.strip(), "0", group, start) for d in row[2:])
         for pair in pairs:
             tally.add(pair, where)
             yield pair
@@ -758,7 +761,7 @@ def _ubuntu_tsv(path: Path) -> Iterator[Pair]:
         if context != previous:
             group += 1
             previous = context
-        pair = Pair(context, cols[-1].strip(), label, str(group))
+        pair = Pair(context, cols[-1].strip(), label, str(group), lineno)
         tally.add(pair, f"{path}, line {lineno}")
         yield pair
     tally.log()
