@@ -24,7 +24,7 @@ import re
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
@@ -64,7 +64,9 @@ class Pair:
     b: str
     label: str
     group: str | None = None
-    line: int = 0  # 1-based line of the example in its file (0: unknown), for error messages
+    # 1-based line of the example in its file (0: unknown), for error messages; provenance, not content, so it
+    # takes no part in equality.
+    line: int = field(default=0, compare=False)
 
 
 class DataFormatError(ValueError):
