@@ -58,7 +58,15 @@ def _from_json(obj: object, source: str, line: int) -> InputPair:
 
 
 def read_input(stream: IO[str], source: str, fmt: str = "auto") -> Iterator[InputPair]:
-    """Pairs from TSV or JSON Lines, streamed; malformed lines are errors naming the line."""
+    """Pairs from TSV or JSON Lines, streamed; malformed lines and empty texts are errors naming the line."""
+    for pair in _parse_input(stream, source, fmt):
+        if not pair.a.strip() or not pair.b.strip():
+            side = "first" if not pair.a.strip() else "second"
+            raise DataFormatError(f"{source}, line {pair.line}: the {side} text is empty; give both texts of the pair")
+        yield pair
+
+
+def _parse_input(stream: IO[str], source: str, fmt: str) -> Iterator[InputPair]:
     for number, raw in enumerate(stream, start=1):
         text = raw.rstrip("\r\n")
         if not text.strip():
