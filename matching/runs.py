@@ -45,6 +45,7 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None) -> PairDa
         seed=cfg.seed,
         vocab=vocab,
         on_bad_example=d.get("on_bad_example", "error"),
+        use_cache=d.get("cache", True),
     )
 
 

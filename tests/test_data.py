@@ -162,3 +162,40 @@ def test_empty_split_is_an_error(tmp_path):
     }
     with pytest.raises(ValueError, match="train split is empty"):
         PairDataModule(task, tmp_path, tmp_path, batch_size=2).setup("fit")
+
+
+def test_prepared_splits_are_cached_and_reused(make_cfg, caplog, monkeypatch):
+    first = build_datamodule(make_cfg())
+    first.setup("fit")
+    import matching.data.datamodule as dm_module
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the corpus was read again instead of coming from the cache")
+
+    monkeypatch.setattr(dm_module, "read_split", no_reading)
+    second = build_datamodule(make_cfg())
+    with caplog.at_level("INFO"):
+        second.setup("fit")
+    assert "loaded from cache" in caplog.text
+    assert second.vocab.tokens == first.vocab.tokens
+    for name in ("train", "dev"):
+        a, b = first.splits[name], second.splits[name]
+        assert [x.tolist() for x in a.a] == [x.tolist() for x in b.a] and [x.tolist() for x in a.b] == [
+            x.tolist() for x in b.b
+        ]
+        np.testing.assert_array_equal(a.labels, b.labels)
+        np.testing.assert_array_equal(a.groups, b.groups)
+
+
+def test_cache_misses_when_the_settings_or_the_file_change(make_cfg, tmp_path, monkeypatch):
+    build_datamodule(make_cfg()).setup("fit")
+    import matching.data.datamodule as dm_module
+
+    calls = []
+    real = dm_module.read_split
+    monkeypatch.setattr(dm_module, "read_split", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    build_datamodule(make_cfg("data.max_length=3")).setup("fit")
+    assert "train" in calls
+    calls.clear()
+    build_datamodule(make_cfg("data.cache=false")).setup("fit")
+    assert "train" in calls

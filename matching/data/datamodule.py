@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -16,6 +18,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
 
+from matching.data import cache as corpus_cache
+from matching.data.cache import file_stamp
 from matching.data.readers import Pair
 from matching.data.sources import read_split, resolve_path
 from matching.data.vocab import Tokenizer, Vocabulary
@@ -258,6 +262,7 @@ class PairDataModule(pl.LightningDataModule):
         seed: int = 0,
         vocab: Vocabulary | None = None,
         on_bad_example: str = "error",
+        use_cache: bool = True,
     ):
         super().__init__()
         self.task, self.data_dir, self.cache_dir = task, data_dir, cache_dir
@@ -267,6 +272,7 @@ class PairDataModule(pl.LightningDataModule):
         self.max_length, self.oov_buckets = max_length, oov_buckets
         self.vocab = vocab
         self.on_bad_example = on_bad_example
+        self.use_cache = use_cache
         self.splits: dict[str, EncodedSplit] = {}
 
     @property
@@ -327,6 +333,18 @@ class PairDataModule(pl.LightningDataModule):
         if not wanted:
             return
         started = time.perf_counter()
+        entry = self._cache_entry(wanted)
+        hit = corpus_cache.load(entry) if entry else None
+        if hit is not None:
+            words, splits = hit
+            if self.vocab is None:
+                self.vocab = Vocabulary(words, self.oov_buckets)
+            self.splits.update({name: EncodedSplit(name, **fields) for name, fields in splits.items()})
+            sizes = ", ".join(f"{k} {len(self.splits[k]):,}" for k in wanted)
+            log.info("%s loaded from cache in %.1fs: %s pairs (%s)", self.task["name"], time.perf_counter() - started,
+                     sizes, entry)  # fmt: skip
+            return
+        built_vocab = self.vocab is None
         raw = {}
         for name in wanted:
             pairs = read_split(self.task, name, self.data_dir, self.cache_dir)
@@ -343,6 +361,33 @@ class PairDataModule(pl.LightningDataModule):
             )
         sizes = ", ".join(f"{k} {len(self.splits[k]):,}" for k in raw)
         log.info("%s ready in %.1fs: %s pairs", self.task["name"], time.perf_counter() - started, sizes)
+
+        if entry:
+            corpus_cache.save(entry, self.vocab.words if built_vocab else None, {k: self.splits[k] for k in wanted})
+
+    def _cache_entry(self, wanted: list[str]) -> Path | None:
+        """Where the prepared `wanted` splits are cached; None when caching is off or a split is not local."""
+        if not self.use_cache or self.cache_dir is None:
+            return None
+        splits = self.task["splits"]
+        stamps = {n: file_stamp(resolve_path(splits[n]["path"], self.data_dir)) for n in wanted}
+        if not all(stamps.values()):
+            return None
+        key = corpus_cache.cache_key(
+            {
+                "task": self.task["name"],
+                "reader": self.task["reader"],
+                "files": stamps,
+                "slices": {n: (splits[n].get("start"), splits[n].get("stop")) for n in wanted},
+                "text": [self.tokenizer.lowercase, self.task.get("keep_tokens"), self.task.get("context_budget"),
+                         self.task.get("turn_end"), self.max_length],
+                "labels": self.labels,
+                "on_bad": self.on_bad_example,
+                "oov_buckets": self.oov_buckets,
+                "vocab": None if self.vocab is None else hashlib.sha256("\n".join(self.vocab.tokens).encode()).hexdigest(),  # noqa: E501
+            }
+        )  # fmt: skip
+        return Path(self.cache_dir) / "corpora" / f"{self.task['name']}-{key}.npz"
 
     def loader(self, split: str, train: bool = False) -> DataLoader:
         data = self.splits[split]
