@@ -6,7 +6,7 @@ TASK   ?= snli
 ARGS   ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install train sweep test test-slow lint format clean
+.PHONY: help install train sweep test test-slow bench bench-quick lint format clean
 
 help:  ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -33,6 +33,16 @@ test: install  ## run the default (fast) test suite
 
 test-slow: install  ## run the slow tests too
 	$(BIN)/python -m pytest -q -m "slow or not slow"
+
+bench: install  ## speed and memory benchmarks (prints figures; ~20 min on 2 cores)
+	$(BIN)/python benchmarks/bench_training.py
+	$(BIN)/python benchmarks/bench_data.py
+	$(BIN)/python benchmarks/bench_vectors.py
+
+bench-quick: install  ## a fast pass over the benchmarks (fewer steps, smaller files)
+	$(BIN)/python benchmarks/bench_training.py --quick
+	$(BIN)/python benchmarks/bench_data.py --pairs 50000 --repeats 1
+	$(BIN)/python benchmarks/bench_vectors.py --words 200000 --vocab 4000 --repeats 1
 
 lint: install  ## ruff check and format check
 	$(BIN)/ruff check matching tests benchmarks

@@ -1,6 +1,7 @@
 """Smoke and learning tests: the whole training system on fixture corpora."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,14 @@ def test_ranking_run_scores_every_question_of_the_split(make_cfg, caplog):
     )
     assert "val: scored 3 questions" in caplog.text
     assert 0 < metrics["val/map"] <= 1 and 0 < metrics["val/mrr"] <= 1
+
+
+@pytest.mark.parametrize("aligner", ALIGNERS)
+def test_bf16_mixed_precision_is_numerically_sound(make_cfg, aligner):
+    """The GPU config's precision, exercised on CPU: masks by multiplication keep every value finite."""
+    metrics = train(make_cfg(f"aligner={aligner}", "intra=coda", "model.null_token=true", "debug=fast",
+                             "trainer.precision=bf16-mixed"))  # fmt: skip
+    assert all(math.isfinite(v) for k, v in metrics.items() if "/" in k)
 
 
 def test_a_small_batch_can_be_overfitted(make_cfg):
