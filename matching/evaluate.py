@@ -18,7 +18,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 
 from matching.data.datamodule import split_prefix
-from matching.runs import RunError, build_datamodule, load_trained, parse_cli, write_json
+from matching.runs import RunError, build_datamodule, load_trained, parse_cli, run_cli, write_json
 from matching.system import MatchingSystem
 
 log = logging.getLogger(__name__)
@@ -69,20 +69,17 @@ def evaluate(
     return metrics
 
 
+def _command(argv: list[str]) -> None:
+    options, overrides = parse_cli(argv, {"ckpt": None, "split": "dev", "out": None})
+    if not options["ckpt"]:
+        raise RunError(
+            "missing ckpt=<path to a .ckpt file>, e.g. ckpt=outputs/runs/snli/coda/<time>/checkpoints/best.ckpt"
+        )
+    evaluate(options["ckpt"], options["split"] or "dev", overrides, options["out"])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        options, overrides = parse_cli(argv, {"ckpt": None, "split": "dev", "out": None})
-        if not options["ckpt"]:
-            raise RunError(
-                "missing ckpt=<path to a .ckpt file>, e.g. ckpt=outputs/runs/snli/coda/<time>/checkpoints/best.ckpt"
-            )
-        evaluate(options["ckpt"], options["split"] or "dev", overrides, options["out"])
-    except (RunError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return run_cli(_command, argv, logging.INFO)
 
 
 if __name__ == "__main__":

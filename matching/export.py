@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from matching.runs import RunError, TrainedRun, load_trained, parse_cli
+from matching.runs import RunError, TrainedRun, load_trained, parse_cli, run_cli
 
 log = logging.getLogger(__name__)
 
@@ -109,20 +109,17 @@ def export(run: TrainedRun, fmt: str, out_dir: Path) -> Path:
     return path
 
 
+def _command(argv: list[str]) -> None:
+    options, overrides = parse_cli(argv, {"ckpt": None, "format": "onnx", "out": None})
+    if not options["ckpt"]:
+        raise RunError("usage: python -m matching.export ckpt=<path.ckpt> format=onnx|torchscript [out=<dir>]")
+    run = load_trained(options["ckpt"], overrides)
+    path = export(run, options["format"], Path(options["out"] or run.run_dir / "export"))
+    print(f"wrote {path} (with vocab.txt and serving.json beside it)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        options, overrides = parse_cli(argv, {"ckpt": None, "format": "onnx", "out": None})
-        if not options["ckpt"]:
-            raise RunError("usage: python -m matching.export ckpt=<path.ckpt> format=onnx|torchscript [out=<dir>]")
-        run = load_trained(options["ckpt"], overrides)
-        path = export(run, options["format"], Path(options["out"] or run.run_dir / "export"))
-        print(f"wrote {path} (with vocab.txt and serving.json beside it)")
-    except (RunError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return run_cli(_command, argv)
 
 
 if __name__ == "__main__":

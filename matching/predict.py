@@ -27,7 +27,7 @@ import torch
 
 from matching.data.datamodule import pad_batch
 from matching.data.readers import DataFormatError, Pair, open_text
-from matching.runs import RunError, TrainedRun, build_datamodule, load_trained, parse_cli
+from matching.runs import RunError, TrainedRun, build_datamodule, load_trained, parse_cli, run_cli
 
 log = logging.getLogger(__name__)
 
@@ -161,39 +161,36 @@ def predict(run: TrainedRun, pairs: Iterable[InputPair], out: IO[str], batch_siz
     return count
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        options, overrides = parse_cli(
-            argv, {"ckpt": None, "input": None, "output": "-", "batch_size": "256", "format": "auto"}
+def _command(argv: list[str]) -> None:
+    options, overrides = parse_cli(
+        argv, {"ckpt": None, "input": None, "output": "-", "batch_size": "256", "format": "auto"}
+    )
+    if not options["ckpt"] or not options["input"]:
+        raise RunError("usage: python -m matching.predict ckpt=<path.ckpt> input=<file or -> [output=<file or ->]")
+    if options["format"] not in ("auto", "tsv", "jsonl"):
+        raise RunError(f"format must be auto, tsv or jsonl, got {options['format']!r}")
+    run = load_trained(options["ckpt"], overrides)
+    with ExitStack() as stack:
+        if options["input"] == "-":
+            source, stream = "<stdin>", sys.stdin
+        else:
+            source = options["input"]
+            stream = stack.enter_context(open_text(source))
+        fmt = options["format"]
+        if fmt == "auto" and source != "<stdin>":
+            suffixes = Path(source).suffixes
+            fmt = "jsonl" if {".jsonl", ".json"} & set(suffixes) else "tsv" if ".tsv" in suffixes else "auto"
+        out = (
+            sys.stdout
+            if options["output"] == "-"
+            else stack.enter_context(open(options["output"], "w", encoding="utf-8"))
         )
-        if not options["ckpt"] or not options["input"]:
-            raise RunError("usage: python -m matching.predict ckpt=<path.ckpt> input=<file or -> [output=<file or ->]")
-        if options["format"] not in ("auto", "tsv", "jsonl"):
-            raise RunError(f"format must be auto, tsv or jsonl, got {options['format']!r}")
-        run = load_trained(options["ckpt"], overrides)
-        with ExitStack() as stack:
-            if options["input"] == "-":
-                source, stream = "<stdin>", sys.stdin
-            else:
-                source = options["input"]
-                stream = stack.enter_context(open_text(source))
-            fmt = options["format"]
-            if fmt == "auto" and source != "<stdin>":
-                suffixes = Path(source).suffixes
-                fmt = "jsonl" if {".jsonl", ".json"} & set(suffixes) else "tsv" if ".tsv" in suffixes else "auto"
-            out = (
-                sys.stdout
-                if options["output"] == "-"
-                else stack.enter_context(open(options["output"], "w", encoding="utf-8"))
-            )
-            count = predict(run, read_input(stream, source, fmt), out, int(options["batch_size"]))
-        print(f"predicted {count} pairs", file=sys.stderr)
-    except (RunError, DataFormatError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+        count = predict(run, read_input(stream, source, fmt), out, int(options["batch_size"]))
+    print(f"predicted {count} pairs", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli(_command, argv)
 
 
 if __name__ == "__main__":

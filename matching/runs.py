@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,17 @@ def parse_cli(argv: Sequence[str], options: dict[str, str | None]) -> tuple[dict
         else:
             overrides.append(arg)
     return values, overrides
+
+
+def run_cli(command: Callable[[list[str]], None], argv: Sequence[str] | None, level: int = logging.WARNING) -> int:
+    """The commands' shared entry point: a user error prints one `error:` line and exits with status 2."""
+    logging.basicConfig(level=level, format="%(message)s")
+    try:
+        command(sys.argv[1:] if argv is None else list(argv))
+    except (RunError, FileNotFoundError, ValueError) as err:  # DataFormatError and LabelError are ValueErrors
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def find_run_dir(checkpoint: Path) -> Path:

@@ -23,7 +23,7 @@ import torch
 from matching.data.datamodule import pad_batch
 from matching.data.readers import Pair
 from matching.data.vocab import NULL
-from matching.runs import RunError, TrainedRun, build_datamodule, load_trained, parse_cli
+from matching.runs import RunError, TrainedRun, build_datamodule, load_trained, parse_cli, run_cli
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,15 @@ def _plt():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _save(fig, out: Path, title: str) -> Path:
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    _plt().close(fig)
+    return out
 
 
 @torch.inference_mode()
@@ -75,12 +84,7 @@ def draw_heatmaps(
         ax.set_yticks(range(len(rows)), rows, fontsize=8)
         ax.set_title(name, fontsize=10)
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(fig, out, title)
 
 
 @torch.inference_mode()
@@ -115,44 +119,36 @@ def draw_histograms(values: dict[str, np.ndarray], out: Path, title: str = "") -
         ax.hist(v, bins=60, color="tab:blue")
         ax.set_title(f"{name} ({len(v):,} cells)", fontsize=10)
         ax.set_yscale("log")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(fig, out, title)
+
+
+def _command(argv: list[str]) -> None:
+    defaults = {"ckpt": None, "mode": "heatmap", "a": None, "b": None, "out": None, "intra": "false", "split": "dev",
+            "max_pairs": "2000"}  # fmt: skip
+    options, overrides = parse_cli(argv, defaults)
+    if not options["ckpt"]:
+        raise RunError('usage: python -m matching.visualize ckpt=<path.ckpt> a="..." b="..." [out=file.png]')
+    run = load_trained(options["ckpt"], overrides)
+    aligner = type(run.model.aligner).__name__
+    if options["mode"] == "heatmap":
+        if options["a"] is None or options["b"] is None:
+            raise RunError('heat-map mode needs both texts: a="..." b="..."')
+        tokens_a, tokens_b, matrices = alignment(run, options["a"], options["b"])
+        if options["intra"].lower() not in ("true", "1", "yes"):
+            matrices = {k: v for k, v in matrices.items() if not k.startswith("intra_")}
+        out = Path(options["out"] or run.run_dir / "alignment.png")
+        draw_heatmaps(tokens_a, tokens_b, matrices, out, title=f"{run.cfg.task.name} · {aligner}")
+    elif options["mode"] == "histogram":
+        values = matrix_values(run, options["split"], int(options["max_pairs"]))
+        out = Path(options["out"] or run.run_dir / f"matrix_values_{options['split']}.png")
+        draw_histograms(values, out, title=f"{run.cfg.task.name} {options['split']} · {aligner}")
+    else:
+        raise RunError(f"mode must be heatmap or histogram, got {options['mode']!r}")
+    print(f"wrote {out}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    argv = sys.argv[1:] if argv is None else list(argv)
-    defaults = {"ckpt": None, "mode": "heatmap", "a": None, "b": None, "out": None, "intra": "false", "split": "dev",
-                "max_pairs": "2000"}  # fmt: skip
-    try:
-        options, overrides = parse_cli(argv, defaults)
-        if not options["ckpt"]:
-            raise RunError('usage: python -m matching.visualize ckpt=<path.ckpt> a="..." b="..." [out=file.png]')
-        run = load_trained(options["ckpt"], overrides)
-        aligner = type(run.model.aligner).__name__
-        if options["mode"] == "heatmap":
-            if options["a"] is None or options["b"] is None:
-                raise RunError('heat-map mode needs both texts: a="..." b="..."')
-            tokens_a, tokens_b, matrices = alignment(run, options["a"], options["b"])
-            if options["intra"].lower() not in ("true", "1", "yes"):
-                matrices = {k: v for k, v in matrices.items() if not k.startswith("intra_")}
-            out = Path(options["out"] or run.run_dir / "alignment.png")
-            draw_heatmaps(tokens_a, tokens_b, matrices, out, title=f"{run.cfg.task.name} · {aligner}")
-        elif options["mode"] == "histogram":
-            values = matrix_values(run, options["split"], int(options["max_pairs"]))
-            out = Path(options["out"] or run.run_dir / f"matrix_values_{options['split']}.png")
-            draw_histograms(values, out, title=f"{run.cfg.task.name} {options['split']} · {aligner}")
-        else:
-            raise RunError(f"mode must be heatmap or histogram, got {options['mode']!r}")
-        print(f"wrote {out}")
-    except (RunError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return run_cli(_command, argv)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Shared test helpers: compose the real Hydra configs pointed at the fixtures (no network, tiny model)."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,18 @@ ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FIXTURE_VECTORS = FIXTURES / "vectors" / "glove.fixture.20d.txt"
+
+
+def cli_overrides(tmp_path: Path) -> list[str]:
+    """Command-line overrides that point a `python -m matching.train` subprocess at the fixtures, tiny model."""
+    return [
+        f"paths.data_dir={FIXTURES}", f"paths.cache_dir={tmp_path / 'cache'}", f"embeddings.path={FIXTURE_VECTORS}",
+        "embeddings.dim=20", "model.hidden=16", "data.batch_size=4", "trainer.enable_progress_bar=false",
+    ]  # fmt: skip
+
+
+#: Environment for subprocesses: no downloads, one thread each (two may run at once on two cores).
+SUBPROCESS_ENV = os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
 def compose_train(tmp_path: Path, *overrides: str, small: bool = True) -> DictConfig:

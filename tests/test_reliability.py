@@ -1,7 +1,6 @@
 """Faults, determinism and multi-process training: kill and resume, NaN loss, atomic writes, DDP parity."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,22 +10,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURE_VECTORS, FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, SUBPROCESS_ENV, cli_overrides
 
 from matching.data.datamodule import BucketBatchSampler
 from matching.evaluate import evaluate
 from matching.runs import AtomicCheckpointIO, load_trained
 from matching.train import NonFiniteLossError, train
 
-ENV = os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+ENV = SUBPROCESS_ENV
 
 
 def _cli(run_dir: Path, *overrides: str) -> list[str]:
     return [
-        sys.executable, "-m", "matching.train", f"paths.data_dir={FIXTURES}",
-        f"paths.cache_dir={run_dir.parent / 'cache'}", f"embeddings.path={FIXTURE_VECTORS}", "embeddings.dim=20",
-        "model.hidden=16", "trainer.enable_progress_bar=false", f"hydra.run.dir={run_dir}", *overrides,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "matching.train",
+        *cli_overrides(run_dir.parent),
+        f"hydra.run.dir={run_dir}",
+        *overrides,
+    ]
 
 
 def _big_snli(path: Path, copies: int) -> Path:

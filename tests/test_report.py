@@ -2,13 +2,12 @@
 
 import csv
 import json
-import os
 import statistics
 import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURE_VECTORS, FIXTURES, ROOT
+from conftest import ROOT, SUBPROCESS_ENV, cli_overrides
 
 from matching.report import main as report_main
 
@@ -16,14 +15,9 @@ from matching.report import main as report_main
 @pytest.fixture(scope="module")
 def multirun(tmp_path_factory):
     sweep = tmp_path_factory.mktemp("sweep")
-    cmd = [
-        sys.executable, "-m", "matching.train", "-m", "aligner=softmax,coda", "seed=1,2",
-        f"paths.data_dir={FIXTURES}", f"paths.cache_dir={sweep / 'cache'}", f"embeddings.path={FIXTURE_VECTORS}",
-        "embeddings.dim=20", "model.hidden=16", "data.batch_size=4", "trainer.max_epochs=2",
-        "trainer.enable_progress_bar=false", f"hydra.sweep.dir={sweep / 'multirun'}",
-    ]  # fmt: skip
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    cmd = [sys.executable, "-m", "matching.train", "-m", "aligner=softmax,coda", "seed=1,2", "trainer.max_epochs=2",
+           f"hydra.sweep.dir={sweep / 'multirun'}", *cli_overrides(sweep)]  # fmt: skip
+    done = subprocess.run(cmd, cwd=ROOT, env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return sweep / "multirun"
 
