@@ -19,7 +19,6 @@ import logging
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -36,28 +35,20 @@ FIELD_ALIASES = [("a", "b"), ("sentence1", "sentence2"), ("premise", "hypothesis
 GROUP_ALIASES = ("group", "qid", "question_id", "id")
 
 
-@dataclass(frozen=True)
-class InputPair:
-    line: int
-    a: str
-    b: str
-    group: str | None
-
-
-def _from_json(obj: object, source: str, line: int) -> InputPair:
+def _from_json(obj: object, source: str, line: int) -> Pair:
     if not isinstance(obj, dict):
         raise DataFormatError(f"{source}, line {line}: expected a JSON object with the two texts, got {obj!r:.60}")
     for ka, kb in FIELD_ALIASES:
         if ka in obj and kb in obj:
             group = next((obj[k] for k in GROUP_ALIASES if obj.get(k) is not None), None)
-            return InputPair(line, str(obj[ka]), str(obj[kb]), None if group is None else str(group))
+            return Pair(str(obj[ka]), str(obj[kb]), "", None if group is None else str(group), line)
     raise DataFormatError(
         f"{source}, line {line}: no pair of text fields among {[list(p) for p in FIELD_ALIASES]}; "
         f"found keys {sorted(obj)}"
     )
 
 
-def read_input(stream: IO[str], source: str, fmt: str = "auto") -> Iterator[InputPair]:
+def read_input(stream: IO[str], source: str, fmt: str = "auto") -> Iterator[Pair]:
     """Pairs from TSV or JSON Lines, streamed; malformed lines and empty texts are errors naming the line."""
     for pair in _parse_input(stream, source, fmt):
         if not pair.a.strip() or not pair.b.strip():
@@ -66,7 +57,7 @@ def read_input(stream: IO[str], source: str, fmt: str = "auto") -> Iterator[Inpu
         yield pair
 
 
-def _parse_input(stream: IO[str], source: str, fmt: str) -> Iterator[InputPair]:
+def _parse_input(stream: IO[str], source: str, fmt: str) -> Iterator[Pair]:
     for number, raw in enumerate(stream, start=1):
         text = raw.rstrip("\r\n")
         if not text.strip():
@@ -89,11 +80,11 @@ def _parse_input(stream: IO[str], source: str, fmt: str) -> Iterator[InputPair]:
             raise DataFormatError(
                 f"{source}, line {number}: expected 2 or 3 tab-separated columns (a, b[, group]), found {len(cols)}"
             )
-        yield InputPair(number, cols[0], cols[1], cols[2] if len(cols) == 3 else None)
+        yield Pair(cols[0], cols[1], "", cols[2] if len(cols) == 3 else None, number)
 
 
-def _batches(items: Iterable[InputPair], size: int) -> Iterator[list[InputPair]]:
-    batch: list[InputPair] = []
+def _batches(items: Iterable[Pair], size: int) -> Iterator[list[Pair]]:
+    batch: list[Pair] = []
     for item in items:
         batch.append(item)
         if len(batch) == size:
@@ -111,13 +102,13 @@ class Predictor:
         self.data = build_datamodule(run.cfg, vocab=run.vocab)
 
     @torch.inference_mode()
-    def probabilities(self, pairs: Sequence[InputPair]) -> torch.Tensor:
-        a, b = self.data.encode_pairs([Pair(p.a, p.b, "", p.group) for p in pairs])
+    def probabilities(self, pairs: Sequence[Pair]) -> torch.Tensor:
+        a, b = self.data.encode_pairs(pairs)
         logits = self.run.model(pad_batch(a), pad_batch(b)).logits
         return torch.softmax(logits.float(), dim=-1)  # (N, C)
 
 
-def predict(run: TrainedRun, pairs: Iterable[InputPair], out: IO[str], batch_size: int = 256) -> int:
+def predict(run: TrainedRun, pairs: Iterable[Pair], out: IO[str], batch_size: int = 256) -> int:
     """Write predictions as JSON Lines; returns the number of pairs."""
     predictor, labels, count = Predictor(run), run.labels, 0
     if run.kind == "classify":
@@ -132,7 +123,7 @@ def predict(run: TrainedRun, pairs: Iterable[InputPair], out: IO[str], batch_siz
         return count
 
     done: set[str] = set()
-    current: list[tuple[InputPair, float]] = []
+    current: list[tuple[Pair, float]] = []
 
     def flush() -> None:
         if current:
