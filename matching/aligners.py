@@ -57,18 +57,40 @@ class Aligner(nn.Module):
             )
 
 
-def _projection(dim: int, hidden: int, dropout: float, project: bool) -> nn.Module:
-    """Parikh's F (two ReLU layers) or the identity when `project` is False."""
-    return FeedForward(dim, hidden, dropout) if project else nn.Identity()
+#: The score function F of an aligner (F_E and F_N for CoDA), by config name.
+PROJECTIONS = {
+    "parikh": "Parikh's F: two layers, ReLU after each (outputs ≥ 0, so every dot product F(a_i)ᵀF(b_j) ≥ 0)",
+    "signed": "two layers, ReLU between them and a linear output (outputs, and dot products, take both signs)",
+    "linear": "one linear layer",
+    "none": "the identity (scores on the model's projected embeddings)",
+}
+
+
+def _projection(dim: int, hidden: int, dropout: float, kind: str) -> tuple[nn.Module, int]:
+    """The module named by `kind` (see PROJECTIONS) and its output width."""
+    if kind == "parikh":
+        return FeedForward(dim, hidden, dropout), hidden
+    if kind == "signed":
+        return FeedForward(dim, hidden, dropout, relu_output=False), hidden
+    if kind == "linear":
+        return nn.Sequential(nn.Dropout(dropout), nn.Linear(dim, hidden)), hidden
+    if kind == "none":
+        return nn.Identity(), dim
+    raise ValueError(f"unknown projection {kind!r}; choose one of {list(PROJECTIONS)}")
 
 
 class SoftmaxAligner(Aligner):
-    """Vanilla Decomposable Attention: e_ij = F(a_i)ᵀF(b_j), softmax over j for β and over i for α."""
+    """Vanilla Decomposable Attention: e_ij = F(a_i)ᵀF(b_j), softmax over j for β and over i for α.
 
-    def __init__(self, dim: int, hidden: int = 200, dropout: float = 0.2, project: bool = True, scale: bool = False):
+    `projection` is F (see PROJECTIONS); "parikh" is the original model.
+    """
+
+    def __init__(
+        self, dim: int, hidden: int = 200, dropout: float = 0.2, projection: str = "parikh", scale: bool = False
+    ):
         super().__init__(dim)
-        self.project = _projection(dim, hidden, dropout, project)
-        self.scale = 1.0 / math.sqrt(hidden if project else dim) if scale else 1.0
+        self.project, width = _projection(dim, hidden, dropout, projection)
+        self.scale = 1.0 / math.sqrt(width) if scale else 1.0
 
     def forward(self, a, b, mask_a, mask_b, score_bias=None):
         self._check(a, b, mask_a, mask_b)
@@ -113,8 +135,13 @@ class CoDAAligner(Aligner):
     a_aligned = M b,  b_aligned = Mᵀ a            (eq. 7)
 
     Means are over valid (non-padding) cells of each example's matrix, and M is exactly 0 on any padding row
-    or column. `gate_projection="shared"` uses F_N = F_E (the DecompAtt F); "separate" gives N its own net.
-    `scale` divides E and N by √d, since both are sums over the d projected features.
+    or column. `gate_projection="shared"` uses F_N = F_E; "separate" gives N its own net. `scale` divides E and N
+    by √d, since both are sums over the d projected features.
+
+    `projection` is F_E (and F_N), see PROJECTIONS. The default "signed" ends in a linear layer so that E, and
+    with it tanh(E) and M, takes both signs: "E controls whether we want to add or subtract a vector" (§2.3).
+    "parikh" (the DecompAtt F, whose ReLU output makes E ≥ 0 and M ≥ 0: CoDA that can only add or delete)
+    is kept for ablation.
     """
 
     GATES = ("center", "scale", "none")
@@ -124,7 +151,7 @@ class CoDAAligner(Aligner):
         dim: int,
         hidden: int = 200,
         dropout: float = 0.2,
-        project: bool = True,
+        projection: str = "signed",
         alpha: float = 1.0,
         beta: float = 1.0,
         phi_e: str = "tanh",
@@ -144,10 +171,10 @@ class CoDAAligner(Aligner):
         self.phi_e = _activation(phi_e, "phi_e")
         self.phi_n = _activation(phi_n, "phi_n")
         self.alpha, self.beta, self.gate, self.center_e = alpha, beta, gate, center_e
-        self.project_e = _projection(dim, hidden, dropout, project)
-        self.project_n = self.project_e if gate_projection == "shared" else _projection(dim, hidden, dropout, project)
+        self.project_e, width = _projection(dim, hidden, dropout, projection)
         self.shared = gate_projection == "shared"
-        self.scale = 1.0 / math.sqrt(hidden if project else dim) if scale else 1.0
+        self.project_n = self.project_e if self.shared else _projection(dim, hidden, dropout, projection)[0]
+        self.scale = 1.0 / math.sqrt(width) if scale else 1.0
 
     def forward(self, a, b, mask_a, mask_b, score_bias=None):
         self._check(a, b, mask_a, mask_b)
@@ -175,25 +202,44 @@ class CoDAAligner(Aligner):
 
 
 class ConflictAligner(Aligner):
-    """Conflict attention (Mitra 2019, eq. 7–9): c_ij = w_sᵀ(tanh(W_u a_i) − tanh(W_v b_j)).
+    """Conflict attention (Mitra 2019, eq. 7–9): weights that favour the most *dissimilar* tokens.
 
-    As the paper writes it, the score is linear in the difference, so c_ij = s(a_i) − s(b_j) with
-    s(x) = w_sᵀ tanh(W x); we compute it that way, which is exact and needs no (B, La, Lb, H) tensor.
-    Masked softmax over j gives a_aligned and over i gives b_aligned.
+    u'_i = tanh(W_u a_i), v'_j = tanh(W_v b_j), then a score c_ij per token pair and a masked softmax over j
+    (a_aligned) and over i (b_aligned). `score` chooses c_ij:
+
+    - "l1" (default): c_ij = Σ_k w_k·|u'_ik − v'_jk|, a learned weighting of the element-wise difference, so
+      "softmax applied on them can produce high probability to more dissimilar word pairs" (the paper's intent).
+      w = w⁺ − w⁻ (both ≥ 0), so c = ‖w⁺u'_i − w⁺v'_j‖₁ − ‖w⁻u'_i − w⁻v'_j‖₁: two `cdist`s, no (B, La, Lb, H)
+      tensor. w starts at 1/H (all positive: larger distance, larger weight).
+    - "literal": eq. 7 as printed, c_ij = w_sᵀ(u'_i − v'_j). It is linear in the difference, so it equals
+      s(a_i) − s(b_j) with s(x) = w_sᵀ tanh(W x): the softmax over j cancels s(a_i), every a_i receives the
+      same weights (the same pooled vector of b) and every b_j likewise. Kept for ablation only.
     """
 
-    def __init__(self, dim: int, hidden: int = 200, dropout: float = 0.2):
+    SCORES = ("l1", "literal")
+
+    def __init__(self, dim: int, hidden: int = 200, dropout: float = 0.2, score: str = "l1"):
         super().__init__(dim)
+        if score not in self.SCORES:
+            raise ValueError(f"unknown conflict score {score!r}; choose one of {list(self.SCORES)}")
+        self.score_kind = score
         self.dropout = nn.Dropout(dropout)
         self.project_a = nn.Linear(dim, hidden)  # W_u
         self.project_b = nn.Linear(dim, hidden)  # W_v
         self.score = nn.Linear(hidden, 1, bias=False)  # w_s
+        if score == "l1":
+            nn.init.constant_(self.score.weight, 1.0 / hidden)
 
     def forward(self, a, b, mask_a, mask_b, score_bias=None):
         self._check(a, b, mask_a, mask_b)
-        s_a = self.score(torch.tanh(self.project_a(self.dropout(a)))).squeeze(-1)  # (B, La)
-        s_b = self.score(torch.tanh(self.project_b(self.dropout(b)))).squeeze(-1)  # (B, Lb)
-        c = s_a.unsqueeze(2) - s_b.unsqueeze(1)  # (B, La, Lb)
+        u = torch.tanh(self.project_a(self.dropout(a)))  # (B, La, H)
+        v = torch.tanh(self.project_b(self.dropout(b)))  # (B, Lb, H)
+        if self.score_kind == "l1":
+            w = self.score.weight.squeeze(0)  # (H,)
+            pos, neg = w.clamp_min(0), (-w).clamp_min(0)
+            c = torch.cdist(u * pos, v * pos, p=1) - torch.cdist(u * neg, v * neg, p=1)  # (B, La, Lb)
+        else:
+            c = self.score(u).squeeze(-1).unsqueeze(2) - self.score(v).squeeze(-1).unsqueeze(1)  # (B, La, Lb)
         if score_bias is not None:
             c = c + score_bias
         valid = pair_mask(mask_a, mask_b)
@@ -209,10 +255,12 @@ class SoftmaxConflictAligner(Aligner):
 
     copies = 2
 
-    def __init__(self, dim: int, hidden: int = 200, dropout: float = 0.2):
+    def __init__(
+        self, dim: int, hidden: int = 200, dropout: float = 0.2, projection: str = "parikh", score: str = "l1"
+    ):
         super().__init__(dim)
-        self.attention = SoftmaxAligner(dim, hidden, dropout)
-        self.conflict = ConflictAligner(dim, hidden, dropout)
+        self.attention = SoftmaxAligner(dim, hidden, dropout, projection=projection)
+        self.conflict = ConflictAligner(dim, hidden, dropout, score=score)
 
     def forward(self, a, b, mask_a, mask_b, score_bias=None):
         att = self.attention(a, b, mask_a, mask_b, score_bias)

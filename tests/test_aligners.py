@@ -76,7 +76,7 @@ def _sigmoid(x):
     return 1 / (1 + math.exp(-x))
 
 
-# Hand-worked CoDA case with identity projections (project=False), dim 2:
+# Hand-worked CoDA case with identity projections (projection="none"), dim 2:
 # a1=(1,0), a2=(0,2); b1=(1,1), b2=(2,0)
 # E = a·bᵀ = [[1, 2], [2, 0]];  L1 distances [[1, 1], [2, 4]] so N = -[[1, 1], [2, 4]]  (mean N = -2, mean E = 5/4)
 A = torch.tensor([[[1.0, 0.0], [0.0, 2.0]]])
@@ -93,7 +93,7 @@ GATES = {
 @pytest.mark.parametrize("gate", GATES)
 @pytest.mark.parametrize("center_e", [False, True])
 def test_coda_matches_hand_computed_example(gate, center_e):
-    aligner = CoDAAligner(2, project=False, gate=gate, center_e=center_e)
+    aligner = CoDAAligner(2, projection="none", gate=gate, center_e=center_e)
     mask = torch.ones(1, 2, dtype=torch.bool)
     out = aligner(A, B, mask, mask)
     shift = 1.25 if center_e else 0.0
@@ -115,7 +115,7 @@ def test_coda_activation_options_and_temperatures(phi_e, phi_n):
         "arctan": math.atan,
         "algebraic": lambda x: x / math.sqrt(1 + x * x),
     }
-    aligner = CoDAAligner(2, project=False, gate="none", phi_e=phi_e, phi_n=phi_n, alpha=0.5, beta=2.0)
+    aligner = CoDAAligner(2, projection="none", gate="none", phi_e=phi_e, phi_n=phi_n, alpha=0.5, beta=2.0)
     mask = torch.ones(1, 2, dtype=torch.bool)
     m = aligner(A, B, mask, mask).matrices["M"]
     expected = [[funcs[phi_e](0.5 * E[i][j]) * funcs[phi_n](2.0 * N[i][j]) for j in range(2)] for i in range(2)]
@@ -123,7 +123,7 @@ def test_coda_activation_options_and_temperatures(phi_e, phi_n):
 
 
 def test_coda_centering_uses_valid_positions_only():
-    aligner = CoDAAligner(2, project=False, gate="center", center_e=True)
+    aligner = CoDAAligner(2, projection="none", gate="center", center_e=True)
     a_pad = torch.cat([A, torch.full((1, 1, 2), 9.0)], dim=1)
     ma = torch.tensor([[True, True, False]])
     mb = torch.ones(1, 2, dtype=torch.bool)
@@ -172,7 +172,7 @@ def test_gradients_reach_every_parameter(name):
 
 
 def test_score_bias_is_added_to_the_scores():
-    aligner = SoftmaxAligner(2, project=False)
+    aligner = SoftmaxAligner(2, projection="none")
     mask = torch.ones(1, 2, dtype=torch.bool)
     bias = torch.tensor([[0.0, 100.0], [100.0, 0.0]])
     w = aligner(A, B, mask, mask, score_bias=bias).matrices["softmax_a"]
@@ -197,3 +197,71 @@ def test_wrong_input_dimension_is_a_clear_error():
 def test_coda_bad_options_are_clear_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         CoDAAligner(DIM, **kwargs)
+
+
+def test_coda_default_can_subtract_and_parikh_f_cannot():
+    """CoDA's point (paper §2.3): tanh(E), and so M, takes negative values to subtract a token of b. With the
+    literal DecompAtt F (ReLU output) E = F(a)ᵀF(b) ≥ 0 and M ≥ 0 on any input."""
+    torch.manual_seed(0)
+    a, b, ma, mb = _inputs(batch=4, la=7, lb=6, seed=5)
+    signed = CoDAAligner(DIM, hidden=8).eval()
+    parikh = CoDAAligner(DIM, hidden=8, projection="parikh").eval()
+    assert (signed(a, b, ma, mb).matrices["M"] < 0).any()
+    assert (signed(a, b, ma, mb).matrices["affinity"] > 0).any()
+    assert (parikh(a, b, ma, mb).matrices["M"] >= 0).all()
+
+
+def test_coda_hand_built_case_where_m_must_be_negative():
+    """One linear layer as F_E: opposite directions give E < 0, so M = tanh(E)·gate(N) < 0 and a_aligned = M b
+    points away from b (the vector is subtracted)."""
+    aligner = CoDAAligner(2, hidden=2, dropout=0.0, projection="linear", gate="scale")
+    linear = aligner.project_e[1]
+    with torch.no_grad():
+        linear.weight.copy_(torch.eye(2))
+        linear.bias.zero_()
+    a = torch.tensor([[[1.0, 0.0]]])
+    b = torch.tensor([[[-1.0, 0.0]]])
+    mask = torch.ones(1, 1, dtype=torch.bool)
+    out = aligner(a, b, mask, mask)
+    expected = math.tanh(-1.0) * 2 * _sigmoid(-2.0)  # E = -1, N = -‖a − b‖₁ = -2
+    torch.testing.assert_close(out.matrices["M"], torch.tensor([[[expected]]]))
+    assert out.matrices["M"].item() < 0
+    torch.testing.assert_close(out.a_aligned, expected * b)  # a negative multiple of b
+
+
+def test_unknown_projection_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown projection 'relu'"):
+        CoDAAligner(DIM, projection="relu")
+
+
+def test_conflict_weights_differ_from_token_to_token():
+    """The default score aligns token by token: rows (each a_i over b) and columns differ."""
+    torch.manual_seed(0)
+    aligner = ConflictAligner(DIM, hidden=5).eval()
+    a, b, ma, mb = _inputs(batch=2, la=4, lb=5, seed=1)
+    w = aligner(a, b, ma, mb).matrices
+    rows, cols = w["conflict_a"], w["conflict_b"]
+    assert (rows - rows[:, :1]).abs().amax(dim=(1, 2)).min() > 1e-3  # some row differs from the first, per example
+    assert (cols - cols[:, :, :1]).abs().amax(dim=(1, 2)).min() > 1e-3
+
+
+def test_conflict_literal_eq7_gives_every_token_the_same_weights():
+    """Eq. 7 as printed is linear in u'_i − v'_j: c_ij = s(a_i) − s(b_j), and the softmax over j removes s(a_i)."""
+    torch.manual_seed(0)
+    aligner = ConflictAligner(DIM, hidden=5, score="literal").eval()
+    a, b, ma, mb = _inputs(batch=2, la=4, lb=5, seed=1)
+    w = aligner(a, b, ma, mb).matrices
+    torch.testing.assert_close(w["conflict_a"], w["conflict_a"][:, :1].expand_as(w["conflict_a"]))
+    torch.testing.assert_close(w["conflict_b"], w["conflict_b"][:, :, :1].expand_as(w["conflict_b"]))
+
+
+def test_conflict_l1_score_is_the_weighted_l1_distance():
+    """c_ij = Σ_k w_k |u'_ik − v'_jk| with signed weights, checked against the explicit 4-D computation."""
+    torch.manual_seed(0)
+    aligner = ConflictAligner(DIM, hidden=5, dropout=0.0)
+    with torch.no_grad():
+        aligner.score.weight.copy_(torch.tensor([[0.5, -1.0, 2.0, 0.0, -0.3]]))
+    a, b, ma, mb = _inputs(batch=2, la=3, lb=4, seed=2)
+    u, v = torch.tanh(aligner.project_a(a)), torch.tanh(aligner.project_b(b))
+    c = ((u.unsqueeze(2) - v.unsqueeze(1)).abs() * aligner.score.weight.squeeze(0)).sum(-1)  # (B, La, Lb)
+    torch.testing.assert_close(aligner(a, b, ma, mb).matrices["conflict_a"], torch.softmax(c, dim=2))
