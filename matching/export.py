@@ -4,7 +4,8 @@ Writes into `out` (default `<run dir>/export/`) the model (`model.onnx` or `mode
 and `serving.json` (labels, task kind, and the text preparation: lower-casing, kept tokens, OOV buckets,
 maximum length). The exported model takes two int64 tensors of token ids, a (batch, len_a) and b
 (batch, len_b), 0-padded on the right, with batch and both lengths dynamic, and returns class probabilities
-(batch, classes). Export needs the `export` extra for ONNX: `pip install -e ".[export]"`.
+`probs` and `logits` (batch, classes); a ranking model ranks candidates by logits[:, 1] − logits[:, 0].
+Export needs the `export` extra for ONNX: `pip install -e ".[export]"`.
 """
 
 from __future__ import annotations
@@ -27,15 +28,16 @@ FORMATS = {"onnx": "model.onnx", "torchscript": "model.pt"}
 
 
 class ServingModel(nn.Module):
-    """Token ids in, class probabilities out; the alignment matrices are dropped."""
+    """Token ids in; class probabilities and logits out; the alignment matrices are dropped."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
         self.eval()
 
-    def forward(self, a: Tensor, b: Tensor) -> Tensor:
-        return torch.softmax(self.model(a, b).logits, dim=-1)
+    def forward(self, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+        logits = self.model(a, b).logits
+        return torch.softmax(logits, dim=-1), logits
 
 
 def _onnx_cdist(x1, x2, p: float = 2.0, compute_mode: int | None = None):
@@ -83,7 +85,7 @@ def export(run: TrainedRun, fmt: str, out_dir: Path) -> Path:
             args,
             custom_translation_table={torch.ops.aten._cdist_forward.default: _onnx_cdist},
             input_names=["a", "b"],
-            output_names=["probs"],
+            output_names=["probs", "logits"],
             dynamo=True,
             dynamic_shapes={"a": {0: batch, 1: len_a}, "b": {0: batch, 1: len_b}},
             external_data=False,
@@ -95,7 +97,10 @@ def export(run: TrainedRun, fmt: str, out_dir: Path) -> Path:
         "format": fmt,
         "model": path.name,
         "inputs": {"a": "int64 (batch, len_a) token ids, 0 = padding", "b": "int64 (batch, len_b)"},
-        "output": "float32 (batch, classes) probabilities",
+        "outputs": {"probs": "float32 (batch, classes) probabilities", "logits": "float32 (batch, classes)"},
+        "ranking_score": "logits[:, 1] - logits[:, 0] (rank candidates by it; probabilities saturate at 1.0)"
+        if run.kind == "rank"
+        else None,
         "labels": run.labels,
         "kind": run.kind,
         "task": cfg.task.name,

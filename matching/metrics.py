@@ -1,10 +1,11 @@
 """Ranking metrics grouped by question over a whole split, on torchmetrics' retrieval metrics.
 
-Pointwise ranking (CoDA paper §3.2): every (question, candidate) pair is scored with P(match), and the
-candidates of each question are ranked by that score. Scores, labels, question ids and example indices are
-accumulated over the whole split (and gathered from all processes), so a question whose candidates fall into
-different batches or ranks is still scored as one; duplicates of an example (a distributed sampler pads the
-last batch by repeating examples) are counted once.
+Pointwise ranking (CoDA paper §3.2): every (question, candidate) pair is scored by the 2-class model, and the
+candidates of each question are ranked by the logit margin logit[match] − logit[no match] (the order of
+P(match), without its float32 saturation at 1.0; see `matching.system.match_margin`). Scores, labels, question
+ids and example indices are accumulated over the whole split (and gathered from all processes), so a question
+whose candidates fall into different batches or ranks is still scored as one; duplicates of an example (a
+distributed sampler pads the last batch by repeating examples) are counted once.
 
 Protocol:
 - `map`, `mrr`, `top1`, `top2`, `top5`: the standard filtered protocol, over questions with at least one
@@ -42,7 +43,7 @@ class RankingMetrics(Metric):
             self.add_state(name, default=[], dist_reduce_fx="cat")
 
     def update(self, scores: Tensor, targets: Tensor, groups: Tensor, indices: Tensor) -> None:
-        """scores (N,) P(match); targets (N,) 0/1; groups (N,) question ids; indices (N,) example ids."""
+        """scores (N,) higher for a likelier match; targets (N,) 0/1; groups (N,) question ids; indices (N,) ids."""
         self.scores.append(scores.detach().float().flatten())
         self.targets.append(targets.detach().long().flatten())
         self.groups.append(groups.detach().long().flatten())

@@ -66,7 +66,9 @@ class DecomposableAttention(nn.Module):
         dropout: dropout before every linear layer of F, G, H.
         null_token: prepend the NULL token to both sentences.
         intra_aligner: factory for the optional intra-sentence attention (None: off).
-        freeze_embeddings: keep the word vectors fixed (Parikh); False for trainable random embeddings.
+        freeze_embeddings: keep the word vectors fixed (Parikh); False for trainable random embeddings. Frozen
+            rows are stored in float16 (half the checkpoint; unit-norm rows lose nothing that matters) and
+            computed with in the projection's precision.
         normalize_embeddings: scale every row of `vectors` to unit L2 norm first.
     """
 
@@ -92,6 +94,8 @@ class DecomposableAttention(nn.Module):
         if normalize_embeddings:
             vectors = vectors / vectors.norm(dim=1, keepdim=True).clamp_min(1e-12)
         vectors[PAD_ID] = 0.0
+        if freeze_embeddings:
+            vectors = vectors.half()
         self.embedding = nn.Embedding.from_pretrained(vectors, freeze=freeze_embeddings, padding_idx=PAD_ID)
         self.projection = nn.Linear(vectors.shape[1], hidden)
         self.null_token = null_token
@@ -107,7 +111,7 @@ class DecomposableAttention(nn.Module):
             null = torch.full_like(ids[:, :1], NULL_ID)
             ids = torch.cat([null, ids], dim=1)
         mask = ids != PAD_ID  # (B, L)
-        return self.projection(self.embedding(ids)), mask  # (B, L, H)
+        return self.projection(self.embedding(ids).to(self.projection.weight.dtype)), mask  # (B, L, H)
 
     def forward(self, a_ids: Tensor, b_ids: Tensor) -> MatchOutput:
         """a_ids (B, La), b_ids (B, Lb): token ids, 0-padded on the right."""

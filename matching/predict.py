@@ -7,9 +7,11 @@ columns and an optional group id; an optional header `a<TAB>b[<TAB>group]`) or J
 also work). Output is JSON Lines:
 
 - classification: one line per pair, `{"line", "a", "b", "label", "probs": {label: p}}`;
-- ranking: one line per group (question), `{"group", "a", "ranking": [{"line", "b", "score"}, ...]}` with the
-  candidates by decreasing P(match). Without a group id, pairs with the same first text form a group. A
-  group's candidates must be consecutive in the input, which is read and written as a stream.
+- ranking: one line per group (question), `{"group", "a", "ranking": [{"line", "b", "score", "p_match"}, ...]}`
+  with the candidates by decreasing score, the logit margin logit[match] − logit[no match] (it orders as
+  P(match) does, but does not saturate: P(match) rounds to 1.0 for every confident candidate). Without a group
+  id, pairs with the same first text form a group. A group's candidates must be consecutive in the input, which
+  is read and written as a stream.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 from matching.data.datamodule import pad_batch
 from matching.data.readers import DataFormatError, Pair, open_text
 from matching.runs import RunError, TrainedRun, build_datamodule, load_trained, parse_cli, run_cli
+from matching.system import match_margin
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +105,9 @@ class Predictor:
         self.data = build_datamodule(run.cfg, vocab=run.vocab)
 
     @torch.inference_mode()
-    def probabilities(self, pairs: Sequence[Pair]) -> torch.Tensor:
+    def logits(self, pairs: Sequence[Pair]) -> torch.Tensor:
         a, b = self.data.encode_pairs(pairs)
-        logits = self.run.model(pad_batch(a), pad_batch(b)).logits
-        return torch.softmax(logits.float(), dim=-1)  # (N, C)
+        return self.run.model(pad_batch(a), pad_batch(b)).logits.float()  # (N, C)
 
 
 def predict(run: TrainedRun, pairs: Iterable[Pair], out: IO[str], batch_size: int = 256) -> int:
@@ -113,7 +115,7 @@ def predict(run: TrainedRun, pairs: Iterable[Pair], out: IO[str], batch_size: in
     predictor, labels, count = Predictor(run), run.labels, 0
     if run.kind == "classify":
         for batch in _batches(pairs, batch_size):
-            probs = predictor.probabilities(batch)
+            probs = torch.softmax(predictor.logits(batch), dim=-1)
             for p, row in zip(batch, probs.tolist(), strict=True):
                 best = max(range(len(labels)), key=row.__getitem__)
                 record = {"line": p.line, "a": p.a, "b": p.b, "label": labels[best],
@@ -123,21 +125,23 @@ def predict(run: TrainedRun, pairs: Iterable[Pair], out: IO[str], batch_size: in
         return count
 
     done: set[str] = set()
-    current: list[tuple[Pair, float]] = []
+    current: list[tuple[Pair, float, float]] = []
 
     def flush() -> None:
         if current:
             group = current[0][0].group or current[0][0].a
             ranked = sorted(current, key=lambda item: (-item[1], item[0].line))
             record = {"group": group, "a": current[0][0].a,
-                      "ranking": [{"line": p.line, "b": p.b, "score": round(s, 6)} for p, s in ranked]}  # fmt: skip
+                      "ranking": [{"line": p.line, "b": p.b, "score": round(s, 6), "p_match": round(pm, 6)}
+                                  for p, s, pm in ranked]}  # fmt: skip
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
             done.add(group)
             current.clear()
 
     for batch in _batches(pairs, batch_size):
-        scores = predictor.probabilities(batch)[:, 1].tolist()  # P(match)
-        for p, score in zip(batch, scores, strict=True):
+        logits = predictor.logits(batch)
+        margins, p_match = match_margin(logits).tolist(), torch.softmax(logits, dim=-1)[:, 1].tolist()
+        for p, score, pm in zip(batch, margins, p_match, strict=True):
             group = p.group or p.a
             if current and group != (current[0][0].group or current[0][0].a):
                 flush()
@@ -146,7 +150,7 @@ def predict(run: TrainedRun, pairs: Iterable[Pair], out: IO[str], batch_size: in
                     f"line {p.line}: group {group!r} appeared earlier and was already ranked; give the candidates of "
                     f"each group on consecutive lines (sort the input by group)"
                 )
-            current.append((p, score))
+            current.append((p, score, pm))
         count += len(batch)
     flush()
     return count

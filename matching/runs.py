@@ -21,7 +21,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
 from matching.data.datamodule import PairDataModule, split_prefix
-from matching.data.embeddings import load_vectors
+from matching.data.embeddings import PretrainedWords, load_vectors
 from matching.data.vocab import Vocabulary
 from matching.model import DecomposableAttention
 from matching.system import MatchingSystem
@@ -30,8 +30,13 @@ log = logging.getLogger(__name__)
 
 
 def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None) -> PairDataModule:
+    """The task's data module; without `vocab` it builds the vocabulary (training words, plus every word with a
+    pretrained vector among the dev splits and the vectors file's first `embeddings.top_words` words)."""
     task = OmegaConf.to_container(cfg.task, resolve=True)
-    d = cfg.data
+    d, emb = cfg.data, cfg.embeddings
+    pretrained = None
+    if vocab is None and emb.kind == "pretrained":
+        pretrained = PretrainedWords(emb.path, emb.format, emb.dim, emb.get("top_words", 0))
     return PairDataModule(
         task,
         data_dir=cfg.paths.data_dir,
@@ -47,6 +52,7 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None) -> PairDa
         vocab=vocab,
         on_bad_example=d.get("on_bad_example", "error"),
         use_cache=d.get("cache", True),
+        pretrained=pretrained,
     )
 
 
@@ -59,7 +65,8 @@ def build_embedding_matrix(cfg: DictConfig, vocab: Vocabulary) -> torch.Tensor:
         raise ValueError(f"embeddings.kind must be 'pretrained' or 'random', got {emb.kind!r}")
     vectors, found = load_vectors(emb.path, vocab.words, format=emb.format, dim=emb.dim, cache_dir=cfg.paths.cache_dir)
     log.info(
-        "pretrained vectors for %d of %d training words (%.1f%%); the rest hash to %d OOV vectors",
+        "pretrained vectors for %d of %d vocabulary words (%.1f%%); the rest, and words outside the vocabulary, "
+        "hash to %d OOV vectors",
         found.sum(),
         len(found),
         100 * found.mean() if len(found) else 0.0,

@@ -22,6 +22,16 @@ log = logging.getLogger(__name__)
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 
+def match_margin(logits: torch.Tensor) -> torch.Tensor:
+    """Ranking score of a 2-class (no match, match) model: logit[match] − logit[no match], in float32.
+
+    It orders candidates exactly as P(match) = sigmoid(margin) does, but never saturates: P(match) in float32
+    rounds to 1.0 once the margin passes ≈ 17, and such ties would then be broken against the model.
+    """
+    logits = logits.float()
+    return logits[:, 1] - logits[:, 0]
+
+
 class MatchingSystem(pl.LightningModule):
     """Cross-entropy training of `model` (called as model(a_ids, b_ids) -> (logits, matrices)).
 
@@ -84,8 +94,7 @@ class MatchingSystem(pl.LightningModule):
         self.log(f"{prefix}/loss", self.eval_loss[prefix], batch_size=size, add_dataloader_idx=False)
         self.log(f"{prefix}/acc", metric, prog_bar=prefix == "val", batch_size=size, add_dataloader_idx=False)
         if self.kind == "rank":
-            score = torch.softmax(logits.float(), dim=-1)[:, 1]  # P(match)
-            self.ranking[prefix].update(score, batch["label"], batch["group"], batch["index"])
+            self.ranking[prefix].update(match_margin(logits), batch["label"], batch["group"], batch["index"])
 
     def _log_ranking(self, prefixes: Sequence[str]) -> None:
         for prefix in prefixes:

@@ -5,12 +5,13 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from conftest import FIXTURE_VECTORS
 
 from matching.data.datamodule import BucketBatchSampler, LabelError, PairDataModule, split_prefix
 from matching.data.sources import CorpusNotFoundError
 from matching.data.vocab import Tokenizer, Vocabulary
 from matching.model import NULL_ID, PAD_ID
-from matching.runs import build_datamodule, build_embedding_matrix
+from matching.runs import build_datamodule
 
 
 def test_tokenizer_lowercases_and_splits_punctuation():
@@ -75,12 +76,33 @@ def test_batches_are_padded_to_their_own_maximum(make_cfg):
         assert batch["label"].dtype == torch.int64
 
 
-def test_vocabulary_comes_from_the_training_split_only(make_cfg):
-    dm = build_datamodule(make_cfg())
-    dm.setup("fit")
+def _words(dm, split):
     tok = Tokenizer()
-    train_words = {w for p in _pairs(dm, "train") for w in tok(p[0]) + tok(p[1])}
-    assert set(dm.vocab.words) == train_words
+    return {w for p in _pairs(dm, split) for w in tok(p[0]) + tok(p[1])}
+
+
+def _vector_words(limit=None):
+    lines = FIXTURE_VECTORS.read_text(encoding="utf-8").splitlines()[:limit]
+    return {line.split(" ", 1)[0] for line in lines}
+
+
+def test_vocabulary_is_the_training_words_and_every_other_word_with_a_vector(make_cfg):
+    """Training words first; then words of dev and of the vectors file's first top_words lines, only those that
+    have a vector (the others would only be copies of their OOV bucket)."""
+    dm = build_datamodule(make_cfg("embeddings.top_words=10"))
+    dm.setup("fit")
+    train_words = _words(dm, "train")
+    assert set(dm.vocab.words[: len(train_words)]) == train_words
+    extra = dm.vocab.words[len(train_words) :]
+    assert set(extra) == ((_words(dm, "dev") | _vector_words(10)) & _vector_words()) - train_words
+    assert "mid" in extra and "opposite" not in dm.vocab.index  # dev words with and without a vector
+    assert len(extra) == len(set(extra))
+
+
+def test_random_embeddings_keep_the_training_words_only(make_cfg):
+    dm = build_datamodule(make_cfg("embeddings=random"))
+    dm.setup("fit")
+    assert set(dm.vocab.words) == _words(dm, "train")
 
 
 def _pairs(dm, split):
@@ -137,11 +159,10 @@ def test_label_outside_the_label_space_is_a_clear_error(make_cfg):
 
 
 def test_missing_vectors_say_how_to_get_glove_or_choose_random(make_cfg, tmp_path):
+    """The vectors file is checked before any corpus is read (its words shape the vocabulary)."""
     cfg = make_cfg(f"embeddings.path={tmp_path / 'nope.txt'}")
-    dm = build_datamodule(cfg)
-    dm.setup("fit")
     with pytest.raises(FileNotFoundError) as err:
-        build_embedding_matrix(cfg, dm.vocab)
+        build_datamodule(cfg)
     assert "glove.840B.300d.zip" in str(err.value) and "embeddings=random" in str(err.value)
 
 

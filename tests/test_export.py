@@ -56,8 +56,10 @@ def test_onnx_parity(run_name, request, tmp_path):
     session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
     for batch, len_a, len_b in SHAPES:
         a, b = example_inputs(len(run.vocab), batch, len_a, len_b, seed=batch)
-        (probs,) = session.run(None, {"a": a.numpy(), "b": b.numpy()})
-        torch.testing.assert_close(torch.from_numpy(probs), _reference(run, a, b), atol=1e-5, rtol=1e-4)
+        probs, logits = session.run(None, {"a": a.numpy(), "b": b.numpy()})
+        ref_probs, ref_logits = _reference(run, a, b)
+        torch.testing.assert_close(torch.from_numpy(probs), ref_probs, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(torch.from_numpy(logits), ref_logits, atol=1e-4, rtol=1e-4)
 
 
 def test_unknown_format_is_a_clear_error(snli_run, capsys):

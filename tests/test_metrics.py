@@ -93,3 +93,16 @@ def test_agrees_with_trec_eval_on_random_data():
     assert ours["map"].item() == pytest.approx(np.mean([v["map"] for v in theirs.values()]), abs=1e-6)
     assert ours["mrr"].item() == pytest.approx(np.mean([v["recip_rank"] for v in theirs.values()]), abs=1e-6)
     assert ours["questions"].item() == 200
+
+
+def test_ranking_score_is_the_logit_margin_and_does_not_saturate():
+    """Two confident candidates: P(match) is exactly 1.0 for both in float32, the margins still order them."""
+    from matching.system import match_margin
+
+    logits = torch.tensor([[-10.0, 15.0], [-10.0, 25.0]])
+    assert torch.equal(torch.softmax(logits, -1)[:, 1], torch.ones(2))
+    margin = match_margin(logits)
+    assert margin.tolist() == [25.0, 35.0]
+    metric = RankingMetrics()
+    metric.update(margin, torch.tensor([0, 1]), torch.zeros(2, dtype=torch.long), torch.arange(2))
+    assert metric.compute()["map"] == 1.0  # P(match) ties would rank the incorrect one first (MAP 0.5)

@@ -58,9 +58,9 @@ def test_gradients_reach_every_trainable_parameter_and_embeddings_stay_frozen(al
 
 def test_embeddings_are_unit_norm_and_padding_row_is_zero():
     model = _model()
-    norms = model.embedding.weight.norm(dim=1)
+    norms = model.embedding.weight.float().norm(dim=1)
     assert norms[0] == 0
-    torch.testing.assert_close(norms[1:], torch.ones(VOCAB - 1))
+    torch.testing.assert_close(norms[1:], torch.ones(VOCAB - 1), atol=1e-3, rtol=1e-3)  # stored in float16
 
 
 def test_returns_alignment_matrices_including_intra():

@@ -60,7 +60,9 @@ def test_ranking_from_stdin_groups_and_orders_candidates(wikiqa_run, tmp_path):
     assert [g["group"] for g in groups] == ["Q1", "who wrote hamlet"]
     assert sorted(c["line"] for c in groups[0]["ranking"]) == [1, 2, 3]
     scores = [c["score"] for c in groups[0]["ranking"]]
-    assert scores == sorted(scores, reverse=True) and all(0 <= s <= 1 for s in scores)
+    assert scores == sorted(scores, reverse=True)
+    p_match = [c["p_match"] for c in groups[0]["ranking"]]
+    assert p_match == sorted(p_match, reverse=True) and all(0 <= p <= 1 for p in p_match)
 
 
 def test_ranking_refuses_a_group_split_across_the_input(wikiqa_run, tmp_path, capsys):
@@ -93,3 +95,31 @@ def test_usage_errors(snli_run, capsys):
     assert "usage" in capsys.readouterr().err
     assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", "input=/no/such/file.tsv"]) == 2
     assert "/no/such/file.tsv" in capsys.readouterr().err
+
+
+def test_a_word_seen_only_in_the_vectors_file_gets_its_own_vector(snli_run, tmp_path, capsys):
+    """'album' is in neither SNLI fixture split but in the vectors file: predict gives it its vector (no vectors
+    file needed at that time), while a word with no vector hashes to an OOV bucket."""
+    import numpy as np
+    import torch
+    from conftest import FIXTURE_VECTORS
+
+    from matching.data.readers import Pair
+    from matching.predict import Predictor
+    from matching.runs import load_trained
+
+    run_dir, _ = snli_run
+    run = load_trained(run_dir / "checkpoints" / "best.ckpt")
+    line = next(x for x in FIXTURE_VECTORS.read_text().splitlines() if x.startswith("album "))
+    vector = np.array(line.split()[1:], dtype=np.float32)
+    a, _ = Predictor(run).data.encode_pairs([Pair("an album", "qwzx", "")])
+    album, qwzx = int(a[0][1]), int(Predictor(run).data.encode_pairs([Pair("qwzx", "x", "")])[0][0][0])
+    assert album == run.vocab.index["album"] and album >= run.vocab.first_word_id
+    assert qwzx == run.vocab.bucket("qwzx")
+    row = run.model.embedding.weight[album].float()
+    torch.testing.assert_close(row, torch.from_numpy(vector / np.linalg.norm(vector)), atol=2e-3, rtol=2e-3)
+
+    pairs = tmp_path / "p.tsv"
+    pairs.write_text("an album\ta record\nan qwzx\ta record\n")
+    code, records, _ = _run([f"ckpt={run_dir / 'checkpoints' / 'best.ckpt'}", f"input={pairs}"], capsys)
+    assert code == 0 and records[0]["probs"] != records[1]["probs"]

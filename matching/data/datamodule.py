@@ -1,4 +1,8 @@
-"""PairDataModule: read → tokenise → vocabulary (train only) → ids → length-bucketed, per-batch-padded batches."""
+"""PairDataModule: read → tokenise → vocabulary → ids → length-bucketed, per-batch-padded batches.
+
+The vocabulary holds the training split's words and, with pretrained vectors, every other word that has a vector
+(see `matching.data.embeddings.PretrainedWords`); any other word hashes to an OOV bucket.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from tqdm.auto import tqdm
 
 from matching.data import cache as corpus_cache
 from matching.data.cache import file_stamp
+from matching.data.embeddings import PretrainedWords
 from matching.data.readers import Pair
 from matching.data.sources import read_split, resolve_path
 from matching.data.vocab import Tokenizer, Vocabulary
@@ -245,6 +250,8 @@ class PairDataModule(pl.LightningDataModule):
         data_dir: root that relative split paths are resolved against.
         cache_dir: where downloads and caches go.
         vocab: an existing vocabulary (evaluation of a trained model); None builds one from `train`.
+        pretrained: when given, the vocabulary built here also holds every word of the other splits read with
+            `train`, and the vectors file's most frequent words, that have a pretrained vector.
     """
 
     def __init__(
@@ -263,6 +270,7 @@ class PairDataModule(pl.LightningDataModule):
         vocab: Vocabulary | None = None,
         on_bad_example: str = "error",
         use_cache: bool = True,
+        pretrained: PretrainedWords | None = None,
     ):
         super().__init__()
         self.task, self.data_dir, self.cache_dir = task, data_dir, cache_dir
@@ -273,6 +281,7 @@ class PairDataModule(pl.LightningDataModule):
         self.vocab = vocab
         self.on_bad_example = on_bad_example
         self.use_cache = use_cache
+        self.pretrained = pretrained
         self.splits: dict[str, EncodedSplit] = {}
 
     @property
@@ -352,8 +361,7 @@ class PairDataModule(pl.LightningDataModule):
                 raise ValueError(f"{self.task['name']} {name} split is empty; check task.splits.{name}")
             raw[name] = (pairs, self.tokenize(name, pairs))
         if self.vocab is None:
-            self.vocab = Vocabulary.build((t for ab in raw["train"][1] for t in ab), self.oov_buckets)
-            log.info("vocabulary: %d words from the %s training split", len(self.vocab.words), self.task["name"])
+            self.vocab = self._build_vocabulary(raw)
         for name, (pairs, tokens) in raw.items():
             source = str(resolve_path(self.task["splits"][name]["path"], self.data_dir))
             self.splits[name] = encode_split(
@@ -364,6 +372,15 @@ class PairDataModule(pl.LightningDataModule):
 
         if entry:
             corpus_cache.save(entry, self.vocab.words if built_vocab else None, {k: self.splits[k] for k in wanted})
+
+    def _build_vocabulary(self, raw: Mapping[str, tuple[Sequence[Pair], list[tuple[list[str], list[str]]]]]):
+        vocab = Vocabulary.build((t for ab in raw["train"][1] for t in ab), self.oov_buckets)
+        log.info("vocabulary: %d words from the %s training split", len(vocab.words), self.task["name"])
+        if self.pretrained is None:
+            return vocab
+        others = (w for name, (_, tokens) in raw.items() if name != "train" for ab in tokens for t in ab for w in t)
+        extra = self.pretrained.extra_words(vocab.words, list(dict.fromkeys(others)))
+        return Vocabulary(vocab.words + extra, self.oov_buckets)
 
     def _cache_entry(self, wanted: list[str]) -> Path | None:
         """Where the prepared `wanted` splits are cached; None when caching is off or a split is not local."""
@@ -384,6 +401,7 @@ class PairDataModule(pl.LightningDataModule):
                 "labels": self.labels,
                 "on_bad": self.on_bad_example,
                 "oov_buckets": self.oov_buckets,
+                "pretrained": None if self.pretrained is None else self.pretrained.identity(),
                 "vocab": None if self.vocab is None else hashlib.sha256("\n".join(self.vocab.tokens).encode()).hexdigest(),  # noqa: E501
             }
         )  # fmt: skip

@@ -2,6 +2,11 @@
 
 Only the rows of the requested words are ever kept in memory: text files are streamed line by line and only the
 lines of vocabulary words have their floats parsed, so a 2M-word GloVe file loads with a small footprint.
+
+`PretrainedWords` decides which words beyond the training split get a row of their own in a run's vector
+table (and so a vector in every split and at prediction time, without the original file): every word of the
+evaluation splits that has a vector, and the vectors file's first `top_words` words (GloVe, word2vec and
+fastText files list the most frequent words first).
 """
 
 from __future__ import annotations
@@ -100,6 +105,68 @@ def load_vectors(
     if cache_file is not None:
         _write_cache(cache_file, matrix, found)
     return matrix, found
+
+
+class PretrainedWords:
+    """The words a run keeps a pretrained vector for besides its training words (see the module docstring).
+
+    The vectors are frozen, so giving a dev word (or any frequent word) its vector leaks nothing: Parikh et al.
+    hash only the words that have no pretrained vector. Words without a vector still hash to the OOV buckets.
+    """
+
+    def __init__(self, path: str | os.PathLike, format: str = "auto", dim: int | None = None, top_words: int = 0):
+        if top_words < 0:
+            raise ValueError(f"embeddings.top_words must be 0 or more, got {top_words}")
+        self.path, self.format, self.dim, self.top_words = _existing(Path(path)), format, dim, top_words
+
+    def identity(self) -> dict:
+        """What the chosen words depend on (for cache keys)."""
+        st = self.path.stat()
+        return {"path": str(self.path.resolve()), "size": st.st_size, "mtime": st.st_mtime_ns,
+                "format": self.format, "top_words": self.top_words}  # fmt: skip
+
+    def extra_words(self, train_words: Sequence[str], other_words: Sequence[str]) -> list[str]:
+        """Words not among `train_words` that have a vector: those of `other_words` (in order), then the file's
+        first `top_words` words."""
+        known = set(train_words)
+        candidates = [w for w in dict.fromkeys([*other_words, *first_words(self.path, self.top_words, self.format)])
+                      if w not in known]  # fmt: skip
+        _, found = load_vectors(self.path, candidates, format=self.format, dim=self.dim)
+        chosen = [w for w, f in zip(candidates, found, strict=True) if f]
+        in_others = len(set(other_words) & set(chosen))
+        log.info(
+            "vector table: %d training words + %d words of the evaluation splits + %d of the first %d words of %s",
+            len(known), in_others, len(chosen) - in_others, self.top_words, self.path.name,
+        )  # fmt: skip
+        return chosen
+
+
+def first_words(path: str | os.PathLike, count: int, format: str = "auto") -> list[str]:
+    """The first `count` words of a vectors file, in file order (the most frequent first, by convention)."""
+    path = _existing(Path(path))
+    if count <= 0:
+        return []
+    fmt = _resolve_format(path) if format == "auto" else format
+    if fmt in ("word2vec_bin", "kv"):
+        from gensim.models import KeyedVectors
+
+        if fmt == "kv":
+            kv = KeyedVectors.load(str(path), mmap="r")
+        else:
+            kv = KeyedVectors.load_word2vec_format(str(path), binary=True, limit=count, unicode_errors="replace")
+        return list(kv.index_to_key[:count])
+    words: list[str] = []
+    with open(path, "rb") as raw:
+        stream = gzip.GzipFile(fileobj=raw) if raw.peek(2)[:2] == _GZIP_MAGIC else raw
+        for number, line in enumerate(stream, 1):
+            fields = line.removeprefix(_BOM).split(None, 1) if number == 1 else line.split(None, 1)
+            if number == 1 and fmt != "glove" and len(line.split()) == 2 and line.split()[0].isdigit():
+                continue  # word2vec text header
+            if len(fields) == 2:
+                words.append(_utf8_key(fields[0]).decode("utf-8"))
+            if len(words) >= count:
+                break
+    return words
 
 
 def _existing(path: Path) -> Path:
