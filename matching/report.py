@@ -1,8 +1,12 @@
 """`python -m matching.report <multirun dir or run dirs> [--out DIR]`: a results table over seeds.
 
 Collects every run directory below the given paths (a folder with `metrics.json` and `config.yaml`), groups
-the runs by task × aligner, and prints (and writes as Markdown and CSV) mean ± std and the number of seeds of
+the runs by task × aligner × variant, and prints (and writes as Markdown and CSV) mean ± std and the number of seeds of
 each metric, with the CoDA paper's numbers beside ours; plus a PNG bar chart with error bars.
+
+The variant of a run is the part of its command-line overrides (`.hydra/overrides.yaml`) that differs between
+the runs reported, seeds aside: an ablation sweep such as `aligner.center_e=false,true aligner.gate=none,center`
+gets one row per setting, and a plain aligner comparison gets none.
 """
 
 from __future__ import annotations
@@ -73,6 +77,25 @@ class Run:
     aligner: str
     seed: int
     metrics: dict[str, float]
+    overrides: tuple[str, ...] = ()  # key=value from the command line, as Hydra saved them
+    variant: str = ""
+
+
+#: Overrides that never make a variant: the seed is what a row averages over; the rest name the task and aligner
+#: (already columns) or say where files are.
+_NOT_VARIANT = {"seed", "task", "aligner", "experiment", "trainer.enable_progress_bar"}
+_NOT_VARIANT_PREFIXES = ("paths.", "hydra")
+
+
+def _with_variants(runs: list[Run]) -> list[Run]:
+    """Each run's variant: its overrides whose values are not the same across all the runs."""
+    settings = [dict(o.split("=", 1) for o in r.overrides if "=" in o) for r in runs]
+    keys = sorted({k for s in settings for k in s if k not in _NOT_VARIANT and not k.startswith(_NOT_VARIANT_PREFIXES)})
+    varying = [k for k in keys if len({s.get(k) for s in settings}) > 1]
+    return [
+        Run(r.path, r.task, r.aligner, r.seed, r.metrics, r.overrides, " ".join(f"{k}={s[k]}" for k in varying if k in s))
+        for r, s in zip(runs, settings, strict=True)
+    ]
 
 
 def _metric_key(split: str, metric: str) -> str:
@@ -102,10 +125,12 @@ def find_runs(paths: list[Path]) -> list[Run]:
             if cfg.get("intra"):
                 aligner += "+intra_" + ALIGNER_NAMES.get(cfg["intra"]["_target_"], "custom")
             metrics = json.loads((run_dir / "metrics.json").read_text())
-            runs.append(Run(run_dir, cfg["task"]["name"], aligner, int(cfg["seed"]), metrics))
+            overrides_file = run_dir / ".hydra" / "overrides.yaml"
+            overrides = tuple(yaml.safe_load(overrides_file.read_text()) or ()) if overrides_file.exists() else ()
+            runs.append(Run(run_dir, cfg["task"]["name"], aligner, int(cfg["seed"]), metrics, overrides))
     if not runs:
         raise FileNotFoundError(f"no run directories (metrics.json + config.yaml) under {', '.join(map(str, paths))}")
-    return runs
+    return _with_variants(runs)
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -113,15 +138,15 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
 
 
 def summarise(runs: list[Run]) -> list[dict[str, object]]:
-    """One row per task × aligner × metric × split: mean, std (sample), number of seeds, paper number."""
-    groups: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    """One row per task × aligner × variant × metric × split: mean, std (sample), number of seeds, paper number."""
+    groups: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
     for run in runs:
-        groups[(run.task, run.aligner)].append(run)
+        groups[(run.task, run.aligner, run.variant)].append(run)
     rows = []
-    for (task, aligner), members in sorted(groups.items()):
+    for (task, aligner, variant), members in sorted(groups.items()):
         seeds = sorted(r.seed for r in members)
         if len(set(seeds)) != len(seeds):
-            log.warning("%s/%s: several runs share a seed (%s); each counts once per run", task, aligner, seeds)
+            log.warning("%s/%s %s: several runs share a seed (%s); each counts once", task, aligner, variant, seeds)
         for metric in TASK_METRICS.get(task, ["acc"]):
             for split in ("val", "test"):
                 key = _metric_key(split, metric)
@@ -133,13 +158,14 @@ def summarise(runs: list[Run]) -> list[dict[str, object]]:
                     {
                         "task": task,
                         "aligner": aligner,
+                        "variant": variant,
                         "split": "dev" if split == "val" else "test",
                         "metric": metric,
                         "mean": round(mean, 2),
                         "std": round(std, 2),
                         "n": len(values),
                         "seeds": " ".join(map(str, seeds)),
-                        "paper_test": PAPER.get((task, aligner, metric), ""),
+                        "paper_test": PAPER.get((task, aligner, metric), "") if not variant else "",
                     }
                 )
     return rows
@@ -147,12 +173,13 @@ def summarise(runs: list[Run]) -> list[dict[str, object]]:
 
 def to_markdown(rows: list[dict[str, object]]) -> str:
     lines = [
-        "| task | aligner | split | metric | ours (mean ± std, %) | seeds | paper (test, %) |",
-        "|---|---|---|---|---|---|---|",
+        "| task | aligner | variant | split | metric | ours (mean ± std, %) | seeds | paper (test, %) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['task']} | {r['aligner']} | {r['split']} | {r['metric']} | {r['mean']:.2f} ± {r['std']:.2f} "
+            f"| {r['task']} | {r['aligner']} | {r['variant'] or '–'} | {r['split']} | {r['metric']} "
+            f"| {r['mean']:.2f} ± {r['std']:.2f} "
             f"| {r['n']} | {r['paper_test'] if r['paper_test'] != '' else '–'} |"
         )
     return "\n".join(lines) + "\n"
@@ -166,7 +193,7 @@ def write_chart(rows: list[dict[str, object]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     shown = [r for r in rows if r["metric"] == TASK_METRICS.get(str(r["task"]), ["acc"])[0]]
-    labels = [f"{r['task']}\n{r['aligner']}\n{r['split']}" for r in shown]
+    labels = [f"{r['task']}\n{r['aligner']}\n{r['variant'].replace(' ', chr(10))}\n{r['split']}" for r in shown]
     fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(shown)), 4.0))
     colors = ["tab:blue" if r["split"] == "dev" else "tab:orange" for r in shown]
     ax.bar(range(len(shown)), [r["mean"] for r in shown], yerr=[r["std"] for r in shown], capsize=4, color=colors)

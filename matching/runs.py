@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from hydra.utils import instantiate
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -86,6 +87,22 @@ def build_model(cfg: DictConfig, vectors: torch.Tensor, num_classes: int) -> Dec
     )
 
 
+def class_weights(cfg: DictConfig, dm: PairDataModule) -> list[float] | None:
+    """`loss.class_weights`: null (plain cross-entropy), "balanced" (n / (classes · count of the class) over the
+    training split, as in scikit-learn) or one weight per label."""
+    choice = cfg.get("loss", {}).get("class_weights")
+    if choice is None:
+        return None
+    if choice == "balanced":
+        counts = np.bincount(dm.splits["train"].labels, minlength=len(dm.labels)).astype(float)
+        weights = (counts.sum() / (len(counts) * np.maximum(counts, 1))).tolist()
+        log.info("class weights (balanced over the training split): %s", dict(zip(dm.labels, weights, strict=True)))
+        return weights
+    if isinstance(choice, str):
+        raise ValueError(f"loss.class_weights must be null, 'balanced' or a list of {len(dm.labels)} numbers")
+    return [float(w) for w in choice]
+
+
 def build_system(cfg: DictConfig, model: DecomposableAttention, dm: PairDataModule) -> MatchingSystem:
     return MatchingSystem(
         model,
@@ -95,6 +112,7 @@ def build_system(cfg: DictConfig, model: DecomposableAttention, dm: PairDataModu
         val_prefixes=[split_prefix(s) for s in dm.eval_splits],
         test_prefixes=[split_prefix(s) for s in dm.test_splits],
         task=dm.task["name"],
+        class_weights=class_weights(cfg, dm),
     )
 
 

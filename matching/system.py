@@ -33,7 +33,8 @@ def match_margin(logits: torch.Tensor) -> torch.Tensor:
 
 
 class MatchingSystem(pl.LightningModule):
-    """Cross-entropy training of `model` (called as model(a_ids, b_ids) -> (logits, matrices)).
+    """Cross-entropy training of `model` (called as model(a_ids, b_ids) -> (logits, matrices)), optionally
+    weighted per class (`class_weights`, e.g. inverse class frequencies for WikiQA's 5 % positives).
 
     kind="classify": logged keys `{prefix}/{loss,acc}`. kind="rank" (pointwise ranking, label 1 = match):
     also `{prefix}/{map,mrr,map_raw,mrr_raw,top1,top2,top5,questions,...}`, computed per question over the
@@ -50,6 +51,7 @@ class MatchingSystem(pl.LightningModule):
         val_prefixes: Sequence[str] = ("val",),
         test_prefixes: Sequence[str] = ("test",),
         task: str | None = None,
+        class_weights: Sequence[float] | None = None,
     ):
         super().__init__()
         self.task = task
@@ -63,6 +65,11 @@ class MatchingSystem(pl.LightningModule):
             raise ValueError(f"ranking is pointwise with two labels (no-match, match), got {self.labels}")
         self.kind = kind
         n = len(self.labels)
+        if class_weights is not None and len(class_weights) != n:
+            raise ValueError(f"loss.class_weights needs one weight per label {self.labels}, got {list(class_weights)}")
+        # Training loss only; evaluation losses stay unweighted so that they compare across settings.
+        weights = None if class_weights is None else torch.tensor([float(w) for w in class_weights])
+        self.register_buffer("class_weights", weights, persistent=False)
         self.ranking = nn.ModuleDict(
             {p: RankingMetrics() for p in self.val_prefixes + self.test_prefixes} if kind == "rank" else {}
         )
@@ -77,7 +84,7 @@ class MatchingSystem(pl.LightningModule):
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         logits = self.model(batch["a"], batch["b"]).logits
-        loss = F.cross_entropy(logits, batch["label"])
+        loss = F.cross_entropy(logits, batch["label"], weight=self.class_weights)
         size = len(batch["label"])
         self.train_acc(logits, batch["label"])
         self.log("train/loss", loss, prog_bar=True, batch_size=size)

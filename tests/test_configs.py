@@ -101,3 +101,27 @@ def test_data_dir_follows_the_environment_variable(monkeypatch, tmp_path):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train")
     assert cfg.paths.data_dir == str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("experiment", "grid"),
+    [
+        ("coda_centering", {"aligner.center_e": "false,true", "aligner.gate": "none,center", "seed": "1,2,3"}),
+        ("coda_activations", {"aligner.phi_e": "tanh,sigmoid", "aligner.phi_n": "sigmoid,tanh,arctan,algebraic",
+                              "seed": "1,2,3"}),
+    ],
+)  # fmt: skip
+def test_paper_ablations_are_one_multirun_each(experiment, grid):
+    """Tables 8 and 9 of the CoDA paper: the experiment config carries its own sweep over valid CoDA options."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=[f"experiment={experiment}"], return_hydra_config=True)
+    assert cfg.task.name == "wikiqa" and cfg.aligner._target_.endswith("CoDAAligner")
+    assert dict(cfg.hydra.sweeper.params) == grid
+    for key, values in grid.items():
+        if key.startswith("aligner."):
+            for value in values.split(","):
+                instantiate(
+                    cfg.aligner, **{key.split(".")[1]: value if value not in ("true", "false") else value == "true"}
+                )(dim=8)

@@ -39,7 +39,7 @@ def test_report_table_matches_values_recomputed_from_the_runs(multirun, tmp_path
         assert float(row["std"]) == pytest.approx(statistics.stdev(values), abs=0.006)
         assert row["paper_test"] == {"softmax": "84.61", "coda": "85.71"}[row["aligner"]]
         assert (
-            f"| snli | {row['aligner']} | dev | acc | {float(row['mean']):.2f} ± {float(row['std']):.2f} | 2 |"
+            f"| snli | {row['aligner']} | – | dev | acc | {float(row['mean']):.2f} ± {float(row['std']):.2f} | 2 |"
             in printed
         )
     png = (tmp_path / "report.png").read_bytes()
@@ -62,3 +62,30 @@ def test_report_on_a_folder_without_runs_is_a_clear_error(tmp_path, capsys):
 def test_report_help_runs():
     done = subprocess.run([sys.executable, "-m", "matching.report", "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "multirun" in done.stdout
+
+
+def test_ablation_runs_get_one_row_per_setting_and_seeds_are_averaged(tmp_path):
+    """Runs that differ in an override other than the seed (an ablation sweep) are reported as separate rows."""
+    import yaml
+
+    from matching.report import find_runs, summarise
+
+    values = {("false", "none"): [0.70, 0.72], ("true", "none"): [0.66, 0.68], ("true", "center"): [0.69, 0.69]}
+    for n, ((center_e, gate), maps) in enumerate(values.items()):
+        for seed, value in enumerate(maps, 1):
+            run = tmp_path / f"{n}_{seed}"
+            (run / ".hydra").mkdir(parents=True)
+            config = {"task": {"name": "wikiqa"}, "aligner": {"_target_": "matching.aligners.CoDAAligner"}, "seed": seed}
+            (run / "config.yaml").write_text(yaml.safe_dump(config))
+            (run / "metrics.json").write_text(json.dumps({"val/map": value, "val/mrr": value}))
+            overrides = ["task=wikiqa", "paths.data_dir=/corpora", f"aligner.center_e={center_e}",
+                         f"aligner.gate={gate}", f"seed={seed}"]  # fmt: skip
+            (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    rows = [r for r in summarise(find_runs([tmp_path])) if r["metric"] == "map"]
+    got = {r["variant"]: (r["mean"], r["n"]) for r in rows}
+    assert got == {
+        "aligner.center_e=false aligner.gate=none": (71.0, 2),
+        "aligner.center_e=true aligner.gate=none": (67.0, 2),
+        "aligner.center_e=true aligner.gate=center": (69.0, 2),
+    }
+    assert all(r["paper_test"] == "" for r in rows)  # the paper's test numbers belong to the default settings

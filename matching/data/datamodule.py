@@ -80,6 +80,23 @@ def keep_recent_turns(tokens: list[str], budget: int, turn_end: str) -> list[str
     return tokens[start:]
 
 
+def keep_answered_questions(pairs: Sequence[Pair], match_label: str, name: str = "train") -> list[Pair]:
+    """The pairs of questions (groups) with at least one correct candidate (`task.train_questions=answered`).
+
+    In WikiQA 59 % of the training questions have no correct answer; they give only negatives, and the filtered
+    evaluation protocol skips such questions, so training on them mostly teaches the model to say "no match".
+    """
+    answered = {p.group for p in pairs if p.label == match_label}
+    kept = [p for p in pairs if p.group in answered]
+    questions = len({p.group for p in pairs})
+    log.info(
+        "%s: training on the %d pairs of the %d questions with a correct candidate; left out %d pairs of %d "
+        "questions without one (task.train_questions=answered)",
+        name, len(kept), len(answered), len(pairs) - len(kept), questions - len(answered),
+    )  # fmt: skip
+    return kept
+
+
 def to_ids(
     tokens: Sequence[tuple[list[str], list[str]]], vocab: Vocabulary, max_length: int | None
 ) -> tuple[list[np.ndarray], list[np.ndarray], int]:
@@ -357,6 +374,8 @@ class PairDataModule(pl.LightningDataModule):
         raw = {}
         for name in wanted:
             pairs = read_split(self.task, name, self.data_dir, self.cache_dir)
+            if name == "train" and self._train_questions() == "answered":
+                pairs = keep_answered_questions(pairs, self.labels[1], f"{self.task['name']} train")
             if not pairs:
                 raise ValueError(f"{self.task['name']} {name} split is empty; check task.splits.{name}")
             raw[name] = (pairs, self.tokenize(name, pairs))
@@ -382,6 +401,14 @@ class PairDataModule(pl.LightningDataModule):
         extra = self.pretrained.extra_words(vocab.words, list(dict.fromkeys(others)))
         return Vocabulary(vocab.words + extra, self.oov_buckets)
 
+    def _train_questions(self) -> str:
+        choice = self.task.get("train_questions") or "all"
+        if choice not in ("all", "answered"):
+            raise ValueError(f"task.train_questions must be 'all' or 'answered', got {choice!r}")
+        if choice == "answered" and self.task["kind"] != "rank":
+            raise ValueError("task.train_questions=answered applies to ranking tasks (questions with candidates)")
+        return choice
+
     def _cache_entry(self, wanted: list[str]) -> Path | None:
         """Where the prepared `wanted` splits are cached; None when caching is off or a split is not local."""
         if not self.use_cache or self.cache_dir is None:
@@ -396,6 +423,7 @@ class PairDataModule(pl.LightningDataModule):
                 "reader": self.task["reader"],
                 "files": stamps,
                 "slices": {n: (splits[n].get("start"), splits[n].get("stop")) for n in wanted},
+                "train_questions": self._train_questions(),
                 "text": [self.tokenizer.lowercase, self.task.get("keep_tokens"), self.task.get("context_budget"),
                          self.task.get("turn_end"), self.max_length],
                 "labels": self.labels,
