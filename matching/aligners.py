@@ -60,9 +60,8 @@ class Aligner(nn.Module):
 #: The score function F of an aligner (F_E and F_N for CoDA), by config name.
 PROJECTIONS = {
     "parikh": "Parikh's F: two layers, ReLU after each (outputs ≥ 0, so every dot product F(a_i)ᵀF(b_j) ≥ 0)",
-    "signed": "two layers, ReLU between them and a linear output (outputs, and dot products, take both signs)",
-    "linear": "one linear layer",
-    "none": "the identity (scores on the model's projected embeddings)",
+    "linear": "one linear layer without bias (a bias b would add the constant ‖b‖² to every score)",
+    "none": "the identity: scores on the model's projected word vectors, shared with the rest of the model",
 }
 
 
@@ -70,10 +69,8 @@ def _projection(dim: int, hidden: int, dropout: float, kind: str) -> tuple[nn.Mo
     """The module named by `kind` (see PROJECTIONS) and its output width."""
     if kind == "parikh":
         return FeedForward(dim, hidden, dropout), hidden
-    if kind == "signed":
-        return FeedForward(dim, hidden, dropout, relu_output=False), hidden
     if kind == "linear":
-        return nn.Sequential(nn.Dropout(dropout), nn.Linear(dim, hidden)), hidden
+        return nn.Sequential(nn.Dropout(dropout), nn.Linear(dim, hidden, bias=False)), hidden
     if kind == "none":
         return nn.Identity(), dim
     raise ValueError(f"unknown projection {kind!r}; choose one of {list(PROJECTIONS)}")
@@ -138,10 +135,12 @@ class CoDAAligner(Aligner):
     or column. `gate_projection="shared"` uses F_N = F_E; "separate" gives N its own net. `scale` divides E and N
     by √d, since both are sums over the d projected features.
 
-    `projection` is F_E (and F_N), see PROJECTIONS. The default "signed" ends in a linear layer so that E, and
-    with it tanh(E) and M, takes both signs: "E controls whether we want to add or subtract a vector" (§2.3).
-    "parikh" (the DecompAtt F, whose ReLU output makes E ≥ 0 and M ≥ 0: CoDA that can only add or delete)
-    is kept for ablation.
+    `projection` is F_E (and F_N), see PROJECTIONS. E must take both signs: "E controls whether we want to add
+    or subtract a vector" (§2.3). The default "none" scores the model's linear projection of the unit-norm word
+    vectors, so E is a learned bilinear similarity of the words, near 0 for unrelated ones (the paper's Fig. 2;
+    on WikiQA dev about a fifth of the M cells are negative). "parikh" (the DecompAtt F, whose ReLU output makes
+    E ≥ 0 and M ≥ 0: CoDA that can only add or delete) is kept for ablation. A projection with a bias of its
+    own is no cure: its constant ‖b‖² outweighs the token-dependent part of E, and M stays ≥ 0 in practice.
     """
 
     GATES = ("center", "scale", "none")
@@ -151,7 +150,7 @@ class CoDAAligner(Aligner):
         dim: int,
         hidden: int = 200,
         dropout: float = 0.2,
-        projection: str = "signed",
+        projection: str = "none",
         alpha: float = 1.0,
         beta: float = 1.0,
         phi_e: str = "tanh",

@@ -11,20 +11,14 @@ from torch import Tensor, nn
 
 
 class FeedForward(nn.Sequential):
-    """Parikh et al.'s F, G and H: `layers` × (dropout → linear → ReLU).
+    """Parikh et al.'s F, G and H: `layers` × (dropout → linear → ReLU)."""
 
-    `relu_output=False` leaves the last layer linear, so the output can take both signs (CoDA's F_E: a ReLU
-    output makes every dot product F(a_i)ᵀF(b_j) non-negative).
-    """
-
-    def __init__(self, in_dim: int, hidden: int, dropout: float = 0.2, layers: int = 2, relu_output: bool = True):
+    def __init__(self, in_dim: int, hidden: int, dropout: float = 0.2, layers: int = 2):
         if in_dim <= 0 or hidden <= 0 or layers <= 0:
             raise ValueError(f"FeedForward needs positive sizes, got in_dim={in_dim} hidden={hidden} layers={layers}")
         blocks: list[nn.Module] = []
         for i in range(layers):
             blocks += [nn.Dropout(dropout), nn.Linear(in_dim if i == 0 else hidden, hidden), nn.ReLU()]
-        if not relu_output:
-            blocks.pop()
         super().__init__(*blocks)
         self.in_dim, self.out_dim = in_dim, hidden
 

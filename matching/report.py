@@ -93,7 +93,15 @@ def _with_variants(runs: list[Run]) -> list[Run]:
     keys = sorted({k for s in settings for k in s if k not in _NOT_VARIANT and not k.startswith(_NOT_VARIANT_PREFIXES)})
     varying = [k for k in keys if len({s.get(k) for s in settings}) > 1]
     return [
-        Run(r.path, r.task, r.aligner, r.seed, r.metrics, r.overrides, " ".join(f"{k}={s[k]}" for k in varying if k in s))
+        Run(
+            r.path,
+            r.task,
+            r.aligner,
+            r.seed,
+            r.metrics,
+            r.overrides,
+            " ".join(f"{k}={s[k]}" for k in varying if k in s),
+        )
         for r, s in zip(runs, settings, strict=True)
     ]
 

@@ -6,8 +6,9 @@
 Heat-map mode draws, for one pair, every matrix the aligner used, labelled with the tokens: softmax weights
 both ways; CoDA's φ_E(E) (`affinity`, tanh(E) by default), the gate φ_N(N) and M; conflict's weights (and the
 intra-sentence matrices with `intra=true`). Histogram mode collects the values of those matrices over the real
-(non-padding) cells of a dev set, as in the CoDA paper's Figure 2. Any other `key=value` overrides the run's
-saved config (e.g. `paths.data_dir=...`).
+(non-padding) cells of a dev set, as in the CoDA paper's Figure 2, and prints (and writes as JSON beside the
+PNG) each matrix's range, mean and share of negative cells: a CoDA model that never subtracts shows 0 % negative
+M cells. Any other `key=value` overrides the run's saved config (e.g. `paths.data_dir=...`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 from matching.data.datamodule import pad_batch
 from matching.data.readers import Pair
 from matching.data.vocab import NULL
-from matching.runs import RunError, TrainedRun, build_datamodule, load_trained, parse_cli, run_cli
+from matching.runs import RunError, TrainedRun, build_datamodule, load_trained, parse_cli, run_cli, write_json
 
 log = logging.getLogger(__name__)
 
@@ -112,12 +113,25 @@ def matrix_values(run: TrainedRun, split: str = "dev", max_pairs: int = 2000) ->
     return {k: np.concatenate(v) for k, v in values.items()}
 
 
+def value_summary(values: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """Per matrix: cells, min, max, mean, 1st/50th/99th percentiles and the share of negative cells."""
+    summary = {}
+    for name, v in values.items():
+        low, median, high = np.percentile(v, [1, 50, 99]) if len(v) else (np.nan,) * 3
+        summary[name] = {
+            "cells": int(len(v)), "min": float(v.min()), "max": float(v.max()), "mean": float(v.mean()),
+            "p01": float(low), "median": float(median), "p99": float(high), "negative": float((v < 0).mean()),
+        }  # fmt: skip
+    return summary
+
+
 def draw_histograms(values: dict[str, np.ndarray], out: Path, title: str = "") -> Path:
     plt = _plt()
     fig, axes = plt.subplots(1, len(values), figsize=(3.6 * len(values), 3.0), squeeze=False)
     for ax, (name, v) in zip(axes[0], values.items(), strict=True):
         ax.hist(v, bins=60, color="tab:blue")
-        ax.set_title(f"{name} ({len(v):,} cells)", fontsize=10)
+        ax.axvline(0.0, color="black", linewidth=0.6)
+        ax.set_title(f"{name} ({len(v):,} cells, {100 * (v < 0).mean():.1f} % < 0)", fontsize=10)
         ax.set_yscale("log")
     return _save(fig, out, title)
 
@@ -142,6 +156,13 @@ def _command(argv: list[str]) -> None:
         values = matrix_values(run, options["split"], int(options["max_pairs"]))
         out = Path(options["out"] or run.run_dir / f"matrix_values_{options['split']}.png")
         draw_histograms(values, out, title=f"{run.cfg.task.name} {options['split']} · {aligner}")
+        summary = value_summary(values)
+        write_json(out.with_suffix(".json"), summary)
+        print(f"{'matrix':<12} {'cells':>9} {'min':>7} {'p01':>7} {'median':>7} {'p99':>7} {'max':>7} {'negative':>9}")
+        for name, s in summary.items():
+            print(f"{name:<12} {s['cells']:>9,} {s['min']:>7.3f} {s['p01']:>7.3f} {s['median']:>7.3f} {s['p99']:>7.3f} "
+                  f"{s['max']:>7.3f} {100 * s['negative']:>8.1f}%")  # fmt: skip
+        print(f"wrote {out.with_suffix('.json')}")
     else:
         raise RunError(f"mode must be heatmap or histogram, got {options['mode']!r}")
     print(f"wrote {out}")

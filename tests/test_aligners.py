@@ -204,7 +204,7 @@ def test_coda_default_can_subtract_and_parikh_f_cannot():
     literal DecompAtt F (ReLU output) E = F(a)ᵀF(b) ≥ 0 and M ≥ 0 on any input."""
     torch.manual_seed(0)
     a, b, ma, mb = _inputs(batch=4, la=7, lb=6, seed=5)
-    signed = CoDAAligner(DIM, hidden=8).eval()
+    signed = CoDAAligner(DIM, hidden=8).eval()  # F_E: the identity on (signed) inputs
     parikh = CoDAAligner(DIM, hidden=8, projection="parikh").eval()
     assert (signed(a, b, ma, mb).matrices["M"] < 0).any()
     assert (signed(a, b, ma, mb).matrices["affinity"] > 0).any()
@@ -216,9 +216,9 @@ def test_coda_hand_built_case_where_m_must_be_negative():
     points away from b (the vector is subtracted)."""
     aligner = CoDAAligner(2, hidden=2, dropout=0.0, projection="linear", gate="scale")
     linear = aligner.project_e[1]
+    assert linear.bias is None  # a bias would add ‖b‖² to every E_ij
     with torch.no_grad():
         linear.weight.copy_(torch.eye(2))
-        linear.bias.zero_()
     a = torch.tensor([[[1.0, 0.0]]])
     b = torch.tensor([[[-1.0, 0.0]]])
     mask = torch.ones(1, 1, dtype=torch.bool)

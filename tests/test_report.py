@@ -75,7 +75,11 @@ def test_ablation_runs_get_one_row_per_setting_and_seeds_are_averaged(tmp_path):
         for seed, value in enumerate(maps, 1):
             run = tmp_path / f"{n}_{seed}"
             (run / ".hydra").mkdir(parents=True)
-            config = {"task": {"name": "wikiqa"}, "aligner": {"_target_": "matching.aligners.CoDAAligner"}, "seed": seed}
+            config = {
+                "task": {"name": "wikiqa"},
+                "aligner": {"_target_": "matching.aligners.CoDAAligner"},
+                "seed": seed,
+            }
             (run / "config.yaml").write_text(yaml.safe_dump(config))
             (run / "metrics.json").write_text(json.dumps({"val/map": value, "val/mrr": value}))
             overrides = ["task=wikiqa", "paths.data_dir=/corpora", f"aligner.center_e={center_e}",

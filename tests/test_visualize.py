@@ -1,5 +1,6 @@
 """Alignment heat-maps and histograms write valid PNGs with the matrices each aligner uses."""
 
+import json
 import struct
 
 import pytest
@@ -45,7 +46,7 @@ def test_heatmap_for_softmax_labels_tokens_with_null(make_cfg, tmp_path):
     _png_size(out)
 
 
-def test_histogram_mode_over_the_dev_set(wikiqa_run, tmp_path):
+def test_histogram_mode_over_the_dev_set(wikiqa_run, tmp_path, capsys):
     run, _ = wikiqa_run
     values = matrix_values(load_trained(run / "checkpoints" / "best.ckpt"))
     assert set(values) == {"affinity", "gate", "M"}
@@ -54,6 +55,12 @@ def test_histogram_mode_over_the_dev_set(wikiqa_run, tmp_path):
     out = tmp_path / "hist.png"
     assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", "mode=histogram", f"out={out}"]) == 0
     _png_size(out)
+    summary = json.loads(out.with_suffix(".json").read_text())
+    m = values["M"]
+    assert summary["M"]["negative"] == pytest.approx(float((m < 0).mean()))
+    assert summary["M"]["cells"] == len(m) and summary["M"]["min"] == pytest.approx(float(m.min()))
+    assert 0 < summary["M"]["negative"] < 1  # the default CoDA subtracts as well as adds, on real text
+    assert "negative" in capsys.readouterr().out
 
 
 def test_usage_errors(wikiqa_run, capsys):
