@@ -98,7 +98,7 @@ class NaiveDecompAtt(nn.Module):
         return torch.softmax(e, 2) @ b, torch.softmax(e, 1).transpose(1, 2) @ a
 
     def _coda(self, a, b, ma, mb):
-        fa, fb = self.f(a), self.f(b)
+        fa, fb = a, b  # the default F_E: the shared projection (projection=none)
         valid = (ma[:, :, None] & mb[:, None, :]).float()
         e = fa @ fb.transpose(1, 2)
         n = -(fa[:, :, None, :] - fb[:, None, :, :]).abs().sum(-1)  # (B, La, Lb, d) materialised
@@ -108,7 +108,7 @@ class NaiveDecompAtt(nn.Module):
 
     def _conflict(self, a, b, ma, mb):
         u, v = torch.tanh(self.wu(a)), torch.tanh(self.wv(b))
-        c = self.ws(u[:, :, None, :] - v[:, None, :, :]).squeeze(-1)  # (B, La, Lb, d) materialised
+        c = self.ws((u[:, :, None, :] - v[:, None, :, :]).abs()).squeeze(-1)  # (B, La, Lb, d) materialised
         valid = ma[:, :, None] & mb[:, None, :]
         c = c.masked_fill(~valid, -1e9)
         return torch.softmax(c, 2) @ b, torch.softmax(c, 1).transpose(1, 2) @ a
@@ -208,12 +208,12 @@ def forward_flops(aligner: str, la: float, lb: float) -> float:
     h, e, n = HIDDEN, EMB, la + lb
     flops = 2 * n * e * h  # projection
     copies = 2 if aligner == "softmax_conflict" else 1
-    if aligner in ("softmax", "coda", "softmax_conflict"):
+    if aligner in ("softmax", "softmax_conflict"):
         flops += 2 * n * 2 * h * h + 2 * la * lb * h + 2 * 2 * la * lb * h  # F, scores, two poolings
-    if aligner == "coda":
-        flops += 3 * la * lb * h  # |x - y| summed
+    if aligner == "coda":  # F_E is the shared projection (projection=none): no F
+        flops += 2 * la * lb * h + 3 * la * lb * h + 2 * 2 * la * lb * h  # E, |x - y| summed, two poolings
     if aligner in ("conflict", "softmax_conflict"):
-        flops += 2 * n * h * h + 2 * n * h + 2 * 2 * la * lb * h  # W_u/W_v, w_s, two poolings
+        flops += 2 * n * h * h + 3 * la * lb * h + 2 * 2 * la * lb * h  # W_u/W_v, weighted |u - v|, two poolings
     flops += 2 * n * ((1 + copies) * h * h + h * h)  # G
     flops += 2 * (2 * h * h + h * h) + 2 * h * CLASSES  # H and the classifier
     return flops
