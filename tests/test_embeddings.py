@@ -243,3 +243,63 @@ def test_real_glove_sample(caplog):
     assert found.tolist() == [True, True, True, True, False]
     np.testing.assert_allclose(matrix[0, :3], [0.418, 0.24968, -0.41242], rtol=1e-6)
     assert "5 words were not UTF-8" in caplog.text
+
+
+# --- lines a vectors file should not have: nothing is dropped or trusted without a word ------------------------
+
+
+def test_repeated_vocabulary_word_keeps_the_first_vector_and_is_reported(tmp_path, caplog):
+    path = write(tmp_path / "v.txt", GLOVE_TEXT + "cat 9 9 9\nfoo 1 1 1\nthe 8 8 8\n")
+    with caplog.at_level(logging.WARNING, logger=embeddings.__name__):
+        matrix, found = load_vectors(path, WORDS)
+    assert_vectors(matrix, found, WORDS)
+    assert "2 line(s) repeat a vocabulary word" in caplog.text
+    assert "'cat' at line 4" in caplog.text and "'the' at line 6" in caplog.text
+
+
+@pytest.mark.parametrize("separator", ["\t", "  ", " \t"])
+def test_a_vocabulary_line_with_tabs_or_several_spaces_is_read_and_reported(tmp_path, caplog, separator):
+    path = write(tmp_path / "v.txt", f"the 0.1 0.2 0.3\ncat{separator}1.0{separator}-2.0 3.5\nsat -0.25 0.0 1e-3\n")
+    with caplog.at_level(logging.WARNING, logger=embeddings.__name__):
+        matrix, found = load_vectors(path, WORDS)
+    assert_vectors(matrix, found, WORDS)
+    assert "1 vocabulary line(s) separate their fields with tabs or several spaces" in caplog.text
+    assert "(lines 2)" in caplog.text
+
+
+def test_one_number_too_many_after_a_vocabulary_word_is_an_error_naming_the_line(tmp_path):
+    path = write(tmp_path / "v.txt", "the 0.1 0.2 0.3\nsat 1 2 3\ncat 1.0 2.0 3.0 4.0\n")
+    with pytest.raises(VectorsError, match=r"v\.txt: line 3: expected a word and 3 numbers, found 4 .*'cat'"):
+        load_vectors(path, ["cat"])
+
+
+def test_a_word_with_spaces_is_not_mistaken_for_extra_numbers(tmp_path):
+    path = write(tmp_path / "v.txt", "the 0.1 0.2 0.3\nat name@domain.com 1 2 3\nat 4 5 6\n")
+    matrix, found = load_vectors(path, ["at name@domain.com", "at"])
+    assert found.all() and matrix[:, 0].tolist() == [1, 4]
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "NaN"])
+@pytest.mark.parametrize("rows", [3, 400])  # few lines (parsed one by one) and many (parsed as a block)
+def test_nan_or_inf_in_a_vocabulary_vector_is_an_error_naming_the_line(tmp_path, bad, rows):
+    lines = [f"w{i} {i} 1 2" for i in range(rows)]
+    lines[rows - 2] = f"w{rows - 2} 0.5 {bad} 2"
+    path = write(tmp_path / "v.txt", "\n".join(lines) + "\n")
+    with pytest.raises(VectorsError, match=rf"line {rows - 1}: the vector of the word 'w{rows - 2}' .*nan or inf"):
+        load_vectors(path, [f"w{i}" for i in range(rows)])
+
+
+def test_nan_outside_the_vocabulary_is_ignored(tmp_path):
+    path = write(tmp_path / "v.txt", GLOVE_TEXT + "unused nan 1 2\n")
+    assert_vectors(*load_vectors(path, WORDS), WORDS)
+
+
+def test_nan_in_a_word2vec_binary_vector_is_an_error_naming_the_word(tmp_path):
+    from gensim.models import KeyedVectors
+
+    kv = KeyedVectors(vector_size=3)
+    kv.add_vectors(["the", "cat"], np.array([[0.1, 0.2, 0.3], [np.nan, 1, 2]], dtype=np.float32))
+    path = tmp_path / "v.bin"
+    kv.save_word2vec_format(str(path), binary=True)
+    with pytest.raises(VectorsError, match=r"v\.bin: the vector of the word 'cat' .*nan or inf"):
+        load_vectors(path, ["the", "cat"])

@@ -18,6 +18,7 @@ import io
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -246,6 +247,8 @@ class _TextReader:
         self.batch: list[tuple[int, int, bytes, bytes]] = []  # (row, line number, word, values)
         self.recoded = 0  # words not in UTF-8 (Windows-1252 / latin-1)
         self.skipped = 0  # garbled lines of words outside the vocabulary
+        self.duplicates: list[tuple[bytes, int]] = []  # (vocabulary word, line) of a repeated word: first one wins
+        self.irregular: list[int] = []  # lines of vocabulary words separated by tabs or several spaces (read fine)
 
     def read(self, stream, raw, header: bool | None, bar: tqdm, n_rows: int) -> None:
         lineno, first = self._first_vector_line(stream, header)
@@ -256,9 +259,10 @@ class _TextReader:
             word, values = self._split(first, lineno, always=True)
             vector = self._parse_line(values.split(), lineno, word)
             if (row := self._take(word)) is not None:
+                self._check_finite(vector[None], [(row, lineno, word, values)])
                 self.matrix[row], self.found[row] = vector, True
 
-        remaining, get, batch, spaced = self.remaining, self.remaining.get, self.batch, self.spaced
+        remaining, get, batch, spaced, index = self.remaining, self.remaining.get, self.batch, self.spaced, self.index
         dim_spaces = self.dim - 1
         for lineno, line in enumerate(stream, start):
             if not lineno & _PROGRESS_EVERY_LINES:
@@ -270,22 +274,29 @@ class _TextReader:
             row = get(word)
             if row is not None and sp > 0 and not spaced:
                 values = line[sp + 1 :].rstrip()
-                if values.count(b" ") == dim_spaces:  # the common case: a well-formed line
+                if values.count(b" ") == dim_spaces and b"\t" not in values:  # the common case: a well-formed line
                     del remaining[word]
                     batch.append((row, lineno, word, values))
                     if len(batch) >= _BATCH_ROWS:
                         self._flush()
                     continue
             elif sp > 0:
+                if row is None and word in index:  # a vocabulary word already read: a repeated line
+                    self.duplicates.append((word, lineno))
+                    continue
                 vocabulary_word = False
                 if not word.isascii() and (key := _utf8_key(word)) is not word:
                     self.recoded += 1  # e.g. Windows-1252: looked up by its UTF-8 form
                     vocabulary_word = key in remaining
+                elif _OTHER_WHITESPACE.search(word):  # e.g. "cat\t0.1 ...": the word ends before the tab
+                    vocabulary_word = word.split(None, 1)[0] in remaining
                 if not (vocabulary_word or spaced):
                     continue
             # rare cases: extra fields (a word with spaces), odd spacing, no space at all, a re-encoded word
             word, values = self._split(line, lineno)
             if word is not None and (row := self._take(word)) is not None:
+                if not line.rstrip(b"\r\n").startswith(word + b" ") or b"  " in line or b"\t" in line:
+                    self.irregular.append(lineno)
                 batch.append((row, lineno, word, values))
         self._flush()
         bar.update(raw.tell() - bar.n)
@@ -294,6 +305,17 @@ class _TextReader:
             log.info("%s: %d words were not UTF-8; read them as Windows-1252/latin-1", self.path, self.recoded)
         if self.skipped:
             log.warning("%s: skipped %d garbled line(s) (none of them a vocabulary word)", self.path, self.skipped)
+        if self.irregular:
+            log.warning(
+                "%s: %d vocabulary line(s) separate their fields with tabs or several spaces instead of one space "
+                "(lines %s); they were read all the same", self.path, len(self.irregular), _some(self.irregular),
+            )  # fmt: skip
+        if self.duplicates:
+            shown = ", ".join(f"{_show(w)} at line {n}" for w, n in self.duplicates[:5])
+            log.warning(
+                "%s: %d line(s) repeat a vocabulary word already read (%s%s); the first vector of each word is used",
+                self.path, len(self.duplicates), shown, ", ..." if len(self.duplicates) > 5 else "",
+            )  # fmt: skip
         if not remaining:
             log.debug("%s: all words found by line %d; stopped reading", self.path, lineno)
 
@@ -332,6 +354,13 @@ class _TextReader:
         """
         parts = line.rsplit(None, self.dim)
         if len(parts) == self.dim + 1:
+            head = parts[0].split(None, 1)
+            if len(head) == 2 and _utf8_key(head[0]) in self.remaining and _is_number(head[1].split(None, 1)[0]):
+                raise VectorsError(
+                    f"{self.path}: line {lineno}: expected a word and {self.dim} numbers, found "
+                    f"{len(line.split()) - 1} numbers after the word {_show(_utf8_key(head[0]))}. The file is "
+                    "damaged: download it again, or check embeddings.dim and embeddings.format."
+                )
             return _utf8_key(parts[0]), b" ".join(parts[1:])
         if not line.strip():
             return None, b""
@@ -352,9 +381,22 @@ class _TextReader:
         if not self.batch:
             return
         rows = [row for row, *_ in self.batch]
-        self.matrix[rows] = self._parse_batch()
+        block = self._parse_batch()
+        self._check_finite(block, self.batch)
+        self.matrix[rows] = block
         self.found[rows] = True
         self.batch.clear()
+
+    def _check_finite(self, block: np.ndarray, entries: list[tuple[int, int, bytes, bytes]]) -> None:
+        """NaN or inf in a vocabulary word's vector is an error naming the line (it would surface later as a NaN
+        training loss that seems to blame the learning rate)."""
+        finite = np.isfinite(block).all(axis=1)
+        if not finite.all():
+            _, lineno, word, _ = entries[int(np.argmin(finite))]
+            raise VectorsError(
+                f"{self.path}: line {lineno}: the vector of the word {_show(word)} has a value that is not a finite "
+                "number (nan or inf). The file is damaged: download it again, or remove that line."
+            )
 
     def _parse_batch(self) -> np.ndarray:
         # Each batch entry holds exactly `dim` fields joined by single spaces, so a large batch can go
@@ -402,6 +444,21 @@ class _TextReader:
                     "or check embeddings.format."
                 ) from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+_OTHER_WHITESPACE = re.compile(rb"[\t\x0b\x0c\r]")
+
+
+def _is_number(field: bytes) -> bool:
+    try:
+        float(field)
+    except ValueError:
+        return False
+    return True
+
+
+def _some(lines: list[int]) -> str:
+    return ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else "")
 
 
 def _utf8_key(word: bytes) -> bytes:
@@ -458,6 +515,13 @@ def _read_gensim(path: Path, words: list[str], fmt: str, dim: int | None) -> tup
         order = np.argsort(indices)  # read a memory-mapped file in order
         matrix[np.asarray(rows)[order]] = kv.vectors[np.asarray(indices)[order]]
         found[rows] = True
+        finite = np.isfinite(matrix[rows]).all(axis=1)
+        if not finite.all():
+            word = words[rows[int(np.argmin(finite))]]
+            raise VectorsError(
+                f"{path}: the vector of the word {word!r} has a value that is not a finite number (nan or inf). "
+                "The file is damaged: download it again, or rebuild it without that word."
+            )
     return matrix, found
 
 
