@@ -301,7 +301,8 @@ def main() -> None:
     big = synthetic_split(64, 40, 40)
     longest = max(len(x) for x in big.a) * max(len(x) for x in big.b)
     four_d = 64 * longest * HIDDEN * 4
-    models = {"softmax": build_model("softmax"), "coda": build_model("coda"), "naive coda": NaiveDecompAtt("coda")}
+    models = {"softmax": build_model("softmax"), "coda": build_model("coda"), "naive coda": NaiveDecompAtt("coda"),
+              "conflict": build_model("conflict"), "naive conflict": NaiveDecompAtt("conflict")}  # fmt: skip
     sizes = {name: largest_allocation(model, big, 64) for name, model in models.items()}
     print(f"\nCoDA step / softmax step (SNLI-like, batch 64): {coda / soft:.2f}x "
           f"({coda * 1e3:.1f} ms vs {soft * 1e3:.1f} ms)")  # fmt: skip

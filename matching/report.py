@@ -4,9 +4,10 @@ Collects every run directory below the given paths (a folder with `metrics.json`
 the runs by task × aligner × variant, and prints (and writes as Markdown and CSV) mean ± std and the number of seeds of
 each metric, with the CoDA paper's numbers beside ours; plus a PNG bar chart with error bars.
 
-The variant of a run is the part of its command-line overrides (`.hydra/overrides.yaml`) that differs between
-the runs reported, seeds aside: an ablation sweep such as `aligner.center_e=false,true aligner.gate=none,center`
-gets one row per setting, and a plain aligner comparison gets none.
+The variant of a run is made of the keys overridden on the command line (`.hydra/overrides.yaml`) whose values
+in the resolved configs differ between the runs reported, seeds aside: an ablation sweep such as
+`aligner.center_e=false,true aligner.gate=none,center` gets one row per setting, a plain aligner comparison gets
+none, and a run that spelled out a default (`loss.class_weights=null`) shares the row of runs that did not.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class Run:
     seed: int
     metrics: dict[str, float]
     overrides: tuple[str, ...] = ()  # key=value from the command line, as Hydra saved them
+    config: dict | None = None  # the resolved config.yaml
     variant: str = ""
 
 
@@ -87,23 +89,27 @@ _NOT_VARIANT = {"seed", "task", "aligner", "experiment", "trainer.enable_progres
 _NOT_VARIANT_PREFIXES = ("paths.", "hydra")
 
 
+def _config_value(config: dict | None, key: str) -> str:
+    """The value at a dotted key of a resolved config, as JSON (comparable and hashable)."""
+    node: object = config or {}
+    for part in key.lstrip("+~").split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return json.dumps(node, sort_keys=True, default=str)
+
+
 def _with_variants(runs: list[Run]) -> list[Run]:
-    """Each run's variant: its overrides whose values are not the same across all the runs."""
-    settings = [dict(o.split("=", 1) for o in r.overrides if "=" in o) for r in runs]
-    keys = sorted({k for s in settings for k in s if k not in _NOT_VARIANT and not k.startswith(_NOT_VARIANT_PREFIXES)})
-    varying = [k for k in keys if len({s.get(k) for s in settings}) > 1]
-    return [
-        Run(
-            r.path,
-            r.task,
-            r.aligner,
-            r.seed,
-            r.metrics,
-            r.overrides,
-            " ".join(f"{k}={s[k]}" for k in varying if k in s),
-        )
-        for r, s in zip(runs, settings, strict=True)
-    ]
+    """Each run's variant: the overridden keys whose resolved values are not the same across all the runs."""
+    keys = {o.split("=", 1)[0] for r in runs for o in r.overrides if "=" in o} - _NOT_VARIANT
+    keys = sorted(k for k in keys if not k.startswith(_NOT_VARIANT_PREFIXES))
+    varying = [k for k in keys if len({_config_value(r.config, k) for r in runs}) > 1]
+
+    def spelled(value: object) -> str:  # as on the command line: true/false/null, not Python's reprs
+        return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
+
+    def variant(run: Run) -> str:
+        return " ".join(f"{k.lstrip('+~')}={spelled(json.loads(_config_value(run.config, k)))}" for k in varying)
+
+    return [Run(r.path, r.task, r.aligner, r.seed, r.metrics, r.overrides, r.config, variant(r)) for r in runs]
 
 
 def _metric_key(split: str, metric: str) -> str:
@@ -135,7 +141,7 @@ def find_runs(paths: list[Path]) -> list[Run]:
             metrics = json.loads((run_dir / "metrics.json").read_text())
             overrides_file = run_dir / ".hydra" / "overrides.yaml"
             overrides = tuple(yaml.safe_load(overrides_file.read_text()) or ()) if overrides_file.exists() else ()
-            runs.append(Run(run_dir, cfg["task"]["name"], aligner, int(cfg["seed"]), metrics, overrides))
+            runs.append(Run(run_dir, cfg["task"]["name"], aligner, int(cfg["seed"]), metrics, overrides, cfg))
     if not runs:
         raise FileNotFoundError(f"no run directories (metrics.json + config.yaml) under {', '.join(map(str, paths))}")
     return _with_variants(runs)
