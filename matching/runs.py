@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
@@ -262,7 +263,14 @@ def load_trained(checkpoint: str | os.PathLike, overrides: list[str] | tuple[str
             f"vocabulary mismatch: {vocab_file} has {len(vocab)} entries but checkpoint {checkpoint} has "
             f"{rows.shape[0]} embedding rows; the checkpoint and vocab.txt come from different runs"
         )
-    model = build_model(cfg, torch.zeros_like(rows), num_classes=len(labels))
+    try:
+        model = build_model(cfg, torch.zeros_like(rows), num_classes=len(labels))
+    except (InstantiationException, TypeError, ValueError) as err:  # e.g. an option this version no longer has
+        cause = err.__cause__ or err  # Hydra wraps the constructor's own error
+        raise RunError(
+            f"cannot rebuild the model of {run_dir} from its config.yaml ({cause}); the run was probably made by "
+            f"another version of matching. Retrain it, or edit config.yaml to the current options (see conf/aligner/)."
+        ) from err
     model.load_state_dict({k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")})
     model.eval()
     return TrainedRun(run_dir, checkpoint, cfg, vocab, model, labels, meta.get("kind", cfg.task.kind))

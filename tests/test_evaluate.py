@@ -101,3 +101,20 @@ def test_cli_prints_a_table(snli_run, capsys):
     assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}"]) == 0
     out = capsys.readouterr().out
     assert "val/acc" in out and "wrote" in out
+
+
+def test_a_run_from_another_version_is_a_clear_error(snli_run, tmp_path):
+    """A saved config with an option this version no longer has (e.g. the old aligner.project) is named."""
+    import shutil
+
+    import yaml
+
+    from matching.runs import RunError, load_trained
+
+    run_dir, _ = snli_run
+    old = shutil.copytree(run_dir, tmp_path / "old_run")
+    config = yaml.safe_load((old / "config.yaml").read_text())
+    config["aligner"]["project"] = True
+    (old / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(RunError, match=r"unexpected keyword argument 'project'.*another version of matching"):
+        load_trained(old / "checkpoints" / "best.ckpt")
