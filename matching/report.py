@@ -207,7 +207,7 @@ def write_chart(rows: list[dict[str, object]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     shown = [r for r in rows if r["metric"] == TASK_METRICS.get(str(r["task"]), ["acc"])[0]]
-    labels = [f"{r['task']}\n{r['aligner']}\n{r['variant'].replace(' ', chr(10))}\n{r['split']}" for r in shown]
+    labels = ["\n".join(filter(None, [r["task"], r["aligner"], *str(r["variant"]).split(), r["split"]])) for r in shown]
     fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(shown)), 4.0))
     colors = ["tab:blue" if r["split"] == "dev" else "tab:orange" for r in shown]
     ax.bar(range(len(shown)), [r["mean"] for r in shown], yerr=[r["std"] for r in shown], capsize=4, color=colors)
