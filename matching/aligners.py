@@ -138,7 +138,7 @@ class CoDAAligner(Aligner):
     `projection` is F_E (and F_N), see PROJECTIONS. E must take both signs: "E controls whether we want to add
     or subtract a vector" (§2.3). The default "none" scores the model's linear projection of the unit-norm word
     vectors, so E is a learned bilinear similarity of the words, near 0 for unrelated ones (the paper's Fig. 2;
-    on WikiQA dev about a fifth of the M cells are negative). "parikh" (the DecompAtt F, whose ReLU output makes
+    on WikiQA dev 30 % of the M cells are negative). "parikh" (the DecompAtt F, whose ReLU output makes
     E ≥ 0 and M ≥ 0: CoDA that can only add or delete) is kept for ablation. A projection with a bias of its
     own is no cure: its constant ‖b‖² outweighs the token-dependent part of E, and M stays ≥ 0 in practice.
     """
