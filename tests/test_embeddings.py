@@ -299,3 +299,10 @@ def test_nan_in_a_word2vec_binary_vector_is_an_error_naming_the_word(tmp_path):
     kv.save_word2vec_format(str(path), binary=True)
     with pytest.raises(VectorsError, match=r"v\.bin: the vector of the word 'cat' .*nan or inf"):
         load_vectors(path, ["the", "cat"])
+
+
+def test_a_re_encoded_word_is_not_reported_as_irregular_spacing(tmp_path, caplog):
+    path = write(tmp_path / "v.txt", b"the 0.1 0.2 0.3\n" + "caf\xe9 1 2 3\n".encode("cp1252"))
+    with caplog.at_level(logging.WARNING, logger=embeddings.__name__):
+        matrix, found = load_vectors(path, ["café"])
+    assert found.all() and "tabs or several spaces" not in caplog.text

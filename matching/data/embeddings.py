@@ -295,7 +295,7 @@ class _TextReader:
             # rare cases: extra fields (a word with spaces), odd spacing, no space at all, a re-encoded word
             word, values = self._split(line, lineno)
             if word is not None and (row := self._take(word)) is not None:
-                if not line.rstrip(b"\r\n").startswith(word + b" ") or b"  " in line or b"\t" in line:
+                if line[:1].isspace() or b"\t" in line or b"  " in line.rstrip():  # not one space between fields
                     self.irregular.append(lineno)
                 batch.append((row, lineno, word, values))
         self._flush()
