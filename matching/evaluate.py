@@ -18,7 +18,8 @@ from pathlib import Path
 import lightning.pytorch as pl
 
 from matching.data.datamodule import split_prefix
-from matching.runs import RunError, build_datamodule, load_trained, parse_cli, run_cli, write_json
+from matching.files import write_json
+from matching.runs import RunError, build_datamodule, load_trained, parse_cli, run_cli
 from matching.system import MatchingSystem
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -25,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from matching.data.datamodule import PairDataModule, split_prefix
 from matching.data.embeddings import PretrainedWords, load_vectors
 from matching.data.vocab import Vocabulary
+from matching.files import write_atomic
 from matching.model import DecomposableAttention
 from matching.system import MatchingSystem
 
@@ -117,27 +117,12 @@ def build_system(cfg: DictConfig, model: DecomposableAttention, dm: PairDataModu
     )
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file and rename it into place: a kill mid-write never leaves a half-written file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint writer, but through a temporary file and a rename, so that a run killed while
+    """Lightning's checkpoint writer through :func:`matching.files.write_atomic`, so that a run killed while
     saving keeps its previous checkpoint intact instead of a truncated one that breaks `evaluate` or resume."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        torch.save(checkpoint, tmp)
-        os.replace(tmp, path)
+        write_atomic(path, lambda tmp: torch.save(checkpoint, tmp))
 
 
 def check_writable(folder: Path) -> None:

@@ -23,6 +23,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from matching.data.vocab import Vocabulary
+from matching.files import write_json, write_text_atomic
 from matching.runs import (
     AtomicCheckpointIO,
     RunError,
@@ -32,8 +33,6 @@ from matching.runs import (
     build_system,
     check_writable,
     find_run_dir,
-    write_json,
-    write_text_atomic,
 )
 
 log = logging.getLogger(__name__)

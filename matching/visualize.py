@@ -24,7 +24,8 @@ import torch
 from matching.data.datamodule import pad_batch
 from matching.data.readers import Pair
 from matching.data.vocab import NULL
-from matching.runs import RunError, TrainedRun, build_datamodule, load_trained, parse_cli, run_cli, write_json
+from matching.files import write_json
+from matching.runs import RunError, TrainedRun, build_datamodule, load_trained, parse_cli, run_cli
 
 log = logging.getLogger(__name__)
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from matching.files import existing, write_npz_atomic
 
 log = logging.getLogger(__name__)
 
@@ -31,17 +32,13 @@ def cache_key(parts: Mapping[str, Any]) -> str:
 
 def file_stamp(path: Path) -> dict[str, Any] | None:
     """Identity of a local split file or folder (None when it is not local, e.g. read from the hub)."""
-    candidates = [path, Path(str(path) + ".gz")]
-    for p in candidates:
-        if p.is_file():
-            st = p.stat()
-            return {"path": str(p.resolve()), "size": st.st_size, "mtime": st.st_mtime_ns}
-        if p.is_dir():  # TrecQA's token folders
-            files = sorted(q for q in p.iterdir() if q.is_file())
-            return {
-                "path": str(p.resolve()),
-                "files": [(q.name, q.stat().st_size, q.stat().st_mtime_ns) for q in files],
-            }
+    p = existing(path)
+    if p is not None and p.is_file():
+        st = p.stat()
+        return {"path": str(p.resolve()), "size": st.st_size, "mtime": st.st_mtime_ns}
+    if p is not None and p.is_dir():  # TrecQA's token folders
+        files = sorted(q for q in p.iterdir() if q.is_file())
+        return {"path": str(p.resolve()), "files": [(q.name, q.stat().st_size, q.stat().st_mtime_ns) for q in files]}
     return None
 
 
@@ -66,10 +63,7 @@ def save(path: Path, words: list[str] | None, splits: Mapping[str, Any]) -> None
         arrays[f"{name}.labels"], arrays[f"{name}.groups"] = split.labels, split.groups
         meta["splits"][name] = {"group_names": split.group_names, "truncated": split.truncated}
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    write_npz_atomic(path, **arrays)
 
 
 def load(path: Path) -> tuple[list[str] | None, dict[str, dict[str, Any]]] | None:

@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from matching.files import GZIP_MAGIC, existing, open_binary, write_npz_atomic
+
 log = logging.getLogger(__name__)
 
 FORMATS = ("auto", "glove", "word2vec", "word2vec_bin", "kv")
@@ -35,7 +37,6 @@ _PROGRESS_MIN_BYTES = 50_000_000  # smaller files load in a moment: no progress 
 _PROGRESS_EVERY_LINES = 0xFFF  # update the bar every 4096 lines (a mask, tested with &)
 _BATCH_ROWS = 4096  # vocabulary lines parsed together
 _PANDAS_MIN_ROWS = 256  # below this, pandas' C parser does not pay for itself
-_GZIP_MAGIC = b"\x1f\x8b"
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -157,8 +158,7 @@ def first_words(path: str | os.PathLike, count: int, format: str = "auto") -> li
             kv = KeyedVectors.load_word2vec_format(str(path), binary=True, limit=count, unicode_errors="replace")
         return list(kv.index_to_key[:count])
     words: list[str] = []
-    with open(path, "rb") as raw:
-        stream = gzip.GzipFile(fileobj=raw) if raw.peek(2)[:2] == _GZIP_MAGIC else raw
+    with open_binary(path) as stream:
         for number, line in enumerate(stream, 1):
             fields = line.removeprefix(_BOM).split(None, 1) if number == 1 else line.split(None, 1)
             if number == 1 and fmt != "glove" and len(line.split()) == 2 and line.split()[0].isdigit():
@@ -171,12 +171,10 @@ def first_words(path: str | os.PathLike, count: int, format: str = "auto") -> li
 
 
 def _existing(path: Path) -> Path:
-    if path.exists():
-        return path
-    gz = path.with_name(path.name + ".gz")
-    if gz.exists():
-        return gz
-    raise FileNotFoundError(missing_vectors_message(path))
+    found = existing(path)
+    if found is None:
+        raise FileNotFoundError(missing_vectors_message(path))
+    return found
 
 
 def _resolve_format(path: Path) -> str:
@@ -211,7 +209,7 @@ def _read_text(path: Path, words: list[str], *, header: bool | None, dim: int | 
     with ExitStack() as stack:
         raw = stack.enter_context(open(path, "rb", buffering=1 << 20))
         stream = raw
-        if raw.peek(2)[:2] == _GZIP_MAGIC:  # progress follows `raw`: the compressed position
+        if raw.peek(2)[:2] == GZIP_MAGIC:  # progress follows `raw`: the compressed position
             stream = stack.enter_context(io.BufferedReader(gzip.GzipFile(fileobj=raw), 1 << 20))
         bar = stack.enter_context(
             tqdm(
@@ -552,14 +550,9 @@ def _read_cache(cache_file: Path, n_words: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def _write_cache(cache_file: Path, matrix: np.ndarray, found: np.ndarray) -> None:
-    cache_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, matrix=matrix, found=found)
-        os.replace(tmp, cache_file)
+        write_npz_atomic(cache_file, matrix=matrix, found=found)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         log.warning("could not write vectors cache %s (%s)", cache_file, e)
         return
     log.info("cached word vectors in %s", cache_file)

@@ -27,7 +27,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import Any, TextIO
+
+from matching.files import existing, gz_twin, open_binary
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +48,6 @@ __all__ = [
     "read_wikiqa_tsv",
 ]
 
-_GZIP_MAGIC = b"\x1f\x8b"
 # Labels that mark an example with no usable gold label, and how the summary line describes them.
 _DROPPED_LABELS = {"-": 'label "-" (no annotator consensus)', "": "empty label"}
 _JSON_WS = re.compile(r"[ \t\n\r]*")
@@ -77,31 +78,11 @@ class DataFormatError(ValueError):
 
 
 def _resolve(path: str | os.PathLike[str]) -> Path:
-    """Return ``path`` if it exists, else its twin: ``x`` -> ``x.gz``, ``x.gz`` -> ``x``.
-
-    Raises FileNotFoundError naming both paths tried.
-    """
-    p = Path(path)
-    if p.exists():
-        return p
-    twin = p.with_name(p.name[:-3]) if p.name.endswith(".gz") else p.with_name(p.name + ".gz")
-    if twin.exists():
-        return twin
-    raise FileNotFoundError(f"corpus file not found: tried {str(p)!r} and {str(twin)!r}")
-
-
-def _is_gzip(path: Path) -> bool:
-    """A ``.gz`` name, or gzip magic bytes (some downloaders keep the compression but drop the suffix)."""
-    if path.name.endswith(".gz"):
-        return True
-    with open(path, "rb") as f:
-        return f.read(2) == _GZIP_MAGIC
-
-
-def _open_binary(path: Path) -> BinaryIO:
-    if _is_gzip(path):
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")
+    """``path`` if it exists, else its twin (``x`` <-> ``x.gz``); FileNotFoundError names both paths tried."""
+    found = existing(path)
+    if found is None:
+        raise FileNotFoundError(f"corpus file not found: tried {str(path)!r} and {str(gz_twin(path))!r}")
+    return found
 
 
 def open_text(path: str | os.PathLike[str], *, errors: str = "strict") -> TextIO:
@@ -117,7 +98,7 @@ def open_text(path: str | os.PathLike[str], *, errors: str = "strict") -> TextIO
     :class:`DataFormatError` with a line number.
     """
     p = _resolve(path)
-    return io.TextIOWrapper(_open_binary(p), encoding="utf-8", errors=errors, newline=None)
+    return io.TextIOWrapper(open_binary(p), encoding="utf-8", errors=errors, newline=None)
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -127,7 +108,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
     :class:`DataFormatError` naming the line.
     """
     lineno = 0
-    with _open_binary(path) as f:
+    with open_binary(path) as f:
         try:
             for lineno, raw in enumerate(f, 1):
                 try:

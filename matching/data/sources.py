@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from matching.data.readers import READERS, Pair
+from matching.files import existing
 
 log = logging.getLogger(__name__)
 
@@ -28,17 +29,13 @@ def resolve_path(path: str | os.PathLike, data_dir: str | os.PathLike) -> Path:
     return path if path.is_absolute() else Path(data_dir) / path
 
 
-def _exists(path: Path) -> bool:
-    return path.exists() or Path(str(path) + ".gz").exists()
-
-
 def read_split(
     task: Mapping[str, Any], split: str, data_dir: str | os.PathLike, cache_dir: str | os.PathLike
 ) -> list[Pair]:
     """All pairs of `split` for `task` (a task config node: name, reader, splits, optional hub)."""
     spec = task["splits"][split]
     path = resolve_path(spec["path"], data_dir)
-    if _exists(path):
+    if existing(path) is not None:
         reader = READERS[task["reader"]]
         log.info("reading %s %s from %s", task["name"], split, path)
         pairs = reader(path)

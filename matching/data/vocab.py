@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import normalizers, pre_tokenizers
 
+from matching.files import write_text_atomic
 from matching.model import NULL_ID, PAD_ID
 
 log = logging.getLogger(__name__)
@@ -110,10 +111,7 @@ class Vocabulary:
         return matrix
 
     def save(self, path: str | os.PathLike) -> None:
-        path = Path(path)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(f"#oov_buckets={self.oov_buckets}\n" + "\n".join(self.words) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_text_atomic(path, f"#oov_buckets={self.oov_buckets}\n" + "\n".join(self.words) + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Vocabulary:
