@@ -1,4 +1,4 @@
-"""`python -m matching.export ckpt=<path> format=onnx|torchscript [out=<dir>]`: a trained model for serving.
+"""`matching-export ckpt=<path> format=onnx|torchscript [out=<dir>]` (conf/export.yaml): a model for serving.
 
 Writes into `out` (default `<run dir>/export/`) the model (`model.onnx` or `model.pt`), a copy of `vocab.txt`
 and `serving.json` (labels, task kind, and the text preparation: lower-casing, kept tokens, OOV buckets,
@@ -10,17 +10,18 @@ Export needs the `export` extra for ONNX: `pip install -e ".[export]"`.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from matching.runs import RunError, TrainedRun, load_trained, parse_cli, run_cli
+from matching.cli import command
+from matching.files import write_json
+from matching.runs import RunError, TrainedRun, load_trained
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,10 @@ FORMATS = {"onnx": "model.onnx", "torchscript": "model.pt"}
 
 
 class ServingModel(nn.Module):
-    """Token ids in; class probabilities and logits out; the alignment matrices are dropped."""
+    """Token ids in; class probabilities and logits out; the alignment matrices and masks are dropped.
+
+    It wraps the model that MatchingSystem.predict_step calls (the inference path of every other command), not
+    the LightningModule itself, which TorchScript and ONNX cannot trace outside a Trainer."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
@@ -103,29 +107,28 @@ def export(run: TrainedRun, fmt: str, out_dir: Path) -> Path:
         else None,
         "labels": run.labels,
         "kind": run.kind,
-        "task": cfg.task.name,
-        "tokenizer": {"lowercase": bool(cfg.data.lowercase), "keep_tokens": list(cfg.task.get("keep_tokens") or [])},
+        "task": run.task.name,
+        "tokenizer": {"lowercase": bool(cfg.data.lowercase), "keep_tokens": run.task.keep_tokens},
         "oov_buckets": run.vocab.oov_buckets,
         "oov_hash": "2 + crc32(utf-8 word) % oov_buckets",
         "max_length": cfg.data.max_length,
         "checkpoint": str(run.checkpoint),
     }
-    (out_dir / "serving.json").write_text(json.dumps(spec, indent=2) + "\n")
+    write_json(out_dir / "serving.json", spec)
     return path
 
 
-def _command(argv: list[str]) -> None:
-    options, overrides = parse_cli(argv, {"ckpt": None, "format": "onnx", "out": None})
-    if not options["ckpt"]:
-        raise RunError("usage: python -m matching.export ckpt=<path.ckpt> format=onnx|torchscript [out=<dir>]")
-    run = load_trained(options["ckpt"], overrides)
-    path = export(run, options["format"], Path(options["out"] or run.run_dir / "export"))
+def export_command(cfg: DictConfig) -> Path:
+    """The `export` command on a composed config (conf/export.yaml over the run's saved config)."""
+    if cfg.format not in FORMATS:
+        raise RunError(f"format must be one of {sorted(FORMATS)}, got {cfg.format!r}")
+    run = load_trained(cfg.ckpt, cfg)
+    path = export(run, str(cfg.format), Path(cfg.out or run.run_dir / "export"))
     print(f"wrote {path} (with vocab.txt and serving.json beside it)")
+    return path
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_command, argv)
-
+main = command("export", export_command, uses_run=True)
 
 if __name__ == "__main__":
     sys.exit(main())

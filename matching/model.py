@@ -27,6 +27,8 @@ AlignerFactory = Callable[..., Aligner]  # called as factory(dim=...)
 class MatchOutput(NamedTuple):
     logits: Tensor  # (B, num_classes)
     matrices: dict[str, Tensor]  # cross alignment (B, La, Lb); intra ones prefixed "intra_a/", "intra_b/"
+    mask_a: Tensor  # (B, La) bool: the real tokens the matrices' rows stand for (NULL first when the model uses it)
+    mask_b: Tensor  # (B, Lb) bool
 
 
 class IntraAttention(nn.Module):
@@ -128,4 +130,4 @@ class DecomposableAttention(nn.Module):
         v1 = masked_sum(self.compare(torch.cat([a, beta], dim=-1)), mask_a, dim=1)  # (B, H)
         v2 = masked_sum(self.compare(torch.cat([b, alpha], dim=-1)), mask_b, dim=1)  # (B, H)
         logits = self.classifier(self.aggregate(torch.cat([v1, v2], dim=-1)))  # (B, C)
-        return MatchOutput(logits, matrices)
+        return MatchOutput(logits, matrices, mask_a, mask_b)

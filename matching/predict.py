@@ -1,4 +1,4 @@
-"""`python -m matching.predict ckpt=<path> input=<file or -> [output=<file or ->] [batch_size=N] [format=F]`.
+"""`matching-predict ckpt=<path> input=<file or -> [output=<file or ->] [batch_size=N] [format=F]` (conf/predict.yaml).
 
 Predicts on new pairs with a trained model, offline, from its run directory alone (format: auto, tsv or
 jsonl; batch_size 256 by default). Input is TSV (two text
@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import IO
 
 import torch
+from omegaconf import DictConfig
 
-from matching.data.datamodule import pad_batch
+from matching.cli import command
 from matching.data.readers import DataFormatError, Pair, open_text
-from matching.runs import RunError, TrainedRun, build_datamodule, load_trained, parse_cli, run_cli
+from matching.runs import RunError, TrainedRun, load_trained
 from matching.system import match_margin
 
 log = logging.getLogger(__name__)
@@ -97,25 +98,16 @@ def _batches(items: Iterable[Pair], size: int) -> Iterator[list[Pair]]:
         yield batch
 
 
-class Predictor:
-    """Batched inference with a trained run; texts are prepared exactly as the training data was."""
-
-    def __init__(self, run: TrainedRun):
-        self.run = run
-        self.data = build_datamodule(run.cfg, vocab=run.vocab)
-
-    @torch.inference_mode()
-    def logits(self, pairs: Sequence[Pair]) -> torch.Tensor:
-        a, b = self.data.encode_pairs(pairs)
-        return self.run.model(pad_batch(a), pad_batch(b)).logits.float()  # (N, C)
-
-
 def predict(run: TrainedRun, pairs: Iterable[Pair], out: IO[str], batch_size: int = 256) -> int:
     """Write predictions as JSON Lines; returns the number of pairs."""
-    predictor, labels, count = Predictor(run), run.labels, 0
+    labels, count = run.labels, 0
+
+    def logits(batch: Sequence[Pair]) -> torch.Tensor:
+        return run.predict(run.batch(batch)).logits.float()  # (N, C)
+
     if run.kind == "classify":
         for batch in _batches(pairs, batch_size):
-            probs = torch.softmax(predictor.logits(batch), dim=-1)
+            probs = torch.softmax(logits(batch), dim=-1)
             for p, row in zip(batch, probs.tolist(), strict=True):
                 best = max(range(len(labels)), key=row.__getitem__)
                 record = {"line": p.line, "a": p.a, "b": p.b, "label": labels[best],
@@ -139,8 +131,8 @@ def predict(run: TrainedRun, pairs: Iterable[Pair], out: IO[str], batch_size: in
             current.clear()
 
     for batch in _batches(pairs, batch_size):
-        logits = predictor.logits(batch)
-        margins, p_match = match_margin(logits).tolist(), torch.softmax(logits, dim=-1)[:, 1].tolist()
+        scores = logits(batch)
+        margins, p_match = match_margin(scores).tolist(), torch.softmax(scores, dim=-1)[:, 1].tolist()
         for p, score, pm in zip(batch, margins, p_match, strict=True):
             group = p.group or p.a
             if current and group != (current[0][0].group or current[0][0].a):
@@ -156,37 +148,30 @@ def predict(run: TrainedRun, pairs: Iterable[Pair], out: IO[str], batch_size: in
     return count
 
 
-def _command(argv: list[str]) -> None:
-    options, overrides = parse_cli(
-        argv, {"ckpt": None, "input": None, "output": "-", "batch_size": "256", "format": "auto"}
-    )
-    if not options["ckpt"] or not options["input"]:
-        raise RunError("usage: python -m matching.predict ckpt=<path.ckpt> input=<file or -> [output=<file or ->]")
-    if options["format"] not in ("auto", "tsv", "jsonl"):
-        raise RunError(f"format must be auto, tsv or jsonl, got {options['format']!r}")
-    run = load_trained(options["ckpt"], overrides)
+def predict_command(cfg: DictConfig) -> int:
+    """The `predict` command on a composed config (conf/predict.yaml over the run's saved config)."""
+    if cfg.format not in ("auto", "tsv", "jsonl"):
+        raise RunError(f"format must be auto, tsv or jsonl, got {cfg.format!r}")
+    if int(cfg.batch_size) < 1:
+        raise RunError(f"batch_size must be a positive number of pairs, got {cfg.batch_size}")
+    run = load_trained(cfg.ckpt, cfg)
     with ExitStack() as stack:
-        if options["input"] == "-":
+        if cfg.input == "-":
             source, stream = "<stdin>", sys.stdin
         else:
-            source = options["input"]
+            source = str(cfg.input)
             stream = stack.enter_context(open_text(source))
-        fmt = options["format"]
+        fmt = cfg.format
         if fmt == "auto" and source != "<stdin>":
             suffixes = Path(source).suffixes
             fmt = "jsonl" if {".jsonl", ".json"} & set(suffixes) else "tsv" if ".tsv" in suffixes else "auto"
-        out = (
-            sys.stdout
-            if options["output"] == "-"
-            else stack.enter_context(open(options["output"], "w", encoding="utf-8"))
-        )
-        count = predict(run, read_input(stream, source, fmt), out, int(options["batch_size"]))
+        out = sys.stdout if cfg.output == "-" else stack.enter_context(open(cfg.output, "w", encoding="utf-8"))
+        count = predict(run, read_input(stream, source, fmt), out, int(cfg.batch_size))
     print(f"predicted {count} pairs", file=sys.stderr)
+    return count
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_command, argv)
-
+main = command("predict", predict_command, uses_run=True)
 
 if __name__ == "__main__":
     sys.exit(main())

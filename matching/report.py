@@ -1,8 +1,10 @@
-"""`python -m matching.report <multirun dir or run dirs> [--out DIR]`: a results table over seeds.
+"""`matching-report runs=<multirun dir or run dir> [out=<dir>]` (conf/report.yaml): a results table over seeds.
 
 Collects every run directory below the given paths (a folder with `metrics.json` and `config.yaml`), groups
 the runs by task × aligner × variant, and prints (and writes as Markdown and CSV) mean ± std and the number of seeds of
-each metric, with the CoDA paper's numbers beside ours; plus a PNG bar chart with error bars.
+each metric the task's config names (`report_metrics`), with the paper's numbers from the same config (`paper`)
+beside ours; plus a PNG bar chart with error bars. Tasks and aligners are named by the config options the runs
+were trained with (`task=wikiqa aligner=coda`), so a new corpus or aligner needs no edit here.
 
 The variant of a run is made of the keys overridden on the command line (`.hydra/overrides.yaml`) whose values
 in the resolved configs differ between the runs reported, seeds aside: an ablation sweep such as
@@ -12,8 +14,8 @@ none, and a run that spelled out a default (`loss.class_weights=null`) shares th
 
 from __future__ import annotations
 
-import argparse
 import csv
+import io
 import json
 import logging
 import math
@@ -24,52 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from omegaconf import DictConfig, ListConfig
+
+from matching.cli import command
+from matching.files import write_text_atomic
 
 log = logging.getLogger(__name__)
-
-#: Aligner config name of each aligner class (the `aligner=` value that produced a run).
-ALIGNER_NAMES = {
-    "matching.aligners.SoftmaxAligner": "softmax",
-    "matching.aligners.CoDAAligner": "coda",
-    "matching.aligners.ConflictAligner": "conflict",
-    "matching.aligners.SoftmaxConflictAligner": "softmax_conflict",
-}
-
-#: Metrics reported per task (dev for selection, test for final numbers), as logged.
-TASK_METRICS = {
-    "snli": ["acc"],
-    "mnli": ["acc", "mismatched/acc"],
-    "scitail": ["acc"],
-    "dnli": ["acc"],
-    "trecqa": ["map", "mrr", "raw/map_raw", "raw/mrr_raw"],  # clean-dev filtered; raw-dev over every question
-    "wikiqa": ["map", "mrr"],
-    "ubuntu": ["top1", "top2", "top5"],
-}
-
-#: CoDA paper, Tables 2-3 (test numbers, in %): D-ATT (softmax) and D-ATT + CoDA.
-PAPER = {
-    ("snli", "softmax", "acc"): 84.61,
-    ("snli", "coda", "acc"): 85.71,
-    ("mnli", "softmax", "acc"): 71.34,
-    ("mnli", "softmax", "mismatched/acc"): 71.97,
-    ("mnli", "coda", "acc"): 72.19,
-    ("mnli", "coda", "mismatched/acc"): 72.45,
-    ("scitail", "softmax", "acc"): 82.0,
-    ("scitail", "coda", "acc"): 83.6,
-    ("dnli", "softmax", "acc"): 88.2,
-    ("dnli", "coda", "acc"): 88.8,
-    ("trecqa", "softmax", "map"): 80.6,
-    ("trecqa", "softmax", "mrr"): 83.9,
-    ("trecqa", "coda", "map"): 80.0,
-    ("trecqa", "coda", "mrr"): 84.5,
-    ("wikiqa", "softmax", "map"): 66.4,
-    ("wikiqa", "softmax", "mrr"): 68.0,
-    ("wikiqa", "coda", "map"): 70.5,
-    ("wikiqa", "coda", "mrr"): 72.4,
-    ("ubuntu", "softmax", "top1"): 51.8,
-    ("ubuntu", "coda", "top1"): 52.5,
-}
-
 
 @dataclass(frozen=True)
 class Run:
@@ -81,6 +43,10 @@ class Run:
     overrides: tuple[str, ...] = ()  # key=value from the command line, as Hydra saved them
     config: dict | None = None  # the resolved config.yaml
     variant: str = ""
+
+    @property
+    def task_config(self) -> dict:
+        return (self.config or {}).get("task") or {}
 
 
 #: Overrides that never make a variant: the seed is what a row averages over; the rest name the task and aligner
@@ -134,10 +100,9 @@ def find_runs(paths: list[Path]) -> list[Run]:
                 log.warning("skipping %s: metrics.json without config.yaml (not a matching run directory)", run_dir)
                 continue
             cfg = yaml.safe_load(config_file.read_text())
-            target = cfg["aligner"]["_target_"]
-            aligner = ALIGNER_NAMES.get(target, target.rsplit(".", 1)[-1])
+            aligner = option_name(cfg, "aligner")
             if cfg.get("intra"):
-                aligner += "+intra_" + ALIGNER_NAMES.get(cfg["intra"]["_target_"], "custom")
+                aligner += "+intra_" + option_name(cfg, "intra")
             metrics = json.loads((run_dir / "metrics.json").read_text())
             overrides_file = run_dir / ".hydra" / "overrides.yaml"
             overrides = tuple(yaml.safe_load(overrides_file.read_text()) or ()) if overrides_file.exists() else ()
@@ -145,6 +110,13 @@ def find_runs(paths: list[Path]) -> list[Run]:
     if not runs:
         raise FileNotFoundError(f"no run directories (metrics.json + config.yaml) under {', '.join(map(str, paths))}")
     return _with_variants(runs)
+
+
+def option_name(cfg: dict, group: str) -> str:
+    """The option of a config group the run was trained with (`aligner=coda` -> "coda"), as saved by `train`;
+    for a run composed without Hydra's record of its choices, the class name of the group's `_target_`."""
+    chosen = (cfg.get("choices") or {}).get(group)
+    return chosen or str(cfg[group]["_target_"]).rsplit(".", 1)[-1]
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -161,7 +133,9 @@ def summarise(runs: list[Run]) -> list[dict[str, object]]:
         seeds = sorted(r.seed for r in members)
         if len(set(seeds)) != len(seeds):
             log.warning("%s/%s %s: several runs share a seed (%s); each counts once", task, aligner, variant, seeds)
-        for metric in TASK_METRICS.get(task, ["acc"]):
+        task_config = members[0].task_config
+        paper = task_config.get("paper") or {}
+        for metric in task_config.get("report_metrics") or ["acc"]:
             for split in ("val", "test"):
                 key = _metric_key(split, metric)
                 values = [100 * r.metrics[key] for r in members if key in r.metrics and not math.isnan(r.metrics[key])]
@@ -179,7 +153,7 @@ def summarise(runs: list[Run]) -> list[dict[str, object]]:
                         "std": round(std, 2),
                         "n": len(values),
                         "seeds": " ".join(map(str, seeds)),
-                        "paper_test": PAPER.get((task, aligner, metric), "") if not variant else "",
+                        "paper_test": (paper.get(aligner) or {}).get(metric, "") if not variant else "",
                     }
                 )
     return rows
@@ -199,14 +173,14 @@ def to_markdown(rows: list[dict[str, object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_chart(rows: list[dict[str, object]], path: Path) -> None:
-    """Bar chart of the dev metric of each task × aligner with std error bars (and test where present)."""
+def write_chart(rows: list[dict[str, object]], path: Path, headline: dict[str, str]) -> None:
+    """Bar chart of each task's `headline` metric per aligner with std error bars (dev, and test where present)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shown = [r for r in rows if r["metric"] == TASK_METRICS.get(str(r["task"]), ["acc"])[0]]
+    shown = [r for r in rows if r["metric"] == headline.get(str(r["task"]), "acc")]
     labels = ["\n".join(filter(None, [r["task"], r["aligner"], *str(r["variant"]).split(), r["split"]])) for r in shown]
     fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(shown)), 4.0))
     colors = ["tab:blue" if r["split"] == "dev" else "tab:orange" for r in shown]
@@ -227,15 +201,16 @@ def report(paths: list[Path], out: Path | None = None) -> list[dict[str, object]
     runs = find_runs(paths)
     rows = summarise(runs)
     out = out or (paths[0] if paths[0].is_dir() else paths[0].parent)
-    out.mkdir(parents=True, exist_ok=True)
     markdown = to_markdown(rows)
-    (out / "report.md").write_text(markdown)
-    with open(out / "report.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0].keys()) if rows else ["task"])
-        writer.writeheader()
-        writer.writerows(rows)
+    write_text_atomic(out / "report.md", markdown)
+    table = io.StringIO()
+    writer = csv.DictWriter(table, fieldnames=list(rows[0].keys()) if rows else ["task"])
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomic(out / "report.csv", table.getvalue())
     if rows:
-        write_chart(rows, out / "report.png")
+        headline = {r.task: (r.task_config.get("report_metrics") or ["acc"])[0] for r in runs}
+        write_chart(rows, out / "report.png", headline)
     print(markdown)
     print(
         f"{len(runs)} runs; wrote {out / 'report.md'}, {out / 'report.csv'}"
@@ -244,19 +219,15 @@ def report(paths: list[Path], out: Path | None = None) -> list[dict[str, object]
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m matching.report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("paths", nargs="+", type=Path, help="multirun directories or run directories")
-    parser.add_argument("--out", type=Path, default=None, help="where to write report.{md,csv,png}")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        report(args.paths, args.out)
-    except FileNotFoundError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+def report_command(cfg: DictConfig) -> list[dict[str, object]]:
+    """The `report` command on its composed config (conf/report.yaml)."""
+    runs = cfg.runs if isinstance(cfg.runs, ListConfig) else [cfg.runs]
+    if not runs:
+        raise FileNotFoundError("runs= names no folder; give a multirun or run directory, or a list: runs=[a,b]")
+    return report([Path(str(r)) for r in runs], Path(cfg.out) if cfg.out else None)
 
+
+main = command("report", report_command)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import lightning.pytorch as pl
 import numpy as np
 import torch
 from hydra.errors import InstantiationException
@@ -21,60 +21,53 @@ from hydra.utils import instantiate
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
-from matching.data.datamodule import PairDataModule, split_prefix
-from matching.data.embeddings import PretrainedWords, load_vectors
+from matching.data.datamodule import PairDataModule, pad_batch, split_prefix
+from matching.data.readers import Pair
+from matching.data.tasks import Task
 from matching.data.vocab import Vocabulary
 from matching.files import write_atomic
-from matching.model import DecomposableAttention
+from matching.model import DecomposableAttention, MatchOutput
 from matching.system import MatchingSystem
 
 log = logging.getLogger(__name__)
 
 
+def build(node: DictConfig, **kwargs: Any) -> Any:
+    """The object a `_target_` node describes, with `kwargs` (objects made at run time) added to its arguments.
+
+    The node is made a partial first and then called: Hydra would otherwise merge the run-time objects into the
+    config (turning a dataclass into a config node), and would wrap a constructor's own error (a bad value, a
+    missing file) in an InstantiationException that hides what the user did wrong."""
+    if not isinstance(node, DictConfig) or "_target_" not in node:
+        key = node._get_full_key(None) if isinstance(node, DictConfig) else "a config node"
+        raise RunError(
+            f"config node {key!r} has no _target_ (the class or function it builds); it was probably saved by an "
+            "older version of matching: retrain, or start from the matching file under conf/"
+        )
+    return instantiate(node, _partial_=True)(**kwargs)
+
+
+def build_task(cfg: DictConfig) -> Task:
+    task = build(cfg.task)
+    if not isinstance(task, Task):
+        raise RunError(
+            f"the task config {cfg.task.get('name', '')!r} is not a Task node (_target_: matching.data.tasks.Task); "
+            "it was probably saved by an older version of matching: retrain, or start from conf/task/<name>.yaml"
+        )
+    return task
+
+
 def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None) -> PairDataModule:
     """The task's data module; without `vocab` it builds the vocabulary (training words, plus every word with a
-    pretrained vector among the dev splits and the vectors file's first `embeddings.top_words` words)."""
-    task = OmegaConf.to_container(cfg.task, resolve=True)
-    d, emb = cfg.data, cfg.embeddings
-    pretrained = None
-    if vocab is None and emb.kind == "pretrained":
-        pretrained = PretrainedWords(emb.path, emb.format, emb.dim, emb.get("top_words", 0))
-    return PairDataModule(
-        task,
-        data_dir=cfg.paths.data_dir,
-        cache_dir=cfg.paths.cache_dir,
-        batch_size=d.batch_size,
-        eval_batch_size=d.eval_batch_size,
-        num_workers=d.num_workers,
-        bucket_batches=d.bucket_batches,
-        lowercase=d.lowercase,
-        max_length=d.max_length,
-        oov_buckets=d.oov_buckets,
-        seed=cfg.seed,
-        vocab=vocab,
-        on_bad_example=d.get("on_bad_example", "error"),
-        use_cache=d.get("cache", True),
-        pretrained=pretrained,
-    )
+    pretrained vector among the dev splits and the vectors file's first `embeddings.top_words` words), and the
+    embedding source is built (and its file checked) before any corpus is read."""
+    task = build_task(cfg)
+    return build(cfg.data, task=task, vocab=vocab, vectors=build(cfg.embeddings) if vocab is None else None)
 
 
-def build_embedding_matrix(cfg: DictConfig, vocab: Vocabulary) -> torch.Tensor:
-    """Pretrained rows for the vocabulary's words (OOV buckets elsewhere), or random trainable ones."""
-    emb = cfg.embeddings
-    if emb.kind == "random":
-        return torch.from_numpy(vocab.embedding_matrix(None, None, emb.dim, cfg.seed))
-    if emb.kind != "pretrained":
-        raise ValueError(f"embeddings.kind must be 'pretrained' or 'random', got {emb.kind!r}")
-    vectors, found = load_vectors(emb.path, vocab.words, format=emb.format, dim=emb.dim, cache_dir=cfg.paths.cache_dir)
-    log.info(
-        "pretrained vectors for %d of %d vocabulary words (%.1f%%); the rest, and words outside the vocabulary, "
-        "hash to %d OOV vectors",
-        found.sum(),
-        len(found),
-        100 * found.mean() if len(found) else 0.0,
-        vocab.oov_buckets,
-    )
-    return torch.from_numpy(vocab.embedding_matrix(vectors, found, emb.dim, cfg.seed))
+def build_callbacks(cfg: DictConfig) -> dict[str, pl.Callback]:
+    """The configured callbacks (`callbacks.<name>`: a `_target_` node, or null to leave it out)."""
+    return {name: build(node) for name, node in (cfg.get("callbacks") or {}).items() if node is not None}
 
 
 def build_model(cfg: DictConfig, vectors: torch.Tensor, num_classes: int) -> DecomposableAttention:
@@ -109,10 +102,10 @@ def build_system(cfg: DictConfig, model: DecomposableAttention, dm: PairDataModu
         model,
         optimizer=instantiate(cfg.optim),
         labels=dm.labels,
-        kind=dm.task["kind"],
+        kind=dm.task.kind,
         val_prefixes=[split_prefix(s) for s in dm.eval_splits],
         test_prefixes=[split_prefix(s) for s in dm.test_splits],
-        task=dm.task["name"],
+        task=dm.task.name,
         class_weights=class_weights(cfg, dm),
     )
 
@@ -145,53 +138,44 @@ class RunError(ValueError):
 
 @dataclass
 class TrainedRun:
+    """A trained model with everything needed to use it: the run's config, its data module (vocabulary and text
+    preparation, no corpus read yet) and an evaluation-only MatchingSystem in eval mode."""
+
     run_dir: Path
     checkpoint: Path
-    cfg: DictConfig  # the run's saved config with the caller's overrides applied
-    vocab: Vocabulary
-    model: DecomposableAttention  # weights loaded, in eval mode
-    labels: list[str]
-    kind: str
+    cfg: DictConfig  # the run's saved config, with the caller's overrides applied
+    data: PairDataModule
+    system: MatchingSystem
 
+    @property
+    def vocab(self) -> Vocabulary:
+        return self.data.vocab
 
-def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
-    """`key=value` overrides on a saved config; a key that does not exist is an error listing its siblings."""
-    for item in overrides:
-        key, sep, _ = item.partition("=")
-        if not sep or not key:
-            raise RunError(f"override {item!r} is not of the form key=value (e.g. paths.data_dir=/corpora)")
-        parent, _, leaf = key.rpartition(".")
-        node = OmegaConf.select(cfg, parent) if parent else cfg
-        new_split = parent.startswith("task.splits") and parent.count(".") <= 2
-        if not isinstance(node, DictConfig) or (leaf not in node and not new_split):
-            siblings = sorted(node.keys()) if isinstance(node, DictConfig) else []
-            raise RunError(f"unknown config key {key!r}; valid keys at {parent or 'the top level'}: {siblings}")
-    return OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
+    @property
+    def model(self) -> DecomposableAttention:
+        return self.system.model
 
+    @property
+    def labels(self) -> list[str]:
+        return self.system.labels
 
-def parse_cli(argv: Sequence[str], options: dict[str, str | None]) -> tuple[dict[str, str | None], list[str]]:
-    """Split `key=value` arguments into the command's own options and overrides of the run config."""
-    values, overrides = dict(options), []
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        if not sep:
-            raise RunError(f"argument {arg!r} is not key=value; usage: {' '.join(f'{k}=...' for k in options)}")
-        if key in options:
-            values[key] = value
-        else:
-            overrides.append(arg)
-    return values, overrides
+    @property
+    def kind(self) -> str:
+        return self.system.kind
 
+    @property
+    def task(self) -> Task:
+        return self.data.task
 
-def run_cli(command: Callable[[list[str]], None], argv: Sequence[str] | None, level: int = logging.WARNING) -> int:
-    """The commands' shared entry point: a user error prints one `error:` line and exits with status 2."""
-    logging.basicConfig(level=level, format="%(message)s")
-    try:
-        command(sys.argv[1:] if argv is None else list(argv))
-    except (RunError, FileNotFoundError, ValueError) as err:  # DataFormatError and LabelError are ValueErrors
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    def batch(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
+        """New pairs as a model batch, prepared exactly as the training data was."""
+        a, b = self.data.encode_pairs(pairs)
+        return {"a": pad_batch(a), "b": pad_batch(b)}
+
+    @torch.inference_mode()
+    def predict(self, batch: dict[str, torch.Tensor]) -> MatchOutput:
+        """The one inference path of every command: MatchingSystem.predict_step."""
+        return self.system.predict_step(batch, 0)
 
 
 def find_run_dir(checkpoint: Path) -> Path:
@@ -204,8 +188,8 @@ def find_run_dir(checkpoint: Path) -> Path:
     )
 
 
-def load_trained(checkpoint: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> TrainedRun:
-    """Rebuild a trained model from its run directory alone (no vectors file or training data needed)."""
+def check_checkpoint(checkpoint: str | os.PathLike) -> Path:
+    """The checkpoint file, or a RunError that lists the checkpoints of its folder."""
     checkpoint = Path(checkpoint)
     if not checkpoint.is_file():
         hint = (
@@ -214,8 +198,21 @@ def load_trained(checkpoint: str | os.PathLike, overrides: list[str] | tuple[str
             else ""
         )
         raise RunError(f"no checkpoint file at {checkpoint}{hint}")
+    return checkpoint
+
+
+def saved_config(checkpoint: str | os.PathLike) -> DictConfig:
+    """The saved config of the run a checkpoint belongs to."""
+    return OmegaConf.load(find_run_dir(check_checkpoint(checkpoint)) / "config.yaml")
+
+
+def load_trained(checkpoint: str | os.PathLike, cfg: DictConfig | None = None) -> TrainedRun:
+    """Rebuild a trained run from its directory alone (no vectors file or training data needed). `cfg` is the
+    run's config as a command composed it (the saved one with the command line's overrides); None reads the
+    saved one as it is."""
+    checkpoint = check_checkpoint(checkpoint)
     run_dir = find_run_dir(checkpoint)
-    cfg = apply_overrides(OmegaConf.load(run_dir / "config.yaml"), list(overrides))
+    cfg = OmegaConf.load(run_dir / "config.yaml") if cfg is None else cfg
     vocab_file = run_dir / "vocab.txt"
     if not vocab_file.exists():
         raise RunError(f"{run_dir} has no vocab.txt; the run directory is incomplete (was training interrupted early?)")
@@ -228,12 +225,16 @@ def load_trained(checkpoint: str | os.PathLike, overrides: list[str] | tuple[str
             f"cannot read checkpoint {checkpoint} ({type(err).__name__}: {err}); the file is corrupt or not a "
             f"checkpoint of matching. Use another one from {checkpoint.parent} (e.g. last.ckpt) or retrain."
         ) from err
+    try:
+        data = build_datamodule(cfg, vocab=vocab)
+    except (InstantiationException, TypeError) as err:  # e.g. a config key this version no longer has
+        raise _another_version(run_dir, err) from err
     meta = state.get("matching", {})
-    labels = list(cfg.task.labels)
-    if meta.get("task") not in (None, cfg.task.name):
+    labels = data.labels
+    if meta.get("task") not in (None, data.task.name):
         raise RunError(
-            f"checkpoint {checkpoint} was trained on task {meta['task']!r} but its run config says {cfg.task.name!r}; "
-            f"the checkpoint does not belong to this run directory"
+            f"checkpoint {checkpoint} was trained on task {meta['task']!r} but its run config says "
+            f"{data.task.name!r}; the checkpoint does not belong to this run directory"
         )
     if meta.get("labels") is not None and list(meta["labels"]) != labels:
         raise RunError(
@@ -251,11 +252,17 @@ def load_trained(checkpoint: str | os.PathLike, overrides: list[str] | tuple[str
     try:
         model = build_model(cfg, torch.zeros_like(rows), num_classes=len(labels))
     except (InstantiationException, TypeError, ValueError) as err:  # e.g. an option this version no longer has
-        cause = err.__cause__ or err  # Hydra wraps the constructor's own error
-        raise RunError(
-            f"cannot rebuild the model of {run_dir} from its config.yaml ({cause}); the run was probably made by "
-            f"another version of matching. Retrain it, or edit config.yaml to the current options (see conf/aligner/)."
-        ) from err
+        raise _another_version(run_dir, err) from err
     model.load_state_dict({k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")})
-    model.eval()
-    return TrainedRun(run_dir, checkpoint, cfg, vocab, model, labels, meta.get("kind", cfg.task.kind))
+    system = MatchingSystem(model, None, labels, kind=meta.get("kind", data.task.kind), task=data.task.name,
+                            val_prefixes=(), test_prefixes=())  # fmt: skip
+    system.eval()
+    return TrainedRun(run_dir, checkpoint, cfg, data, system)
+
+
+def _another_version(run_dir: Path, err: Exception) -> RunError:
+    cause = err.__cause__ or err  # Hydra wraps the constructor's own error
+    return RunError(
+        f"cannot rebuild the model of {run_dir} from its config.yaml ({cause}); the run was probably made by "
+        f"another version of matching. Retrain it, or edit config.yaml to the current options (see conf/)."
+    )

@@ -16,6 +16,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from matching.metrics import RankingMetrics, describe
+from matching.model import MatchOutput
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ def match_margin(logits: torch.Tensor) -> torch.Tensor:
 
 
 class MatchingSystem(pl.LightningModule):
-    """Cross-entropy training of `model` (called as model(a_ids, b_ids) -> (logits, matrices)), optionally
+    """Cross-entropy training of `model` (called as model(a_ids, b_ids) -> MatchOutput), optionally
     weighted per class (`class_weights`, e.g. inverse class frequencies for WikiQA's 5 % positives).
 
     kind="classify": logged keys `{prefix}/{loss,acc}`. kind="rank" (pointwise ranking, label 1 = match):
@@ -79,8 +80,13 @@ class MatchingSystem(pl.LightningModule):
         # A metric object (not a plain per-process mean) so that the loss is exact over all processes.
         self.eval_loss = nn.ModuleDict({p: MeanMetric() for p in prefixes})
 
-    def forward(self, a: torch.Tensor, b: torch.Tensor):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> MatchOutput:
         return self.model(a, b)
+
+    def predict_step(self, batch: dict[str, Any], batch_idx: int = 0, dataloader_idx: int = 0) -> MatchOutput:
+        """Logits, alignment matrices and token masks of a batch: what evaluate, predict, visualize and export
+        use (under a Trainer or called directly)."""
+        return self.model(batch["a"], batch["b"])
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         logits = self.model(batch["a"], batch["b"]).logits
@@ -92,7 +98,7 @@ class MatchingSystem(pl.LightningModule):
         return loss
 
     def _eval_step(self, batch: dict[str, Any], prefix: str) -> None:
-        logits = self.model(batch["a"], batch["b"]).logits
+        logits = self.predict_step(batch).logits
         loss = F.cross_entropy(logits, batch["label"])
         size = len(batch["label"])
         metric = self.eval_acc[prefix]

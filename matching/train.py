@@ -1,4 +1,4 @@
-"""`python -m matching.train [overrides]`: train one model; every run directory is self-contained.
+"""`matching-train [overrides]` (conf/train.yaml): train one model; every run directory is self-contained.
 
 A run directory holds `config.yaml` (resolved), `vocab.txt`, `checkpoints/{best,last}.ckpt`,
 `metrics.json` (dev metrics of the best checkpoint, optional test metrics, timing) and the CSV log.
@@ -10,25 +10,27 @@ from __future__ import annotations
 
 import logging
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import hydra
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
-from omegaconf import DictConfig, OmegaConf
+from lightning.pytorch.callbacks import ModelCheckpoint
+from omegaconf import DictConfig, OmegaConf, open_dict
 
+from matching.cli import command
 from matching.data.vocab import Vocabulary
 from matching.files import write_json, write_text_atomic
 from matching.runs import (
     AtomicCheckpointIO,
     RunError,
+    build_callbacks,
     build_datamodule,
-    build_embedding_matrix,
     build_model,
     build_system,
     check_writable,
@@ -90,6 +92,15 @@ def _resume_config(resume: str) -> tuple[DictConfig, Path]:
     return cfg, ckpt
 
 
+def config_choices() -> dict[str, str]:
+    """The option chosen in each config group (`task: wikiqa`, `aligner: coda`, ...), saved with the run so that
+    reports name aligners and tasks by the names a user typed; empty when the config was not composed by Hydra."""
+    if not HydraConfig.initialized():
+        return {}
+    choices = HydraConfig.get().runtime.choices
+    return {k: v for k, v in choices.items() if v is not None and not k.startswith("hydra")}
+
+
 def _floats(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items()}
 
@@ -105,11 +116,13 @@ def train(cfg: DictConfig) -> dict[str, float]:
     run_dir = Path(cfg.paths.output_dir)
     check_writable(run_dir)
     if resume_from is None:
+        with open_dict(cfg):
+            cfg.choices = config_choices()
         write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
         dm = build_datamodule(cfg)
         dm.setup("fit")
         dm.vocab.save(run_dir / "vocab.txt")
-        vectors = build_embedding_matrix(cfg, dm.vocab)
+        vectors = dm.vectors.matrix(dm.vocab, cfg.seed, cfg.paths.cache_dir)
     else:  # the same vocabulary; the checkpoint restores every weight, the vectors file is not needed
         dm = build_datamodule(cfg, vocab=Vocabulary.load(run_dir / "vocab.txt"))
         dm.setup("fit")
@@ -119,22 +132,12 @@ def train(cfg: DictConfig) -> dict[str, float]:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("model: %s aligner, %s trainable parameters", type(model.aligner).__name__, f"{trainable:,}")
 
-    checkpoint = ModelCheckpoint(
-        dirpath=run_dir / "checkpoints",
-        filename="best",
-        monitor=cfg.checkpoint.monitor,
-        mode=cfg.checkpoint.mode,
-        save_last=True,
-        auto_insert_metric_name=False,
-    )
+    configured = build_callbacks(cfg)
+    checkpoint = configured.get("checkpoint")
+    if not isinstance(checkpoint, ModelCheckpoint):
+        raise RunError("callbacks.checkpoint must be a ModelCheckpoint: the run directory's best.ckpt comes from it")
     timer = EpochTimer()
-    callbacks: list[pl.Callback] = [checkpoint, timer, FiniteLossGuard()]
-    if cfg.early_stopping.patience is not None:
-        callbacks.append(
-            EarlyStopping(
-                monitor=cfg.checkpoint.monitor, mode=cfg.checkpoint.mode, patience=cfg.early_stopping.patience
-            )
-        )
+    callbacks: list[pl.Callback] = [*configured.values(), timer, FiniteLossGuard()]
     logger = instantiate(cfg.logger) if cfg.get("logger") else False
     trainer: pl.Trainer = instantiate(
         cfg.trainer, callbacks=callbacks, logger=logger, default_root_dir=run_dir, plugins=[AtomicCheckpointIO()]
@@ -165,12 +168,14 @@ def train(cfg: DictConfig) -> dict[str, float]:
     return metrics
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
-def main(cfg: DictConfig) -> float | None:
+def train_command(cfg: DictConfig) -> float | None:
+    """The `train` command: trains, and returns the monitored dev metric (the objective for sweepers)."""
     metrics = train(cfg)
-    value = metrics.get(cfg.checkpoint.monitor)
-    return None if value is None or np.isnan(value) else float(value)  # the objective for sweepers
+    value = metrics.get(cfg.callbacks.checkpoint.monitor)
+    return None if value is None or np.isnan(value) else float(value)
 
+
+main = command("train", train_command)
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,36 +1,34 @@
 """Alignment heat-maps and value histograms of a trained model.
 
-    python -m matching.visualize ckpt=<path> a="..." b="..." [out=file.png] [intra=false]
-    python -m matching.visualize ckpt=<path> mode=histogram [split=dev] [out=file.png] [max_pairs=2000]
+    matching-visualize ckpt=<path> a="..." b="..." [out=file.png] [show_intra=false]
+    matching-visualize ckpt=<path> mode=histogram [split=dev] [out=file.png] [max_pairs=2000]
 
 Heat-map mode draws, for one pair, every matrix the aligner used, labelled with the tokens: softmax weights
 both ways; CoDA's φ_E(E) (`affinity`, tanh(E) by default), the gate φ_N(N) and M; conflict's weights (and the
-intra-sentence matrices with `intra=true`). Histogram mode collects the values of those matrices over the real
+intra-sentence matrices with `show_intra=true`). Histogram mode collects the values of those matrices over the real
 (non-padding) cells of a dev set, as in the CoDA paper's Figure 2, and prints (and writes as JSON beside the
 PNG) each matrix's range, mean and share of negative cells: a CoDA model that never subtracts shows 0 % negative
-M cells. Any other `key=value` overrides the run's saved config (e.g. `paths.data_dir=...`).
+M cells. Options are in conf/visualize.yaml; any key of the run's saved config can be overridden too (e.g.
+`paths.data_dir=...`). A text holding a comma is quoted for Hydra: 'a="Yes, it is."'.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import torch
+from omegaconf import DictConfig
 
-from matching.data.datamodule import pad_batch
+from matching.cli import command
 from matching.data.readers import Pair
 from matching.data.vocab import NULL
 from matching.files import write_json
-from matching.runs import RunError, TrainedRun, build_datamodule, load_trained, parse_cli, run_cli
+from matching.runs import RunError, TrainedRun, load_trained
 
 log = logging.getLogger(__name__)
 
-#: Matrices whose values are signed (centred colour map) rather than weights in [0, 1].
-SIGNED = {"affinity", "M"}
 
 
 def _plt():
@@ -51,15 +49,14 @@ def _save(fig, out: Path, title: str) -> Path:
     return out
 
 
-@torch.inference_mode()
 def alignment(run: TrainedRun, a: str, b: str) -> tuple[list[str], list[str], dict[str, np.ndarray]]:
     """Tokens of both sides (with NULL when the model uses it) and the (La, Lb) matrices for one pair."""
-    data = build_datamodule(run.cfg, vocab=run.vocab)
-    ((tokens_a, tokens_b),) = data.tokenize("input", [Pair(a, b, "")], quiet=True)
+    pair = Pair(a, b, "")
+    ((tokens_a, tokens_b),) = run.data.tokenize("input", [pair], quiet=True)
     if not tokens_a or not tokens_b:
         raise RunError("both texts need at least one token to draw an alignment")
-    ids_a, ids_b = pad_batch([run.vocab.encode(tokens_a)]), pad_batch([run.vocab.encode(tokens_b)])
-    matrices = {k: v[0].float().numpy() for k, v in run.model(ids_a, ids_b).matrices.items()}
+    out = run.predict(run.batch([pair]))
+    matrices = {k: v[0].float().numpy() for k, v in out.matrices.items()}
     if run.model.null_token:
         tokens_a, tokens_b = [NULL, *tokens_a], [NULL, *tokens_b]
     return tokens_a, tokens_b, matrices
@@ -79,7 +76,7 @@ def draw_heatmaps(
         intra = name.startswith("intra_")
         rows = tokens_b if name.startswith("intra_b") else tokens_a
         cols = rows if intra else tokens_b
-        signed = name.split("/")[-1] in SIGNED
+        signed = bool(m.min() < 0 or m.max() > 1)  # not weights in [0, 1]: a colour map centred on 0
         limit = max(1e-6, float(np.abs(m).max())) if signed else 1.0
         image = ax.imshow(m, cmap="RdBu_r" if signed else "Blues", vmin=-limit if signed else 0.0, vmax=limit)
         ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=8)
@@ -89,22 +86,16 @@ def draw_heatmaps(
     return _save(fig, out, title)
 
 
-@torch.inference_mode()
 def matrix_values(run: TrainedRun, split: str = "dev", max_pairs: int = 2000) -> dict[str, np.ndarray]:
     """Values of every cross-alignment matrix over the real cells of (up to `max_pairs` of) a split."""
-    data = build_datamodule(run.cfg, vocab=run.vocab)
-    if not data.task["splits"].get(split):
-        raise RunError(f"unknown split {split!r}; choose one of {[k for k, v in data.task['splits'].items() if v]}")
-    data.prepare_splits([split])
+    if split not in run.task.named_splits:
+        raise RunError(f"unknown split {split!r}; choose one of {run.task.named_splits}")
+    run.data.prepare_splits([split])
     values: dict[str, list[np.ndarray]] = {}
     seen = 0
-    for batch in data.loader(split):
-        out = run.model(batch["a"], batch["b"])
-        mask_a, mask_b = batch["a"] != 0, batch["b"] != 0
-        if run.model.null_token:
-            ones = torch.ones_like(mask_a[:, :1])
-            mask_a, mask_b = torch.cat([ones, mask_a], 1), torch.cat([ones, mask_b], 1)
-        valid = mask_a.unsqueeze(2) & mask_b.unsqueeze(1)
+    for batch in run.data.loader(split):
+        out = run.predict(batch)
+        valid = out.mask_a.unsqueeze(2) & out.mask_b.unsqueeze(1)  # (B, La, Lb) real cells
         for name, m in out.matrices.items():
             if not name.startswith("intra_"):
                 values.setdefault(name, []).append(m[valid].float().numpy())
@@ -137,26 +128,24 @@ def draw_histograms(values: dict[str, np.ndarray], out: Path, title: str = "") -
     return _save(fig, out, title)
 
 
-def _command(argv: list[str]) -> None:
-    defaults = {"ckpt": None, "mode": "heatmap", "a": None, "b": None, "out": None, "intra": "false", "split": "dev",
-            "max_pairs": "2000"}  # fmt: skip
-    options, overrides = parse_cli(argv, defaults)
-    if not options["ckpt"]:
-        raise RunError('usage: python -m matching.visualize ckpt=<path.ckpt> a="..." b="..." [out=file.png]')
-    run = load_trained(options["ckpt"], overrides)
-    aligner = type(run.model.aligner).__name__
-    if options["mode"] == "heatmap":
-        if options["a"] is None or options["b"] is None:
-            raise RunError('heat-map mode needs both texts: a="..." b="..."')
-        tokens_a, tokens_b, matrices = alignment(run, options["a"], options["b"])
-        if options["intra"].lower() not in ("true", "1", "yes"):
+def visualize(cfg: DictConfig) -> Path:
+    """The `visualize` command on a composed config (conf/visualize.yaml over the run's saved config)."""
+    if cfg.mode not in ("heatmap", "histogram"):
+        raise RunError(f"mode must be heatmap or histogram, got {cfg.mode!r}")
+    if cfg.mode == "heatmap" and (cfg.a is None or cfg.b is None):
+        raise RunError('heat-map mode needs both texts: a="..." b="..."')
+    run = load_trained(cfg.ckpt, cfg)
+    aligner = run.cfg.get("choices", {}).get("aligner") or type(run.model.aligner).__name__
+    if cfg.mode == "heatmap":
+        tokens_a, tokens_b, matrices = alignment(run, str(cfg.a), str(cfg.b))
+        if not cfg.show_intra:
             matrices = {k: v for k, v in matrices.items() if not k.startswith("intra_")}
-        out = Path(options["out"] or run.run_dir / "alignment.png")
-        draw_heatmaps(tokens_a, tokens_b, matrices, out, title=f"{run.cfg.task.name} · {aligner}")
-    elif options["mode"] == "histogram":
-        values = matrix_values(run, options["split"], int(options["max_pairs"]))
-        out = Path(options["out"] or run.run_dir / f"matrix_values_{options['split']}.png")
-        draw_histograms(values, out, title=f"{run.cfg.task.name} {options['split']} · {aligner}")
+        out = Path(cfg.out or run.run_dir / "alignment.png")
+        draw_heatmaps(tokens_a, tokens_b, matrices, out, title=f"{run.task.name} · {aligner}")
+    else:
+        values = matrix_values(run, str(cfg.split), int(cfg.max_pairs))
+        out = Path(cfg.out or run.run_dir / f"matrix_values_{cfg.split}.png")
+        draw_histograms(values, out, title=f"{run.task.name} {cfg.split} · {aligner}")
         summary = value_summary(values)
         write_json(out.with_suffix(".json"), summary)
         print(f"{'matrix':<12} {'cells':>9} {'min':>7} {'p01':>7} {'median':>7} {'p99':>7} {'max':>7} {'negative':>9}")
@@ -164,14 +153,11 @@ def _command(argv: list[str]) -> None:
             print(f"{name:<12} {s['cells']:>9,} {s['min']:>7.3f} {s['p01']:>7.3f} {s['median']:>7.3f} {s['p99']:>7.3f} "
                   f"{s['max']:>7.3f} {100 * s['negative']:>8.1f}%")  # fmt: skip
         print(f"wrote {out.with_suffix('.json')}")
-    else:
-        raise RunError(f"mode must be heatmap or histogram, got {options['mode']!r}")
     print(f"wrote {out}")
+    return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_command, argv)
-
+main = command("visualize", visualize, uses_run=True)
 
 if __name__ == "__main__":
     sys.exit(main())

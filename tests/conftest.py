@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,11 +35,15 @@ def compose_train(tmp_path: Path, *overrides: str, small: bool = True) -> DictCo
         "embeddings.dim=20",
         "trainer.enable_progress_bar=false",
     ]
+    if "embeddings=random" in overrides:
+        base = [o for o in base if not o.startswith("embeddings.path=")]
     if small:
         base += ["model.hidden=16", "data.batch_size=4", "data.eval_batch_size=8"]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("train", overrides=[*base, *overrides])
+        cfg = compose("train", overrides=[*base, *overrides], return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)  # as under `python -m matching.train`: the run records its choices
     with open_dict(cfg):
+        del cfg["hydra"]
         cfg.paths.output_dir = str(tmp_path / "run")
     return cfg
 

@@ -24,9 +24,10 @@ from tqdm.auto import tqdm
 
 from matching.data import cache as corpus_cache
 from matching.data.cache import file_stamp
-from matching.data.embeddings import PretrainedWords
+from matching.data.embeddings import PretrainedVectors, RandomVectors
 from matching.data.readers import Pair
 from matching.data.sources import read_split, resolve_path
+from matching.data.tasks import Task
 from matching.data.vocab import Tokenizer, Vocabulary
 
 log = logging.getLogger(__name__)
@@ -64,20 +65,6 @@ class EncodedSplit(Dataset):
 
     def lengths(self) -> np.ndarray:
         return np.fromiter((len(a) + len(b) for a, b in zip(self.a, self.b, strict=True)), np.int64, len(self))
-
-
-def keep_recent_turns(tokens: list[str], budget: int, turn_end: str) -> list[str]:
-    """The most recent whole turns of a dialogue context that fit in `budget` tokens (markers included).
-
-    When even the last turn is longer than the budget, its last `budget` tokens are kept.
-    """
-    if len(tokens) <= budget:
-        return tokens
-    start = len(tokens) - budget
-    for i in range(start, len(tokens) - 1):
-        if tokens[i - 1] == turn_end:  # i starts a turn
-            return tokens[i:]
-    return tokens[start:]
 
 
 def keep_answered_questions(pairs: Sequence[Pair], match_label: str, name: str = "train") -> list[Pair]:
@@ -262,18 +249,22 @@ def split_prefix(split: str) -> str:
 class PairDataModule(pl.LightningDataModule):
     """Builds every split of a task once (`setup`), with the vocabulary from the training split only.
 
+    Built from the `data` node of the config (`_target_`), with the task and the embedding source given at run
+    time.
+
     Args:
-        task: the task config (name, kind, reader, labels, splits, eval_splits, optional hub).
+        task: the task (reader, labels, splits, protocol).
         data_dir: root that relative split paths are resolved against.
         cache_dir: where downloads and caches go.
         vocab: an existing vocabulary (evaluation of a trained model); None builds one from `train`.
-        pretrained: when given, the vocabulary built here also holds every word of the other splits read with
-            `train`, and the vectors file's most frequent words, that have a pretrained vector.
+        vectors: the embedding source; with pretrained vectors, the vocabulary built here also holds every word
+            of the other splits read with `train`, and the vectors file's most frequent words, that have a vector.
+        cache: keep prepared splits in `cache_dir/corpora`.
     """
 
     def __init__(
         self,
-        task: Mapping[str, Any],
+        task: Task,
         data_dir: str | os.PathLike,
         cache_dir: str | os.PathLike,
         batch_size: int,
@@ -286,32 +277,32 @@ class PairDataModule(pl.LightningDataModule):
         seed: int = 0,
         vocab: Vocabulary | None = None,
         on_bad_example: str = "error",
-        use_cache: bool = True,
-        pretrained: PretrainedWords | None = None,
+        cache: bool = True,
+        vectors: PretrainedVectors | RandomVectors | None = None,
     ):
         super().__init__()
         self.task, self.data_dir, self.cache_dir = task, data_dir, cache_dir
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or 2 * batch_size
         self.num_workers, self.bucket_batches, self.seed = num_workers, bucket_batches, seed
-        self.tokenizer = Tokenizer(lowercase, keep_tokens=task.get("keep_tokens") or ())
+        self.tokenizer = Tokenizer(lowercase, keep_tokens=task.keep_tokens)
         self.max_length, self.oov_buckets = max_length, oov_buckets
         self.vocab = vocab
         self.on_bad_example = on_bad_example
-        self.use_cache = use_cache
-        self.pretrained = pretrained
+        self.use_cache = cache
+        self.vectors = vectors
         self.splits: dict[str, EncodedSplit] = {}
 
     @property
     def labels(self) -> list[str]:
-        return list(self.task["labels"])
+        return self.task.labels
 
     @property
     def eval_splits(self) -> list[str]:
-        return [s for s in self.task["eval_splits"] if self.task["splits"].get(s)]
+        return self.task.active_eval_splits
 
     @property
     def test_splits(self) -> list[str]:
-        return [s for s in self.task.get("test_splits", ["test"]) if self.task["splits"].get(s)]
+        return self.task.active_test_splits
 
     def encode_pairs(self, pairs: Sequence[Pair]) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Token ids of new pairs, prepared exactly as the training data was (needs the vocabulary)."""
@@ -323,20 +314,19 @@ class PairDataModule(pl.LightningDataModule):
     def tokenize(self, name: str, pairs: Sequence[Pair], quiet: bool = False) -> list[tuple[list[str], list[str]]]:
         tok = self.tokenizer
         bar = tqdm(
-            pairs, desc=f"tokenising {self.task['name']} {name}", unit=" pairs", disable=quiet or len(pairs) < 50_000
+            pairs, desc=f"tokenising {self.task.name} {name}", unit=" pairs", disable=quiet or len(pairs) < 50_000
         )
         tokens = [(tok(p.a), tok(p.b)) for p in bar]
-        budget = self.task.get("context_budget")
-        if budget:  # dialogue contexts: keep the most recent turns
-            turn_end = self.task["turn_end"]
+        trim = self.task.trim_a
+        if trim is not None:  # e.g. dialogue contexts: keep the most recent turns
             cut = 0
             for i, (ta, tb) in enumerate(tokens):
-                if len(ta) > budget:
-                    tokens[i] = (keep_recent_turns(ta, budget, turn_end), tb)
+                kept = trim(ta)
+                if len(kept) < len(ta):
+                    tokens[i] = (kept, tb)
                     cut += 1
-            log.info(
-                "%s %s: %d contexts cut to their most recent turns (%d tokens)", self.task["name"], name, cut, budget
-            )
+            if not quiet:
+                log.info("%s %s: %d first texts trimmed by task.trim_a", self.task.name, name, cut)
         return tokens
 
     def _needed(self, stage: str | None) -> list[str]:
@@ -367,73 +357,63 @@ class PairDataModule(pl.LightningDataModule):
                 self.vocab = Vocabulary(words, self.oov_buckets)
             self.splits.update({name: EncodedSplit(name, **fields) for name, fields in splits.items()})
             sizes = ", ".join(f"{k} {len(self.splits[k]):,}" for k in wanted)
-            log.info("%s loaded from cache in %.1fs: %s pairs (%s)", self.task["name"], time.perf_counter() - started,
+            log.info("%s loaded from cache in %.1fs: %s pairs (%s)", self.task.name, time.perf_counter() - started,
                      sizes, entry)  # fmt: skip
             return
         built_vocab = self.vocab is None
         raw = {}
         for name in wanted:
             pairs = read_split(self.task, name, self.data_dir, self.cache_dir)
-            if name == "train" and self._train_questions() == "answered":
-                pairs = keep_answered_questions(pairs, self.labels[1], f"{self.task['name']} train")
+            if name == "train" and self.task.train_questions == "answered":
+                pairs = keep_answered_questions(pairs, self.labels[1], f"{self.task.name} train")
             if not pairs:
-                raise ValueError(f"{self.task['name']} {name} split is empty; check task.splits.{name}")
+                raise ValueError(f"{self.task.name} {name} split is empty; check task.splits.{name}")
             raw[name] = (pairs, self.tokenize(name, pairs))
         if self.vocab is None:
             self.vocab = self._build_vocabulary(raw)
         for name, (pairs, tokens) in raw.items():
-            source = str(resolve_path(self.task["splits"][name]["path"], self.data_dir))
+            source = str(resolve_path(self.task.splits[name].path, self.data_dir))
             self.splits[name] = encode_split(
                 name, pairs, tokens, self.vocab, self.labels, self.max_length, source, self.on_bad_example
             )
         sizes = ", ".join(f"{k} {len(self.splits[k]):,}" for k in raw)
-        log.info("%s ready in %.1fs: %s pairs", self.task["name"], time.perf_counter() - started, sizes)
+        log.info("%s ready in %.1fs: %s pairs", self.task.name, time.perf_counter() - started, sizes)
 
         if entry:
             corpus_cache.save(entry, self.vocab.words if built_vocab else None, {k: self.splits[k] for k in wanted})
 
     def _build_vocabulary(self, raw: Mapping[str, tuple[Sequence[Pair], list[tuple[list[str], list[str]]]]]):
         vocab = Vocabulary.build((t for ab in raw["train"][1] for t in ab), self.oov_buckets)
-        log.info("vocabulary: %d words from the %s training split", len(vocab.words), self.task["name"])
-        if self.pretrained is None:
+        log.info("vocabulary: %d words from the %s training split", len(vocab.words), self.task.name)
+        if self.vectors is None:
             return vocab
         others = (w for name, (_, tokens) in raw.items() if name != "train" for ab in tokens for t in ab for w in t)
-        extra = self.pretrained.extra_words(vocab.words, list(dict.fromkeys(others)))
+        extra = self.vectors.extra_words(vocab.words, list(dict.fromkeys(others)))
         return Vocabulary(vocab.words + extra, self.oov_buckets)
-
-    def _train_questions(self) -> str:
-        choice = self.task.get("train_questions") or "all"
-        if choice not in ("all", "answered"):
-            raise ValueError(f"task.train_questions must be 'all' or 'answered', got {choice!r}")
-        if choice == "answered" and self.task["kind"] != "rank":
-            raise ValueError("task.train_questions=answered applies to ranking tasks (questions with candidates)")
-        return choice
 
     def _cache_entry(self, wanted: list[str]) -> Path | None:
         """Where the prepared `wanted` splits are cached; None when caching is off or a split is not local."""
         if not self.use_cache or self.cache_dir is None:
             return None
-        splits = self.task["splits"]
-        stamps = {n: file_stamp(resolve_path(splits[n]["path"], self.data_dir)) for n in wanted}
+        splits = self.task.splits
+        stamps = {n: file_stamp(resolve_path(splits[n].path, self.data_dir)) for n in wanted}
         if not all(stamps.values()):
             return None
         key = corpus_cache.cache_key(
             {
-                "task": self.task["name"],
-                "reader": self.task["reader"],
+                "task": self.task.name,
                 "files": stamps,
-                "slices": {n: (splits[n].get("start"), splits[n].get("stop")) for n in wanted},
-                "train_questions": self._train_questions(),
-                "text": [self.tokenizer.lowercase, self.task.get("keep_tokens"), self.task.get("context_budget"),
-                         self.task.get("turn_end"), self.max_length],
+                "slices": {n: (splits[n].start, splits[n].stop) for n in wanted},
+                "train_questions": self.task.train_questions,
+                "text": [self.tokenizer.lowercase, self.task.text_settings(), self.max_length],
                 "labels": self.labels,
                 "on_bad": self.on_bad_example,
                 "oov_buckets": self.oov_buckets,
-                "pretrained": None if self.pretrained is None else self.pretrained.identity(),
+                "pretrained": None if self.vectors is None else self.vectors.identity(),
                 "vocab": None if self.vocab is None else hashlib.sha256("\n".join(self.vocab.tokens).encode()).hexdigest(),  # noqa: E501
             }
         )  # fmt: skip
-        return Path(self.cache_dir) / "corpora" / f"{self.task['name']}-{key}.npz"
+        return Path(self.cache_dir) / "corpora" / f"{self.task.name}-{key}.npz"
 
     def loader(self, split: str, train: bool = False) -> DataLoader:
         data = self.splits[split]

@@ -3,7 +3,7 @@
 Only the rows of the requested words are ever kept in memory: text files are streamed line by line and only the
 lines of vocabulary words have their floats parsed, so a 2M-word GloVe file loads with a small footprint.
 
-`PretrainedWords` decides which words beyond the training split get a row of their own in a run's vector
+`PretrainedVectors` decides which words beyond the training split get a row of their own in a run's vector
 table (and so a vector in every split and at prediction time, without the original file): every word of the
 evaluation splits that has a vector, and the vectors file's first `top_words` words (GloVe, word2vec and
 fastText files list the most frequent words first).
@@ -25,8 +25,10 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
+from matching.data.vocab import Vocabulary
 from matching.files import GZIP_MAGIC, existing, open_binary, write_npz_atomic
 
 log = logging.getLogger(__name__)
@@ -109,17 +111,24 @@ def load_vectors(
     return matrix, found
 
 
-class PretrainedWords:
-    """The words a run keeps a pretrained vector for besides its training words (see the module docstring).
+class PretrainedVectors:
+    """Pretrained word vectors as a run's embedding source (`conf/embeddings/glove.yaml`, `minilm.yaml`).
 
-    The vectors are frozen, so giving a dev word (or any frequent word) its vector leaks nothing: Parikh et al.
-    hash only the words that have no pretrained vector. Words without a vector still hash to the OOV buckets.
+    `extra_words` chooses the words a run keeps a vector for besides its training words (see the module
+    docstring); `matrix` builds the run's embedding table. The vectors are frozen by default, so giving a dev
+    word (or any frequent word) its vector leaks nothing: Parikh et al. hash only the words that have no
+    pretrained vector. Words without a vector hash to the OOV buckets. `freeze` and `normalize` say how the
+    model uses the rows (fixed or trained; unit L2 norm or as read).
     """
 
-    def __init__(self, path: str | os.PathLike, format: str = "auto", dim: int | None = None, top_words: int = 0):
+    def __init__(self, path: str | os.PathLike, format: str = "auto", dim: int | None = None, top_words: int = 0,
+                 freeze: bool = True, normalize: bool = True):  # fmt: skip
         if top_words < 0:
             raise ValueError(f"embeddings.top_words must be 0 or more, got {top_words}")
+        if format not in FORMATS:
+            raise ValueError(f"unknown vectors format embeddings.format={format!r}; expected one of {FORMATS}")
         self.path, self.format, self.dim, self.top_words = _existing(Path(path)), format, dim, top_words
+        self.freeze, self.normalize = freeze, normalize
 
     def identity(self) -> dict:
         """What the chosen words depend on (for cache keys)."""
@@ -141,6 +150,33 @@ class PretrainedWords:
             len(known), in_others, len(chosen) - in_others, self.top_words, self.path.name,
         )  # fmt: skip
         return chosen
+
+    def matrix(self, vocab: Vocabulary, seed: int, cache_dir: str | os.PathLike | None = None) -> torch.Tensor:
+        """The vocabulary's rows: pretrained vectors, and OOV bucket vectors for words without one."""
+        vectors, found = load_vectors(self.path, vocab.words, format=self.format, dim=self.dim, cache_dir=cache_dir)
+        log.info(
+            "pretrained vectors for %d of %d vocabulary words (%.1f%%); the rest, and words outside the "
+            "vocabulary, hash to %d OOV vectors",
+            found.sum(), len(found), 100 * found.mean() if len(found) else 0.0, vocab.oov_buckets,
+        )  # fmt: skip
+        return torch.from_numpy(vocab.embedding_matrix(vectors, found, vectors.shape[1], seed))
+
+
+class RandomVectors:
+    """No pretrained vectors (`embeddings=random`): N(0, 1) rows, trained with the model by default; only the
+    training words get a row of their own."""
+
+    def __init__(self, dim: int, freeze: bool = False, normalize: bool = False):
+        self.dim, self.freeze, self.normalize = dim, freeze, normalize
+
+    def identity(self) -> None:
+        return None
+
+    def extra_words(self, train_words: Sequence[str], other_words: Sequence[str]) -> list[str]:
+        return []
+
+    def matrix(self, vocab: Vocabulary, seed: int, cache_dir: str | os.PathLike | None = None) -> torch.Tensor:
+        return torch.from_numpy(vocab.embedding_matrix(None, None, self.dim, seed))
 
 
 def first_words(path: str | os.PathLike, count: int, format: str = "auto") -> list[str]:

@@ -23,7 +23,7 @@ import os
 import re
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
@@ -34,7 +34,6 @@ from matching.files import existing, gz_twin, open_binary
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "READERS",
     "DataFormatError",
     "Pair",
     "open_text",
@@ -748,16 +747,3 @@ def _ubuntu_tsv(path: Path) -> Iterator[Pair]:
         tally.add(pair, f"{path}, line {lineno}")
         yield pair
     tally.log()
-
-
-READERS: dict[str, Callable[[str | os.PathLike[str]], Iterator[Pair]]] = {
-    "snli_jsonl": read_snli_jsonl,
-    "mnli_jsonl": read_snli_jsonl,
-    "scitail_tsv": read_scitail_tsv,
-    "dnli_json": read_dnli,
-    "wikiqa_tsv": read_wikiqa_tsv,
-    "trecqa_toks": read_trecqa_toks,
-    "trecqa_xml": read_trecqa_xml,
-    "ubuntu_csv": read_ubuntu_csv,
-    "ubuntu_tsv": read_ubuntu_tsv,
-}

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
 from itertools import islice
 from pathlib import Path
-from typing import Any
 
-from matching.data.readers import READERS, Pair
+from matching.data.readers import Pair
+from matching.data.tasks import Task
 from matching.files import existing
 
 log = logging.getLogger(__name__)
@@ -29,28 +28,24 @@ def resolve_path(path: str | os.PathLike, data_dir: str | os.PathLike) -> Path:
     return path if path.is_absolute() else Path(data_dir) / path
 
 
-def read_split(
-    task: Mapping[str, Any], split: str, data_dir: str | os.PathLike, cache_dir: str | os.PathLike
-) -> list[Pair]:
-    """All pairs of `split` for `task` (a task config node: name, reader, splits, optional hub)."""
-    spec = task["splits"][split]
-    path = resolve_path(spec["path"], data_dir)
+def read_split(task: Task, split: str, data_dir: str | os.PathLike, cache_dir: str | os.PathLike) -> list[Pair]:
+    """All pairs of `split` for `task`: read by the task's reader, or from its hub dataset."""
+    spec = task.splits[split]
+    path = resolve_path(spec.path, data_dir)
     if existing(path) is not None:
-        reader = READERS[task["reader"]]
-        log.info("reading %s %s from %s", task["name"], split, path)
-        pairs = reader(path)
+        log.info("reading %s %s from %s", task.name, split, path)
+        pairs = task.reader(path)
     else:
         pairs = _read_hub(task, split, path, cache_dir)
-    start, stop = spec.get("start"), spec.get("stop")
-    return list(islice(pairs, start, stop))
+    return list(islice(pairs, spec.start, spec.stop))
 
 
-def _read_hub(task: Mapping[str, Any], split: str, path: Path, cache_dir: str | os.PathLike):
-    hub = task.get("hub")
-    how = task.get("download", "")
+def _read_hub(task: Task, split: str, path: Path, cache_dir: str | os.PathLike):
+    hub = task.hub
+    how = task.download
     if not hub or split not in hub.get("splits", {}):
         raise CorpusNotFoundError(
-            f"{task['name']} {split} split not found: no file at {path} (nor {path}.gz).\n"
+            f"{task.name} {split} split not found: no file at {path} (nor {path}.gz).\n"
             f"{how}\nPoint at your copy with paths.data_dir=<folder> (or MATCHING_DATA_DIR), or at this one file "
             f"with task.splits.{split}.path=<file>."
         )
@@ -63,7 +58,7 @@ def _read_hub(task: Mapping[str, Any], split: str, path: Path, cache_dir: str | 
         )
     except Exception as err:  # offline, hub down, dataset renamed: all end the same way for the user
         raise CorpusNotFoundError(
-            f"{task['name']} {split} split not found: no file at {path} (nor {path}.gz), and loading "
+            f"{task.name} {split} split not found: no file at {path} (nor {path}.gz), and loading "
             f"{hub['name']} from the Hugging Face hub failed ({type(err).__name__}: {err}).\n{how}\n"
             f"Or point at your copy with paths.data_dir=<folder> (or MATCHING_DATA_DIR), or at this one file with "
             f"task.splits.{split}.path=<file>."
@@ -86,4 +81,4 @@ def _read_hub(task: Mapping[str, Any], split: str, path: Path, cache_dir: str | 
         group = str(row[fields["group"]]) if fields.get("group") else None
         yield Pair(str(row[fields["a"]]).strip(), str(row[fields["b"]]).strip(), label, group)
     if dropped:
-        log.info("%s %s (hub): dropped %d rows without a gold label", task["name"], split, dropped)
+        log.info("%s %s (hub): dropped %d rows without a gold label", task.name, split, dropped)

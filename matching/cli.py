@@ -1,0 +1,130 @@
+"""The one way into every command: a Hydra app over `conf/<command>.yaml`, and one way of reporting mistakes.
+
+Every command (`train`, `evaluate`, `predict`, `visualize`, `export`, `report`) has the same override grammar,
+`--help`, `--cfg job`, `+key=` and `-m`. The commands that use a trained model (`ckpt=<file>`) compose their
+config on top of that run's saved `config.yaml`: the run's config is registered with Hydra as `trained_run`
+before composition, and the command's YAML lists it first in its defaults. So every key of the run can be
+overridden as in training (`paths.data_dir=/corpora`, `task.splits.test.path=...`), with the run's own task
+and split names, and a typo is an error naming the key.
+
+A user's mistake (a missing file, a bad value, an unusable checkpoint) prints one paragraph starting with
+`error:` on stderr and exits with status 2, without a traceback; `MATCHING_DEBUG=1` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+
+from matching.runs import RunError, saved_config
+
+log = logging.getLogger(__name__)
+
+#: The config folder, as an absolute path: Hydra would resolve "../conf" against the package `matching` (and fail)
+#: when a command runs as a console script.
+CONF = Path(__file__).resolve().parents[1] / "conf"
+#: The errors a user's input can cause; each carries a message that says what was wrong and what to do.
+#: (DataFormatError, VectorsError, LabelError and RunError are ValueErrors; a missing corpus is a FileNotFoundError.)
+USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError)
+#: Arguments that ask Hydra about the command instead of running it (no checkpoint needed).
+_HYDRA_QUERIES = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion", "-sc")
+
+
+def _checkpoint_argument(argv: Sequence[str]) -> str | None:
+    """The value of `ckpt=` on the command line (parsed with Hydra's own grammar, so quoting works)."""
+    parser = OverridesParser.create()
+    for arg in argv:
+        if arg.lstrip("+").startswith("ckpt="):
+            override = parser.parse_override(arg)
+            if override.is_sweep_override():
+                raise RunError("ckpt= takes one checkpoint; run the command once per checkpoint")
+            return str(override.value())
+    return None
+
+
+def register_trained_run(argv: Sequence[str], required: bool) -> None:
+    """Register the saved config of the run that `ckpt=` points at as the config `trained_run`."""
+    checkpoint = _checkpoint_argument(argv)
+    if checkpoint is None and required and not any(a.split("=")[0] in _HYDRA_QUERIES for a in argv):
+        raise RunError(
+            "missing ckpt=<path to a .ckpt file>, e.g. ckpt=outputs/runs/snli/coda/<time>/checkpoints/best.ckpt "
+            "(--help lists the command's options)"
+        )
+    node = saved_config(checkpoint) if checkpoint is not None else OmegaConf.create()
+    ConfigStore.instance().store(name="trained_run", node=node)
+
+
+def check_overrides(config_name: str, argv: Sequence[str]) -> None:
+    """Compose the command's config with the command line's overrides, so that a bad override (an unknown key,
+    a value that does not parse, an option a group does not have) is reported as a user's mistake, like every
+    other, before any work. Sweeps (`-m`) are checked by Hydra itself, per job."""
+    if any(a in ("-m", "--multirun") or a.split("=")[0] in _HYDRA_QUERIES for a in argv):
+        return
+    overrides = [a for a in argv if not a.startswith("-")]
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name=config_name):
+            compose(config_name, overrides=overrides)
+    except HydraException as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        raise OverrideError(
+            f"{' '.join(lines)} (`--cfg job` prints every key of the composed config; --help lists the options)"
+        ) from err
+
+
+class OverrideError(ValueError):
+    """A command-line override that Hydra cannot apply."""
+
+
+def report_error(err: BaseException) -> int:
+    """Print a user's mistake as one paragraph on stderr; the exit status is 2."""
+    if os.environ.get("MATCHING_DEBUG"):
+        raise err
+    print(f"error: {err}", file=sys.stderr)
+    return 2
+
+
+def command(config_name: str, body: Callable[[DictConfig], Any], uses_run: bool = False) -> Callable[..., int]:
+    """`main(argv=None) -> exit status` of a command: `body(cfg)` under Hydra with `conf/<config_name>.yaml`.
+
+    `uses_run`: the command works on a trained run named by `ckpt=`, whose saved config is merged under the
+    command's own (see the module docstring).
+    """
+
+    @hydra.main(version_base="1.3", config_path=str(CONF), config_name=config_name)
+    def app(cfg: DictConfig) -> Any:
+        try:
+            return body(cfg)
+        except USER_ERRORS as err:
+            raise SystemExit(report_error(err)) from None
+
+    def main(argv: Sequence[str] | None = None) -> int:
+        argv = list(sys.argv[1:] if argv is None else argv)
+        try:
+            if uses_run:
+                register_trained_run(argv, required=True)
+            check_overrides(config_name, argv)
+        except USER_ERRORS as err:
+            return report_error(err)
+        saved = sys.argv
+        sys.argv = [f"matching-{config_name}", *argv]
+        try:
+            app()
+        except SystemExit as done:  # --help, a Hydra error (status 1) or a user error (status 2)
+            return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        finally:
+            sys.argv = saved
+        return 0
+
+    main.__doc__ = f"Run `{config_name}` with Hydra overrides `argv` (default: the command line); the exit status."
+    return main
