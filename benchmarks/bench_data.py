@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from matching.data.datamodule import PairDataModule
+from matching.data.readers import read_snli_jsonl
+from matching.data.tasks import Task
 
 LABELS = ["entailment", "neutral", "contradiction"]
 
@@ -57,9 +59,8 @@ def make_corpus(path: Path, pairs: int, seed: int = 0) -> None:
 
 
 def prepare(train: Path, dev: Path, cache: Path) -> tuple[float, PairDataModule]:
-    task = {"name": "snli", "kind": "classify", "reader": "snli_jsonl", "labels": LABELS,
-            "splits": {"train": {"path": str(train)}, "dev": {"path": str(dev)}},
-            "eval_splits": ["dev"], "test_splits": []}  # fmt: skip
+    task = Task(name="snli", kind="classify", reader=read_snli_jsonl, labels=LABELS,
+                splits={"train": {"path": str(train)}, "dev": {"path": str(dev)}}, eval_splits=["dev"])  # fmt: skip
     dm = PairDataModule(task, data_dir=train.parent, cache_dir=cache, batch_size=64)
     start = time.perf_counter()
     dm.setup("fit")

@@ -23,9 +23,11 @@ from typing import Any
 import hydra
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue
 
 from matching.runs import RunError, saved_config
 
@@ -65,6 +67,39 @@ def register_trained_run(argv: Sequence[str], required: bool) -> None:
     ConfigStore.instance().store(name="trained_run", node=node)
 
 
+def compose_config(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """The command's config as its command line would compose it: for use from Python and tests, e.g.
+    `evaluate(compose_config("evaluate", ["ckpt=...", "split=test"]))`. A bad override raises OverrideError."""
+    overrides = list(overrides)
+    register_trained_run(overrides, required=False)
+    try:
+        return _compose(config_name, overrides)
+    except HydraException as err:
+        raise OverrideError(_override_message(config_name, overrides, err)) from err
+
+
+def _compose(config_name: str, overrides: list[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name=config_name):
+        return compose(config_name, overrides=overrides)
+
+
+def _override_message(config_name: str, overrides: list[str], err: HydraException) -> str:
+    cause = err.__cause__
+    key = getattr(cause, "full_key", None) if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) else None
+    if key:  # an unknown key: list the keys that exist where it was meant to go
+        parent = key.rpartition(".")[0]
+        others = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
+        try:
+            node = OmegaConf.select(_compose(config_name, others), parent) if parent else _compose(config_name, others)
+        except HydraException:
+            node = None
+        if isinstance(node, DictConfig):
+            return (f"unknown config key {key!r}; valid keys at {parent or 'the top level'}: {sorted(node.keys())}. "
+                    f"To add a key that is not in the config, write +{key}=...")  # fmt: skip
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return f"{' '.join(lines)} (`--cfg job` prints every key of the composed config; --help lists the options)"
+
+
 def check_overrides(config_name: str, argv: Sequence[str]) -> None:
     """Compose the command's config with the command line's overrides, so that a bad override (an unknown key,
     a value that does not parse, an option a group does not have) is reported as a user's mistake, like every
@@ -73,13 +108,9 @@ def check_overrides(config_name: str, argv: Sequence[str]) -> None:
         return
     overrides = [a for a in argv if not a.startswith("-")]
     try:
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name=config_name):
-            compose(config_name, overrides=overrides)
+        _compose(config_name, overrides)
     except HydraException as err:
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        raise OverrideError(
-            f"{' '.join(lines)} (`--cfg job` prints every key of the composed config; --help lists the options)"
-        ) from err
+        raise OverrideError(_override_message(config_name, overrides, err)) from err
 
 
 class OverrideError(ValueError):
@@ -97,22 +128,25 @@ def report_error(err: BaseException) -> int:
 def command(config_name: str, body: Callable[[DictConfig], Any], uses_run: bool = False) -> Callable[..., int]:
     """`main(argv=None) -> exit status` of a command: `body(cfg)` under Hydra with `conf/<config_name>.yaml`.
 
-    `uses_run`: the command works on a trained run named by `ckpt=`, whose saved config is merged under the
-    command's own (see the module docstring).
+    `uses_run`: the command works on a trained run named by `ckpt=` (required), whose saved config is merged
+    under the command's own (see the module docstring).
     """
 
     @hydra.main(version_base="1.3", config_path=str(CONF), config_name=config_name)
     def app(cfg: DictConfig) -> Any:
         try:
             return body(cfg)
+        except MissingMandatoryValue as err:  # a `???` key of the command's YAML that the user did not give
+            usage = HydraConfig.get().help.header.strip()
+            missing = RunError(f"missing {err.full_key}=<value>; {usage[0].lower()}{usage[1:]}")
+            raise SystemExit(report_error(missing)) from None
         except USER_ERRORS as err:
             raise SystemExit(report_error(err)) from None
 
     def main(argv: Sequence[str] | None = None) -> int:
         argv = list(sys.argv[1:] if argv is None else argv)
         try:
-            if uses_run:
-                register_trained_run(argv, required=True)
+            register_trained_run(argv, required=uses_run)
             check_overrides(config_name, argv)
         except USER_ERRORS as err:
             return report_error(err)

@@ -33,6 +33,7 @@ from matching.files import write_text_atomic
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class Run:
     path: Path

@@ -30,7 +30,6 @@ from matching.runs import RunError, TrainedRun, load_trained
 log = logging.getLogger(__name__)
 
 
-
 def _plt():
     import matplotlib
 

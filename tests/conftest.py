@@ -48,6 +48,15 @@ def compose_train(tmp_path: Path, *overrides: str, small: bool = True) -> DictCo
     return cfg
 
 
+def evaluate(checkpoint, split="dev", overrides=(), out=None) -> dict[str, float]:
+    """The evaluate command as `matching-evaluate ckpt=... split=... [out=...] [overrides]` composes it."""
+    from matching.cli import compose_config
+    from matching.evaluate import evaluate as evaluate_command
+
+    extra = [f"out={out}"] if out else []
+    return evaluate_command(compose_config("evaluate", [f"ckpt={checkpoint}", f"split={split}", *extra, *overrides]))
+
+
 @pytest.fixture(autouse=True)
 def offline(monkeypatch):
     """Nothing may download at test time: the hub fallback must fail fast, not try the network."""

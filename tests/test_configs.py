@@ -7,7 +7,7 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 
 from matching.aligners import Aligner
-from matching.runs import build_datamodule, build_embedding_matrix, build_model
+from matching.runs import build, build_callbacks, build_datamodule, build_model, build_task
 
 
 def options(group):
@@ -35,7 +35,7 @@ def test_task_options_read_their_fixtures(make_cfg, name):
     dm.setup("fit")
     assert len(dm.splits["train"]) > 0 and dm.eval_splits[0] == "dev"
     expected = {"classify": "val/acc", "rank": "val/top1" if name == "ubuntu" else "val/map"}[cfg.task.kind]
-    assert cfg.checkpoint.monitor == expected
+    assert cfg.callbacks.checkpoint.monitor == expected
 
 
 @pytest.mark.parametrize("name", options("embeddings"))
@@ -47,8 +47,36 @@ def test_embeddings_options(make_cfg, name, tmp_path):
     cfg.embeddings.dim = 20
     dm = build_datamodule(cfg)
     dm.setup("fit")
-    matrix = build_embedding_matrix(cfg, dm.vocab)
+    matrix = build(cfg.embeddings).matrix(dm.vocab, cfg.seed)
     assert matrix.shape == (len(dm.vocab), 20)
+
+
+@pytest.mark.parametrize("name", options("task/reader"))
+def test_reader_options_are_reader_functions(make_cfg, name):
+    """Every reader option builds a reader of the task (a `_partial_` function of a path)."""
+    task = {"trecqa": "trecqa", "ubuntu": "ubuntu", "wikiqa": "wikiqa", "dnli": "dnli", "scitail": "scitail"}
+    cfg = make_cfg(f"task={task.get(name.split('_')[0], 'snli')}", f"task/reader={name}")
+    task = build_task(cfg)
+    assert callable(task.reader) and task.reader.func.__name__.startswith("read_")
+
+
+def test_callbacks_are_config_nodes(make_cfg):
+    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+
+    callbacks = build_callbacks(make_cfg("callbacks.early_stopping.patience=3"))
+    assert isinstance(callbacks["checkpoint"], ModelCheckpoint) and callbacks["early_stopping"].patience == 3
+    assert isinstance(callbacks["early_stopping"], EarlyStopping)
+    assert "early_stopping" not in build_callbacks(make_cfg("callbacks.early_stopping=null"))
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [("task.kind=sort", "task.kind"), ("task=wikiqa task.train_questions=some", "train_questions"),
+     ("task.eval_splits=[dev,nope]", "nope"), ("++task.train_questions=answered", "ranking")],
+)  # fmt: skip
+def test_a_bad_task_setting_is_a_clear_error(make_cfg, override, message):
+    with pytest.raises(ValueError, match=message):
+        build_task(make_cfg(*override.split()))
 
 
 @pytest.mark.parametrize("name", options("optim"))

@@ -8,7 +8,9 @@ import torch
 from conftest import FIXTURE_VECTORS
 
 from matching.data.datamodule import BucketBatchSampler, LabelError, PairDataModule, split_prefix
+from matching.data.readers import read_snli_jsonl
 from matching.data.sources import CorpusNotFoundError
+from matching.data.tasks import Task
 from matching.data.vocab import Tokenizer, Vocabulary
 from matching.model import NULL_ID, PAD_ID
 from matching.runs import build_datamodule
@@ -173,14 +175,8 @@ def test_split_prefixes():
 def test_empty_split_is_an_error(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    task = {
-        "name": "t",
-        "reader": "snli_jsonl",
-        "labels": ["entailment"],
-        "splits": {"train": {"path": str(empty)}},
-        "eval_splits": [],
-        "test_splits": [],
-    }
+    task = Task(name="t", kind="classify", reader=read_snli_jsonl, labels=["entailment", "neutral"],
+                splits={"train": {"path": str(empty)}}, eval_splits=[], test_splits=[])  # fmt: skip
     with pytest.raises(ValueError, match="train split is empty"):
         PairDataModule(task, tmp_path, tmp_path, batch_size=2).setup("fit")
 

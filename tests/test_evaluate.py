@@ -5,9 +5,17 @@ import shutil
 
 import pytest
 
+from matching.cli import compose_config
 from matching.data.datamodule import LabelError
-from matching.evaluate import evaluate, main
+from matching.evaluate import evaluate as evaluate_command
+from matching.evaluate import main
 from matching.runs import RunError
+
+
+def evaluate(checkpoint, split="dev", overrides=(), out=None):
+    """The evaluate command as `matching-evaluate ckpt=... split=... [out=...] [overrides]` composes it."""
+    extra = [f"out={out}"] if out else []
+    return evaluate_command(compose_config("evaluate", [f"ckpt={checkpoint}", f"split={split}", *extra, *overrides]))
 
 
 def test_train_then_evaluate_parity_classification(snli_run):

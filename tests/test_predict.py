@@ -105,15 +105,14 @@ def test_a_word_seen_only_in_the_vectors_file_gets_its_own_vector(snli_run, tmp_
     from conftest import FIXTURE_VECTORS
 
     from matching.data.readers import Pair
-    from matching.predict import Predictor
     from matching.runs import load_trained
 
     run_dir, _ = snli_run
     run = load_trained(run_dir / "checkpoints" / "best.ckpt")
     line = next(x for x in FIXTURE_VECTORS.read_text().splitlines() if x.startswith("album "))
     vector = np.array(line.split()[1:], dtype=np.float32)
-    a, _ = Predictor(run).data.encode_pairs([Pair("an album", "qwzx", "")])
-    album, qwzx = int(a[0][1]), int(Predictor(run).data.encode_pairs([Pair("qwzx", "x", "")])[0][0][0])
+    a, _ = run.data.encode_pairs([Pair("an album", "qwzx", "")])
+    album, qwzx = int(a[0][1]), int(run.data.encode_pairs([Pair("qwzx", "x", "")])[0][0][0])
     assert album == run.vocab.index["album"] and album >= run.vocab.first_word_id
     assert qwzx == run.vocab.bucket("qwzx")
     row = run.model.embedding.weight[album].float()

@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from matching.data.readers import (
-    READERS,
     DataFormatError,
     Pair,
     read_trecqa_toks,
@@ -84,12 +84,15 @@ def _summary(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "matching.data.readers"]
 
 
-def test_registry_names():
-    assert READERS["wikiqa_tsv"] is read_wikiqa_tsv
-    assert READERS["trecqa_toks"] is read_trecqa_toks
-    assert READERS["trecqa_xml"] is read_trecqa_xml
-    assert READERS["ubuntu_csv"] is read_ubuntu_csv
-    assert READERS["ubuntu_tsv"] is read_ubuntu_tsv
+def test_reader_options_name_the_reader_functions():
+    from hydra.utils import get_method
+
+    conf = Path(__file__).parents[1] / "conf" / "task" / "reader"
+    options = {"wikiqa_tsv": read_wikiqa_tsv, "trecqa_toks": read_trecqa_toks, "trecqa_xml": read_trecqa_xml,
+               "ubuntu_csv": read_ubuntu_csv, "ubuntu_tsv": read_ubuntu_tsv}  # fmt: skip
+    for name, function in options.items():
+        node = yaml.safe_load((conf / f"{name}.yaml").read_text())
+        assert get_method(node["_target_"]) is function and node["_partial_"] is True
 
 
 # ------------------------------------------------------------------------------------------------ WikiQA

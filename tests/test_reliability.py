@@ -10,10 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURES, ROOT, SUBPROCESS_ENV, cli_overrides
+from conftest import FIXTURES, ROOT, SUBPROCESS_ENV, cli_overrides, evaluate
 
 from matching.data.datamodule import BucketBatchSampler
-from matching.evaluate import evaluate
 from matching.runs import AtomicCheckpointIO, load_trained
 from matching.train import NonFiniteLossError, train
 
@@ -42,7 +41,7 @@ def _big_snli(path: Path, copies: int) -> Path:
 def test_sigkill_mid_epoch_then_resume_reaches_the_uninterrupted_metrics(tmp_path):
     train_file = _big_snli(tmp_path / "train.jsonl", copies=250)  # 3,000 pairs: 750 steps per epoch
     args = [f"task.splits.train.path={train_file}", "data.batch_size=4", "trainer.max_epochs=4",
-            "deterministic=true", "seed=3", "early_stopping.patience=null"]  # fmt: skip
+            "deterministic=true", "seed=3", "callbacks.early_stopping=null"]  # fmt: skip
     straight = tmp_path / "straight"
     done = subprocess.run(_cli(straight, *args), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -23,7 +23,7 @@ def multirun(tmp_path_factory):
 
 
 def test_report_table_matches_values_recomputed_from_the_runs(multirun, tmp_path, capsys):
-    assert report_main([str(multirun), "--out", str(tmp_path)]) == 0
+    assert report_main([f"runs={multirun}", f"out={tmp_path}"]) == 0
     printed = capsys.readouterr().out
     runs = [json.loads(p.read_text()) | {"dir": p.parent.name} for p in multirun.rglob("metrics.json")]
     assert len(runs) == 4
@@ -49,13 +49,13 @@ def test_report_table_matches_values_recomputed_from_the_runs(multirun, tmp_path
 
 def test_report_accepts_single_run_directories(multirun, tmp_path):
     dirs = sorted(str(p.parent) for p in multirun.rglob("metrics.json"))[:2]
-    assert report_main([*dirs, "--out", str(tmp_path)]) == 0
+    assert report_main([f"runs=[{','.join(dirs)}]", f"out={tmp_path}"]) == 0
 
 
 def test_report_on_a_folder_without_runs_is_a_clear_error(tmp_path, capsys):
-    assert report_main([str(tmp_path)]) == 2
+    assert report_main([f"runs={tmp_path}"]) == 2
     assert "no run directories" in capsys.readouterr().err
-    assert report_main([str(tmp_path / "missing")]) == 2
+    assert report_main([f"runs={tmp_path / 'missing'}"]) == 2
     assert "no such run" in capsys.readouterr().err
 
 
@@ -76,7 +76,7 @@ def test_ablation_runs_get_one_row_per_setting_and_seeds_are_averaged(tmp_path):
             run = tmp_path / f"{n}_{seed}"
             (run / ".hydra").mkdir(parents=True)
             config = {
-                "task": {"name": "wikiqa"},
+                "task": {"name": "wikiqa", "report_metrics": ["map", "mrr"]},
                 "aligner": {"_target_": "matching.aligners.CoDAAligner", "center_e": center_e == "true", "gate": gate},
                 "seed": seed,
                 "loss": {"class_weights": None},

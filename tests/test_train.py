@@ -35,14 +35,14 @@ def test_fast_dev_run_every_task(make_cfg, overrides):
         ["task=ubuntu", "aligner=coda"],
         [
             "task=trecqa",
-            "task.reader=trecqa_xml",
+            "task/reader=trecqa_xml",
             "task.splits.train.path=trecqa/xml/train.xml",
             "task.splits.dev.path=trecqa/xml/dev.xml",
             "task.splits.dev_raw.path=trecqa/xml/dev.xml",
         ],
         [
             "task=ubuntu",
-            "task.reader=ubuntu_tsv",
+            "task/reader=ubuntu_tsv",
             "task.splits.train.path=ubuntu_tsv/train.txt",
             "task.splits.dev.path=ubuntu_tsv/valid.txt",
             "task.splits.test.path=ubuntu_tsv/test.txt",

@@ -42,7 +42,7 @@ def test_heatmap_for_softmax_labels_tokens_with_null(make_cfg, tmp_path):
     assert matrices["softmax_a"].sum(1) == pytest.approx([1.0] * len(tokens_a), abs=1e-5)
     out = tmp_path / "intra.png"
     assert main([f"ckpt={cfg.paths.output_dir}/checkpoints/best.ckpt", "a=A dog runs.", "b=An animal moves",
-                 "intra=true", f"out={out}"]) == 0  # fmt: skip
+                 "show_intra=true", f"out={out}"]) == 0  # fmt: skip
     _png_size(out)
 
 
