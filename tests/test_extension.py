@@ -1,0 +1,148 @@
+"""The style guide's promise: a new aligner is one class plus one YAML, a new corpus one reader plus one YAML, and
+every option of conf/aligner/ and conf/task/ goes through every command with no edit anywhere else."""
+
+import csv
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import CONF, compose_train
+
+from matching.evaluate import main as evaluate_main
+from matching.export import main as export_main
+from matching.predict import main as predict_main
+from matching.report import main as report_main
+from matching.train import train
+from matching.visualize import main as visualize_main
+
+THROWAWAY_ALIGNER = '''
+from matching.aligners import Aligner, Alignment
+from matching.layers import pair_mask
+
+
+class UniformAligner(Aligner):
+    """Every token aligned to the plain mean of the other sentence's real tokens."""
+
+    def forward(self, a, b, mask_a, mask_b, score_bias=None):
+        valid = pair_mask(mask_a, mask_b).float()  # (B, La, Lb)
+        weights_a = valid / valid.sum(2, keepdim=True).clamp_min(1.0)
+        weights_b = valid / valid.sum(1, keepdim=True).clamp_min(1.0)
+        return Alignment(weights_a @ b, weights_b.transpose(1, 2) @ a, {"uniform": weights_a})
+'''
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def _through_every_command(run_dir: Path, tmp_path: Path, pairs: str, capsys) -> dict[str, list[dict]]:
+    """evaluate, predict, visualize (heat-map), export and report on a trained run; what predict and report gave."""
+    ckpt = f"ckpt={run_dir / 'checkpoints' / 'best.ckpt'}"
+    assert evaluate_main([ckpt, f"out={tmp_path / 'eval.json'}"]) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "eval.json").read_text())["metrics"]
+    (tmp_path / "pairs.tsv").write_text(pairs)
+    capsys.readouterr()
+    assert predict_main([ckpt, f"input={tmp_path / 'pairs.tsv'}"]) == 0, capsys.readouterr().err
+    predictions = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    heatmap = tmp_path / "alignment.png"
+    assert visualize_main([ckpt, "a=a man plays", "b=a person plays music", f"out={heatmap}"]) == 0
+    assert heatmap.read_bytes().startswith(b"\x89PNG")
+    assert export_main([ckpt, "format=torchscript", f"out={tmp_path / 'export'}"]) == 0
+    assert (tmp_path / "export" / "model.pt").exists()
+    assert report_main([f"runs={run_dir}", f"out={tmp_path}"]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "report.csv")))
+    return {"predictions": predictions, "report": rows}
+
+
+def test_a_throwaway_aligner_is_one_class_and_one_yaml(tmp_path, monkeypatch, capsys):
+    """The class and its YAML live outside the package (a user's own folder, found through hydra.searchpath)."""
+    (tmp_path / "throwaway_aligner.py").write_text(THROWAWAY_ALIGNER)
+    (tmp_path / "conf" / "aligner").mkdir(parents=True)
+    (tmp_path / "conf" / "aligner" / "uniform.yaml").write_text(
+        "# Every token aligned to the mean of the other sentence.\n_target_: throwaway_aligner.UniformAligner\n"
+        "_partial_: true\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = compose_train(tmp_path, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "aligner=uniform",
+                        "trainer.max_epochs=1")  # fmt: skip
+    train(cfg)
+    run_dir = Path(cfg.paths.output_dir)
+    seen = _through_every_command(run_dir, tmp_path, "A man plays.\tA person plays music.\n", capsys)
+    assert len(seen["predictions"]) == 1 and set(seen["predictions"][0]["probs"]) == {
+        "entailment", "neutral", "contradiction",
+    }  # fmt: skip
+    assert {r["aligner"] for r in seen["report"]} == {"uniform"}
+    from matching.runs import load_trained
+
+    run = load_trained(run_dir / "checkpoints" / "best.ckpt")
+    assert type(run.model.aligner).__name__ == "UniformAligner"
+
+
+THROWAWAY_READER = '''
+from matching.data.readers import Pair
+
+
+def read_pipes(path):
+    """Lines of `label | first text | second text`."""
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            label, a, b = (part.strip() for part in line.split("|"))
+            yield Pair(a, b, label, line=number)
+'''
+
+THROWAWAY_TASK = """\
+# A corpus of `label | a | b` lines.
+_target_: matching.data.tasks.Task
+_convert_: all
+name: pipes
+kind: classify
+reader: {_target_: throwaway_reader.read_pipes, _partial_: true}
+labels: [same, different]
+splits:
+  train: {path: pipes/train.txt}
+  dev: {path: pipes/dev.txt}
+eval_splits: [dev]
+monitor: val/acc
+monitor_mode: max
+epochs: 1
+batch_size: 4
+"""
+
+
+def test_a_throwaway_corpus_is_one_reader_and_one_yaml(tmp_path, monkeypatch, capsys):
+    (tmp_path / "throwaway_reader.py").write_text(THROWAWAY_READER)
+    (tmp_path / "conf" / "task").mkdir(parents=True)
+    (tmp_path / "conf" / "task" / "pipes.yaml").write_text(THROWAWAY_TASK)
+    corpus = tmp_path / "corpora" / "pipes"
+    corpus.mkdir(parents=True)
+    lines = ["same | a dog runs | a dog is running", "different | a dog runs | the sky is blue",
+             "same | a man plays music | a person plays music", "different | a man sleeps | a cat eats"]  # fmt: skip
+    (corpus / "train.txt").write_text("\n".join(lines * 3) + "\n")
+    (corpus / "dev.txt").write_text("\n".join(lines) + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = compose_train(tmp_path, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "task=pipes",
+                        f"paths.data_dir={tmp_path / 'corpora'}")  # fmt: skip
+    train(cfg)
+    seen = _through_every_command(Path(cfg.paths.output_dir), tmp_path, "a dog runs\ta dog is running\n", capsys)
+    assert seen["predictions"][0]["label"] in ("same", "different")
+    assert {(r["task"], r["metric"]) for r in seen["report"]} == {("pipes", "acc")}
+
+
+@pytest.mark.parametrize(
+    ("group", "option"),
+    [("aligner", name) for name in options("aligner")] + [("task", name) for name in options("task")],
+)
+def test_every_option_trains_evaluates_predicts_and_reports(group, option, tmp_path, capsys):
+    cfg = compose_train(tmp_path, f"{group}={option}", "trainer.max_epochs=1")
+    train(cfg)
+    pairs = textwrap.dedent("""\
+        what does a man play\ta man plays the guitar .
+        what does a man play\tthe sky is blue .
+    """)
+    seen = _through_every_command(Path(cfg.paths.output_dir), tmp_path, pairs, capsys)
+    kind = cfg.task.kind
+    assert len(seen["predictions"]) == (2 if kind == "classify" else 1)
+    row = seen["report"][0]
+    assert row["task"] == cfg.task.name and row["aligner"] == (option if group == "aligner" else "softmax")
+    assert row["metric"] == cfg.task.report_metrics[0]
