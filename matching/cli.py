@@ -25,7 +25,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException
+from hydra.errors import HydraException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue
 
@@ -97,7 +97,20 @@ def _override_message(config_name: str, overrides: list[str], err: HydraExceptio
             return (f"unknown config key {key!r}; valid keys at {parent or 'the top level'}: {sorted(node.keys())}. "
                     f"To add a key that is not in the config, write +{key}=...")  # fmt: skip
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if isinstance(err, OverrideParseException) and not lines[0].startswith("Error parsing override"):
+        bad = next((o for o in overrides if o == getattr(err, "override", None)), None) or _unparsable(overrides)
+        lines.insert(0, f"cannot parse the override {bad!r}:")
     return f"{' '.join(lines)} (`--cfg job` prints every key of the composed config; --help lists the options)"
+
+
+def _unparsable(overrides: Sequence[str]) -> str | None:
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_override(override)
+        except HydraException:
+            return override
+    return None
 
 
 def check_overrides(config_name: str, argv: Sequence[str]) -> None:
@@ -125,11 +138,26 @@ def report_error(err: BaseException) -> int:
     return 2
 
 
-def command(config_name: str, body: Callable[[DictConfig], Any], uses_run: bool = False) -> Callable[..., int]:
+def quote_verbatim(argv: Sequence[str], keys: Sequence[str]) -> list[str]:
+    """`key=text` arguments for `keys` with the text quoted for Hydra, so that free text (commas, apostrophes,
+    brackets) is taken as it is: `a=Yes, it's a dog` would otherwise be a sweep or a syntax error."""
+    quoted = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key in keys and not (len(value) > 1 and value[0] == value[-1] and value[0] in "'\""):
+            value = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        quoted.append(f"{key}{sep}{value}")
+    return quoted
+
+
+def command(
+    config_name: str, body: Callable[[DictConfig], Any], uses_run: bool = False, verbatim: Sequence[str] = ()
+) -> Callable[..., int]:
     """`main(argv=None) -> exit status` of a command: `body(cfg)` under Hydra with `conf/<config_name>.yaml`.
 
     `uses_run`: the command works on a trained run named by `ckpt=` (required), whose saved config is merged
-    under the command's own (see the module docstring).
+    under the command's own (see the module docstring). `verbatim`: keys whose values are free text, taken as
+    typed (see quote_verbatim).
     """
 
     @hydra.main(version_base="1.3", config_path=str(CONF), config_name=config_name)
@@ -144,20 +172,26 @@ def command(config_name: str, body: Callable[[DictConfig], Any], uses_run: bool 
             raise SystemExit(report_error(err)) from None
 
     def main(argv: Sequence[str] | None = None) -> int:
-        argv = list(sys.argv[1:] if argv is None else argv)
+        argv = quote_verbatim(sys.argv[1:] if argv is None else argv, verbatim)
         try:
             register_trained_run(argv, required=uses_run)
             check_overrides(config_name, argv)
         except USER_ERRORS as err:
             return report_error(err)
-        saved = sys.argv
+        saved, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
         sys.argv = [f"matching-{config_name}", *argv]
+        if os.environ.get("MATCHING_DEBUG"):  # let the exception and its whole traceback through Hydra
+            os.environ["HYDRA_FULL_ERROR"] = "1"
         try:
             app()
+        except USER_ERRORS as err:  # Hydra's own argument checks (e.g. --cfg with -m)
+            return report_error(err)
         except SystemExit as done:  # --help, a Hydra error (status 1) or a user error (status 2)
             return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
         finally:
             sys.argv = saved
+            if full_error is None:
+                os.environ.pop("HYDRA_FULL_ERROR", None)
         return 0
 
     main.__doc__ = f"Run `{config_name}` with Hydra overrides `argv` (default: the command line); the exit status."

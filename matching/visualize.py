@@ -9,7 +9,7 @@ intra-sentence matrices with `show_intra=true`). Histogram mode collects the val
 (non-padding) cells of a dev set, as in the CoDA paper's Figure 2, and prints (and writes as JSON beside the
 PNG) each matrix's range, mean and share of negative cells: a CoDA model that never subtracts shows 0 % negative
 M cells. Options are in conf/visualize.yaml; any key of the run's saved config can be overridden too (e.g.
-`paths.data_dir=...`). A text holding a comma is quoted for Hydra: 'a="Yes, it is."'.
+`paths.data_dir=...`). The texts a= and b= are taken as typed (commas, apostrophes and brackets included).
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def visualize(cfg: DictConfig) -> Path:
     return out
 
 
-main = command("visualize", visualize, uses_run=True)
+main = command("visualize", visualize, uses_run=True, verbatim=("a", "b"))
 
 if __name__ == "__main__":
     sys.exit(main())

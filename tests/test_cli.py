@@ -1,0 +1,75 @@
+"""One way in: every command is a Hydra app with --help, the same override grammar, the run's saved config under
+the command's own, and one way of reporting a user's mistake (one `error:` paragraph, exit status 2)."""
+
+import pytest
+from conftest import cli_overrides
+
+from matching import evaluate, export, predict, report, train, visualize
+from matching.cli import compose_config, quote_verbatim
+
+COMMANDS = {"train": train, "evaluate": evaluate, "predict": predict, "visualize": visualize, "export": export,
+            "report": report}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_has_help_with_its_usage(name, capsys):
+    assert COMMANDS[name].main(["--help"]) == 0
+    assert capsys.readouterr().out.startswith(f"Usage: matching-{name} ")
+
+
+def test_a_command_on_a_run_composes_over_the_saved_config(snli_run, capsys):
+    run, _ = snli_run
+    ckpt = f"ckpt={run / 'checkpoints' / 'best.ckpt'}"
+    cfg = compose_config("evaluate", [ckpt, "data.eval_batch_size=3", "split=test"])
+    assert cfg.task.name == "snli" and cfg.data.eval_batch_size == 3 and cfg.split == "test"
+    assert cfg.model.hidden == 16  # the run's own value, not the default of conf/model
+    assert evaluate.main([ckpt, "--cfg", "job"]) == 0
+    assert "eval_batch_size" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["model.hiden=3"], "unknown config key 'model.hiden'; valid keys at model"),
+     (["split=dev,test"], "--multirun"),  # a sweep value outside -m
+     (["aligner=nope"], "aligner"),
+     (["data.eval_batch_size=[1"], "cannot parse the override 'data.eval_batch_size=[1'")],
+)  # fmt: skip
+def test_a_bad_override_is_one_clear_paragraph(snli_run, capsys, argv, message):
+    run, _ = snli_run
+    assert evaluate.main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_train_reports_a_missing_vectors_file_without_a_traceback(tmp_path, capsys):
+    argv = [o for o in cli_overrides(tmp_path) if not o.startswith("embeddings.path=")]
+    code = train.main([*argv, "embeddings.path=/no/such/vectors.txt", f"hydra.run.dir={tmp_path / 'run'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: No word vectors at /no/such/vectors.txt") and "Traceback" not in err
+
+
+def test_debug_switch_shows_the_traceback(snli_run, monkeypatch):
+    run, _ = snli_run
+    monkeypatch.setenv("MATCHING_DEBUG", "1")
+    with pytest.raises(ValueError, match="unknown split"):
+        evaluate.main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", "split=nope"])
+
+
+def test_missing_required_key_names_it_with_the_usage(snli_run, capsys):
+    run, _ = snli_run
+    assert predict.main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}"]) == 2
+    err = capsys.readouterr().err
+    assert "missing input=" in err and "usage: matching-predict ckpt=" in err
+
+
+def test_free_text_is_taken_as_typed():
+    argv = quote_verbatim(["a=Yes, it's (really) a dog", 'b="already quoted"', "out=x.png"], ("a", "b"))
+    assert argv == ["a='Yes, it\\'s (really) a dog'", 'b="already quoted"', "out=x.png"]
+
+
+def test_visualize_takes_texts_with_commas_and_apostrophes(snli_run, tmp_path):
+    run, _ = snli_run
+    out = tmp_path / "pair.png"
+    argv = [f"ckpt={run / 'checkpoints' / 'best.ckpt'}", "a=Yes, it's a dog (a big one).", "b=A dog, running.",
+            f"out={out}"]  # fmt: skip
+    assert visualize.main(argv) == 0 and out.exists()
