@@ -49,6 +49,13 @@ class Run:
     def task_config(self) -> dict:
         return (self.config or {}).get("task") or {}
 
+    @property
+    def metrics_reported(self) -> list[str]:
+        """The task's `report_metrics`; for a run saved before tasks named them, its monitored metric."""
+        task = self.task_config
+        monitored = str(task.get("monitor") or "val/acc").split("/", 1)[-1]
+        return list(task.get("report_metrics") or [monitored])
+
 
 #: Overrides that never make a variant: the seed is what a row averages over; the rest name the task and aligner
 #: (already columns) or say where files are.
@@ -136,7 +143,7 @@ def summarise(runs: list[Run]) -> list[dict[str, object]]:
             log.warning("%s/%s %s: several runs share a seed (%s); each counts once", task, aligner, variant, seeds)
         task_config = members[0].task_config
         paper = task_config.get("paper") or {}
-        for metric in task_config.get("report_metrics") or ["acc"]:
+        for metric in members[0].metrics_reported:
             for split in ("val", "test"):
                 key = _metric_key(split, metric)
                 values = [100 * r.metrics[key] for r in members if key in r.metrics and not math.isnan(r.metrics[key])]
@@ -210,7 +217,7 @@ def report(paths: list[Path], out: Path | None = None) -> list[dict[str, object]
     writer.writerows(rows)
     write_text_atomic(out / "report.csv", table.getvalue())
     if rows:
-        headline = {r.task: (r.task_config.get("report_metrics") or ["acc"])[0] for r in runs}
+        headline = {r.task: r.metrics_reported[0] for r in runs}
         write_chart(rows, out / "report.png", headline)
     print(markdown)
     print(
