@@ -3,10 +3,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 TASK   ?= snli
+CKPT   ?=
 ARGS   ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install train sweep test test-slow bench bench-quick lint format clean
+.PHONY: help install train sweep evaluate predict test test-slow bench bench-quick lint format clean
 
 help:  ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,6 +28,12 @@ train: install  ## train one model: make train TASK=snli ARGS="aligner=coda seed
 
 sweep: install  ## seed x aligner sweep: make sweep TASK=scitail ARGS="paths.data_dir=..."
 	$(BIN)/python -m matching.train -m task=$(TASK) aligner=softmax,coda,conflict seed=1,2,3 $(ARGS)
+
+evaluate: install  ## evaluate a checkpoint: make evaluate CKPT=outputs/runs/.../best.ckpt ARGS="split=test"
+	$(BIN)/matching-evaluate ckpt=$(CKPT) $(ARGS)
+
+predict: install  ## predict on new pairs: make predict CKPT=... ARGS="input=pairs.tsv output=out.jsonl"
+	$(BIN)/matching-predict ckpt=$(CKPT) $(ARGS)
 
 test: install  ## run the default (fast) test suite
 	$(BIN)/python -m pytest -q
