@@ -12,11 +12,13 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
 GZIP_MAGIC = b"\x1f\x8b"
+ZIP_MAGIC = b"PK\x03\x04"
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
@@ -66,13 +68,25 @@ def existing(path: str | os.PathLike) -> Path | None:
     return twin if twin.exists() else None
 
 
-def is_gzip(path: Path) -> bool:
-    """Whether the file starts with gzip's magic bytes. The name does not decide: some downloaders keep the
-    compression but drop the `.gz`, others unpack the file but keep the name."""
-    with open(path, "rb") as f:
-        return f.read(2) == GZIP_MAGIC
+def zip_member(raw: BinaryIO, path: Path) -> BinaryIO:
+    """The one data file inside a zip archive (GloVe ships `glove.840B.300d.zip` holding one .txt), streamed."""
+    archive = zipfile.ZipFile(raw)
+    members = [m for m in archive.infolist() if not m.is_dir() and not m.filename.startswith("__MACOSX")]
+    if len(members) != 1:
+        names = [m.filename for m in members]
+        raise ValueError(
+            f"{path} holds {len(members)} files ({names[:5]}); a zip is read when it holds exactly one. Unpack it and "
+            "point at the file you want (e.g. embeddings.path=<file>)."
+        )
+    return archive.open(members[0])  # type: ignore[return-value]
 
 
 def open_binary(path: Path) -> BinaryIO:
-    """The file's bytes, gunzipped when it is gzip."""
-    return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")  # type: ignore[return-value]
+    """The file's bytes: gunzipped when it is gzip, the single member when it is a zip."""
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic[:2] == GZIP_MAGIC:
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    if magic == ZIP_MAGIC:
+        return zip_member(open(path, "rb"), path)
+    return open(path, "rb")

@@ -306,3 +306,55 @@ def test_a_re_encoded_word_is_not_reported_as_irregular_spacing(tmp_path, caplog
     with caplog.at_level(logging.WARNING, logger=embeddings.__name__):
         matrix, found = load_vectors(path, ["café"])
     assert found.all() and "tabs or several spaces" not in caplog.text
+
+
+# ----------------------------------------------------------------------------- GloVe from the hub, as a zip
+
+
+def _glove_zip(path: Path, member: str = "glove.fixture.txt") -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(member, GLOVE_TEXT)
+    return path
+
+
+def test_a_zip_is_read_without_unpacking(tmp_path):
+    matrix, found = load_vectors(_glove_zip(tmp_path / "glove.zip"), WORDS)
+    expected, expected_found = load_vectors(write(tmp_path / "v.txt", GLOVE_TEXT), WORDS)
+    np.testing.assert_array_equal(matrix, expected)
+    np.testing.assert_array_equal(found, expected_found)
+    assert not any(p.suffix == ".txt" and p.name != "v.txt" for p in tmp_path.iterdir())  # nothing unpacked
+
+
+def test_missing_vectors_are_fetched_from_the_hub(tmp_path, monkeypatch):
+    """The download function is replaced by a stand-in that 'serves' a small zip: no network."""
+    from matching.data import embeddings
+
+    calls = []
+
+    def serve(repo_id, filename, folder, repo_type=None):
+        calls.append((repo_id, filename))
+        folder.mkdir(parents=True, exist_ok=True)
+        return _glove_zip(folder / filename)
+
+    monkeypatch.setattr(embeddings, "download_from_hub", serve)
+    hub = {"repo_id": "stanfordnlp/glove", "filename": "glove.840B.300d.zip", "folder": str(tmp_path / "cache")}
+    source = embeddings.PretrainedVectors(tmp_path / "glove" / "glove.840B.300d.txt", dim=3, top_words=2, hub=hub)
+    assert source.path == tmp_path / "cache" / "glove.840B.300d.zip"
+    assert calls == [("stanfordnlp/glove", "glove.840B.300d.zip")]
+    assert embeddings.first_words(source.path, 2) == list(VECTORS)[:2]
+    again = embeddings.PretrainedVectors(tmp_path / "glove" / "glove.840B.300d.txt", dim=3, hub=hub)
+    assert again.path == source.path and len(calls) == 1  # fetched once, then found in the folder
+
+
+def test_offline_the_missing_vectors_message_says_what_to_download(tmp_path, monkeypatch):
+    from matching.data.embeddings import PretrainedVectors
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub = {"repo_id": "stanfordnlp/glove", "filename": "glove.840B.300d.zip", "folder": str(tmp_path / "cache")}
+    with pytest.raises(FileNotFoundError) as info:
+        PretrainedVectors(tmp_path / "nope.txt", dim=3, hub=hub)
+    message = str(info.value)
+    assert "HF_HUB_OFFLINE" in message and "glove.840B.300d.zip" in message and "embeddings=random" in message
+    assert "\n" not in message  # one paragraph

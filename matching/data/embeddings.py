@@ -28,8 +28,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from matching.data.downloads import OfflineError, download_from_hub
 from matching.data.vocab import Vocabulary
-from matching.files import GZIP_MAGIC, existing, open_binary, write_npz_atomic
+from matching.files import GZIP_MAGIC, ZIP_MAGIC, existing, open_binary, write_npz_atomic, zip_member
 
 log = logging.getLogger(__name__)
 
@@ -46,18 +47,43 @@ class VectorsError(ValueError):
     """Bad/unsupported vectors file; message says which file, which line, what to do."""
 
 
-def missing_vectors_message(path: str | os.PathLike) -> str:
-    return (
-        f"No word vectors at {path}.\n"
-        "To use GloVe (as in the paper), download and unpack it:\n"
-        "    mkdir -p data/glove && cd data/glove && "
-        "wget https://nlp.stanford.edu/data/glove.840B.300d.zip && unzip glove.840B.300d.zip\n"
-        "then run with `embeddings=glove` or `embeddings.path=<file>`.\n"
-        "Any GloVe-text, word2vec (text or binary) or gensim .kv file works too:\n"
-        "    embeddings.path=/path/to/vectors.txt embeddings.dim=300\n"
-        "To train randomly initialised embeddings instead (no pretrained vectors), choose it explicitly:\n"
-        "    embeddings=random"
+def missing_vectors_message(path: str | os.PathLike, hub: dict | None = None, why: str = "") -> str:
+    """One paragraph: the file that was expected, what was tried, what to download and where to put it."""
+    tried = (
+        f" Fetching {hub['filename']} from the Hugging Face hub ({hub['repo_id']}) failed too ({why}); with internet "
+        f"the run downloads it by itself into {hub['folder']} (resumable; GloVe 840B is 2 GB)."
+        if hub
+        else ""
     )
+    return (
+        f"No word vectors at {path}.{tried} To get GloVe (as in the paper) by hand, download "
+        "https://nlp.stanford.edu/data/glove.840B.300d.zip (or the same file from huggingface.co/stanfordnlp/glove) "
+        f"and put it, zipped or unpacked, in {Path(path).parent}/ (or run with embeddings.path=<file>); it is read "
+        "straight out of the zip. Any GloVe-text, word2vec (text or binary) or gensim .kv file works too: "
+        "embeddings.path=/path/to/vectors.txt embeddings.dim=300. To train randomly initialised embeddings "
+        "instead (no pretrained vectors), choose it explicitly: embeddings=random"
+    )
+
+
+def locate_vectors(path: str | os.PathLike, hub: dict | None = None) -> Path:
+    """The vectors file: `path` (or its .gz twin, or a .zip beside it), else the copy fetched from the hub into
+    `hub["folder"]` (downloaded now if it is not there yet). `hub`: {repo_id, filename, folder}."""
+    path = Path(path)
+    candidates = [path, path.with_name(path.stem + ".zip")] if path.suffix == ".txt" else [path]
+    for candidate in candidates:
+        if (found := existing(candidate)) is not None:
+            return found
+    if not hub:
+        raise FileNotFoundError(missing_vectors_message(path))
+    fetched = Path(hub["folder"]) / hub["filename"]
+    if fetched.is_file():
+        return fetched
+    try:
+        return download_from_hub(hub["repo_id"], hub["filename"], Path(hub["folder"]))
+    except OfflineError as err:
+        raise FileNotFoundError(missing_vectors_message(path, hub, str(err))) from None
+    except Exception as err:  # hub errors, disk full, a renamed repository: the same advice
+        raise FileNotFoundError(missing_vectors_message(path, hub, f"{type(err).__name__}: {err}")) from None
 
 
 def load_vectors(
@@ -118,16 +144,17 @@ class PretrainedVectors:
     docstring); `matrix` builds the run's embedding table. The vectors are frozen by default, so giving a dev
     word (or any frequent word) its vector leaks nothing: Parikh et al. hash only the words that have no
     pretrained vector. Words without a vector hash to the OOV buckets. `freeze` and `normalize` say how the
-    model uses the rows (fixed or trained; unit L2 norm or as read).
+    model uses the rows (fixed or trained; unit L2 norm or as read). `hub` ({repo_id, filename, folder}): where to
+    fetch the file when `path` is missing (see `locate_vectors`).
     """
 
     def __init__(self, path: str | os.PathLike, format: str = "auto", dim: int | None = None, top_words: int = 0,
-                 freeze: bool = True, normalize: bool = True):  # fmt: skip
+                 freeze: bool = True, normalize: bool = True, hub: dict | None = None):  # fmt: skip
         if top_words < 0:
             raise ValueError(f"embeddings.top_words must be 0 or more, got {top_words}")
         if format not in FORMATS:
             raise ValueError(f"unknown vectors format embeddings.format={format!r}; expected one of {FORMATS}")
-        self.path, self.format, self.dim, self.top_words = _existing(Path(path)), format, dim, top_words
+        self.path, self.format, self.dim, self.top_words = locate_vectors(path, hub), format, dim, top_words
         self.freeze, self.normalize = freeze, normalize
 
     def identity(self) -> dict:
@@ -217,6 +244,8 @@ def _resolve_format(path: Path) -> str:
     name = path.name.lower()
     if name.endswith(".kv"):
         return "kv"
+    if name.endswith(".zip"):
+        return "text"
     if name.endswith((".bin", ".bin.gz")):
         return "word2vec_bin"
     return "text"
@@ -245,8 +274,11 @@ def _read_text(path: Path, words: list[str], *, header: bool | None, dim: int | 
     with ExitStack() as stack:
         raw = stack.enter_context(open(path, "rb", buffering=1 << 20))
         stream = raw
-        if raw.peek(2)[:2] == GZIP_MAGIC:  # progress follows `raw`: the compressed position
+        magic = raw.peek(4)[:4]
+        if magic[:2] == GZIP_MAGIC:  # progress follows `raw`: the compressed position
             stream = stack.enter_context(io.BufferedReader(gzip.GzipFile(fileobj=raw), 1 << 20))
+        elif magic == ZIP_MAGIC:  # GloVe's own .zip, read without unpacking
+            stream = stack.enter_context(io.BufferedReader(zip_member(raw, path), 1 << 20))
         bar = stack.enter_context(
             tqdm(
                 total=size,
