@@ -73,3 +73,31 @@ def test_visualize_takes_texts_with_commas_and_apostrophes(snli_run, tmp_path):
     argv = [f"ckpt={run / 'checkpoints' / 'best.ckpt'}", "a=Yes, it's a dog (a big one).", "b=A dog, running.",
             f"out={out}"]  # fmt: skip
     assert visualize.main(argv) == 0 and out.exists()
+
+
+MISTAKES = [
+    ("train", ["task.splits.train.path=/no/such/train.jsonl"], "/no/such/train.jsonl"),
+    ("train", ["optim.lrr=0.1"], "unknown config key 'optim.lrr'"),
+    ("train", ["aligner=nope"], "Could not find 'aligner/nope'"),
+    ("train", ["embeddings.top_words=-1"], "embeddings.top_words must be 0 or more"),
+    ("evaluate", [], "missing ckpt="),
+    ("evaluate", ["ckpt=/no/such/best.ckpt"], "no checkpoint file at /no/such/best.ckpt"),
+    ("evaluate", ["{ckpt}", "split=validation"], "unknown split 'validation'"),
+    ("predict", ["{ckpt}", "input=/no/such/pairs.tsv"], "/no/such/pairs.tsv"),
+    ("predict", ["{ckpt}", "input=-", "format=csv"], "format must be auto, tsv or jsonl"),
+    ("visualize", ["{ckpt}", "mode=pie"], "mode must be heatmap or histogram"),
+    ("visualize", ["{ckpt}", "a=only one side"], "needs both texts"),
+    ("export", ["{ckpt}", "format=tflite"], "format must be one of"),
+    ("report", ["runs=/no/such/folder"], "no such run or multirun directory"),
+]
+
+
+@pytest.mark.parametrize(("name", "argv", "message"), MISTAKES, ids=[f"{m[0]}-{i}" for i, m in enumerate(MISTAKES)])
+def test_a_users_mistake_is_one_paragraph_and_exit_2(name, argv, message, snli_run, tmp_path, capsys):
+    run, _ = snli_run
+    argv = [a.format(ckpt=f"ckpt={run / 'checkpoints' / 'best.ckpt'}") for a in argv]
+    if name == "train":
+        argv = [*cli_overrides(tmp_path), f"hydra.run.dir={tmp_path / 'run'}", *argv]
+    assert COMMANDS[name].main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err, err
