@@ -7,7 +7,7 @@ CKPT   ?=
 ARGS   ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install train sweep evaluate predict test test-slow bench bench-quick lint format clean
+.PHONY: help install lock train sweep evaluate predict test test-slow bench bench-quick lint format clean
 
 help:  ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -16,12 +16,17 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[dev,tensorboard,export,sweep]"
+EXTRAS ?= dev,hub,plots,formats,tensorboard,export,sweep
+
+$(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/pip install --quiet -c constraints.txt torch
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
 	touch $@
 
-install: $(VENV)/.installed  ## create .venv and install the project with all its extras
+install: $(VENV)/.installed  ## create .venv and install the project with its extras, at the tested versions
+
+lock: install  ## rewrite constraints.txt from the installed, tested set (after changing pyproject.toml)
+	$(BIN)/pip freeze --exclude-editable | grep -v "^matching" > constraints.txt
 
 train: install  ## train one model: make train TASK=snli ARGS="aligner=coda seed=2"
 	$(BIN)/python -m matching.train task=$(TASK) $(ARGS)

@@ -29,6 +29,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig
 
 from matching.cli import command
+from matching.extras import MissingExtraError, require
 from matching.files import write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -183,9 +184,7 @@ def to_markdown(rows: list[dict[str, object]]) -> str:
 
 def write_chart(rows: list[dict[str, object]], path: Path, headline: dict[str, str]) -> None:
     """Bar chart of each task's `headline` metric per aligner with std error bars (dev, and test where present)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    require("matplotlib", "plots", "the report's bar chart").use("Agg")
     import matplotlib.pyplot as plt
 
     shown = [r for r in rows if r["metric"] == headline.get(str(r["task"]), "acc")]
@@ -216,14 +215,15 @@ def report(paths: list[Path], out: Path | None = None) -> list[dict[str, object]
     writer.writeheader()
     writer.writerows(rows)
     write_text_atomic(out / "report.csv", table.getvalue())
+    chart = None
     if rows:
-        headline = {r.task: r.metrics_reported[0] for r in runs}
-        write_chart(rows, out / "report.png", headline)
+        try:
+            write_chart(rows, out / "report.png", {r.task: r.metrics_reported[0] for r in runs})
+            chart = out / "report.png"
+        except MissingExtraError as err:  # the tables are written; only the chart needs matplotlib
+            log.warning("no chart: %s", err)
     print(markdown)
-    print(
-        f"{len(runs)} runs; wrote {out / 'report.md'}, {out / 'report.csv'}"
-        + (f", {out / 'report.png'}" if rows else "")
-    )
+    print(f"{len(runs)} runs; wrote {out / 'report.md'}, {out / 'report.csv'}" + (f", {chart}" if chart else ""))
     return rows
 
 

@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 from matching.cli import command
 from matching.data.readers import Pair
 from matching.data.vocab import NULL
+from matching.extras import require
 from matching.files import write_json
 from matching.runs import RunError, TrainedRun, load_trained
 
@@ -31,9 +32,7 @@ log = logging.getLogger(__name__)
 
 
 def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
+    require("matplotlib", "plots", "drawing heat-maps and histograms").use("Agg")
     import matplotlib.pyplot as plt
 
     return plt

@@ -1,6 +1,8 @@
 """One way in: every command is a Hydra app with --help, the same override grammar, the run's saved config under
 the command's own, and one way of reporting a user's mistake (one `error:` paragraph, exit status 2)."""
 
+import sys
+
 import pytest
 from conftest import cli_overrides
 
@@ -101,3 +103,14 @@ def test_a_users_mistake_is_one_paragraph_and_exit_2(name, argv, message, snli_r
     assert COMMANDS[name].main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err, err
+
+
+def test_a_missing_extra_is_named(snli_run, tmp_path, monkeypatch, capsys):
+    """Plots are an extra: without matplotlib, visualize says which extra to install; report still writes its
+    tables and only skips the chart."""
+    run, _ = snli_run
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    assert visualize.main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", "a=a dog", "b=an animal"]) == 2
+    assert 'pip install -e ".[plots]"' in capsys.readouterr().err
+    assert report.main([f"runs={run}", f"out={tmp_path}"]) == 0
+    assert (tmp_path / "report.md").exists() and not (tmp_path / "report.png").exists()

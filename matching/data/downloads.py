@@ -13,6 +13,8 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
+from matching.extras import require
+
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 3.0
@@ -42,7 +44,7 @@ def download_from_hub(repo_id: str, filename: str, folder: Path, repo_type: str 
     """`filename` of the hub repository `repo_id`, downloaded into `folder` (resumed if a previous download was
     interrupted); returns its path."""
     check_reachable()
-    from huggingface_hub import hf_hub_download
+    hf_hub_download = require("huggingface_hub", "hub", "downloading from the Hugging Face hub").hf_hub_download
 
     log.info("downloading %s from the Hugging Face hub (%s) into %s", filename, repo_id, folder)
     return Path(hf_hub_download(repo_id, filename, repo_type=repo_type, local_dir=folder))

@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from matching.data.downloads import OfflineError, download_from_hub
 from matching.data.vocab import Vocabulary
+from matching.extras import require
 from matching.files import GZIP_MAGIC, ZIP_MAGIC, existing, open_binary, write_npz_atomic, zip_member
 
 log = logging.getLogger(__name__)
@@ -213,7 +214,7 @@ def first_words(path: str | os.PathLike, count: int, format: str = "auto") -> li
         return []
     fmt = _resolve_format(path) if format == "auto" else format
     if fmt in ("word2vec_bin", "kv"):
-        from gensim.models import KeyedVectors
+        KeyedVectors = require("gensim.models", "formats", "reading word2vec binary and .kv vectors").KeyedVectors
 
         if fmt == "kv":
             kv = KeyedVectors.load(str(path), mmap="r")
@@ -551,7 +552,7 @@ def _show(word: bytes) -> str:
 
 
 def _read_gensim(path: Path, words: list[str], fmt: str, dim: int | None) -> tuple[np.ndarray, np.ndarray]:
-    from gensim.models import KeyedVectors
+    KeyedVectors = require("gensim.models", "formats", "reading word2vec binary and .kv vectors").KeyedVectors
 
     try:
         if fmt == "kv":

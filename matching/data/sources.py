@@ -12,8 +12,10 @@ import os
 from itertools import islice
 from pathlib import Path
 
+from matching.data.downloads import check_reachable
 from matching.data.readers import Pair
 from matching.data.tasks import Task
+from matching.extras import require
 from matching.files import existing
 
 log = logging.getLogger(__name__)
@@ -50,8 +52,8 @@ def _read_hub(task: Task, split: str, path: Path, cache_dir: str | os.PathLike):
             f"with task.splits.{split}.path=<file>."
         )
     try:
-        import datasets
-
+        datasets = require("datasets", "hub", f"fetching {task.name} from the Hugging Face hub")
+        check_reachable()  # offline: fail in seconds, not after datasets' retries
         log.info("%s not found locally; loading %s from the Hugging Face hub (%s)", path, split, hub["name"])
         ds = datasets.load_dataset(
             hub["name"], hub.get("config"), split=hub["splits"][split], cache_dir=str(Path(cache_dir) / "hub")
@@ -59,7 +61,7 @@ def _read_hub(task: Task, split: str, path: Path, cache_dir: str | os.PathLike):
     except Exception as err:  # offline, hub down, dataset renamed: all end the same way for the user
         raise CorpusNotFoundError(
             f"{task.name} {split} split not found: no file at {path} (nor {path}.gz), and loading "
-            f"{hub['name']} from the Hugging Face hub failed ({type(err).__name__}: {err}).\n{how}\n"
+            f"{hub['name']} from the Hugging Face hub failed ({err}).\n{how}\n"
             f"Or point at your copy with paths.data_dir=<folder> (or MATCHING_DATA_DIR), or at this one file with "
             f"task.splits.{split}.path=<file>."
         ) from err
