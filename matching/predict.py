@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
@@ -87,27 +87,15 @@ def _parse_input(stream: IO[str], source: str, fmt: str) -> Iterator[Pair]:
         yield Pair(cols[0], cols[1], "", cols[2] if len(cols) == 3 else None, number)
 
 
-def _batches(items: Iterable[Pair], size: int) -> Iterator[list[Pair]]:
-    batch: list[Pair] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-def predict(run: TrainedRun, pairs: Iterable[Pair], out: IO[str], batch_size: int = 256) -> int:
-    """Write predictions as JSON Lines; returns the number of pairs."""
+def predict(run: TrainedRun, pairs: Iterable[Pair], out: IO[str], batch_size: int = 256, source: str = "input") -> int:
+    """Write predictions as JSON Lines; returns the number of pairs. Batches are bounded by `batch_size` pairs
+    and by the run's `data.batch_cells` (see TrainedRun.batches)."""
     labels, count = run.labels, 0
-
-    def logits(batch: Sequence[Pair]) -> torch.Tensor:
-        return run.predict(run.batch(batch)).logits.float()  # (N, C)
+    batches = ((pairs, run.predict(batch).logits.float()) for pairs, batch in run.batches(pairs, batch_size, source))
 
     if run.kind == "classify":
-        for batch in _batches(pairs, batch_size):
-            probs = torch.softmax(logits(batch), dim=-1)
+        for batch, logits in batches:
+            probs = torch.softmax(logits, dim=-1)
             for p, row in zip(batch, probs.tolist(), strict=True):
                 best = max(range(len(labels)), key=row.__getitem__)
                 record = {"line": p.line, "a": p.a, "b": p.b, "label": labels[best],
@@ -130,8 +118,7 @@ def predict(run: TrainedRun, pairs: Iterable[Pair], out: IO[str], batch_size: in
             done.add(group)
             current.clear()
 
-    for batch in _batches(pairs, batch_size):
-        scores = logits(batch)
+    for batch, scores in batches:
         margins, p_match = match_margin(scores).tolist(), torch.softmax(scores, dim=-1)[:, 1].tolist()
         for p, score, pm in zip(batch, margins, p_match, strict=True):
             group = p.group or p.a
@@ -166,8 +153,9 @@ def predict_command(cfg: DictConfig) -> int:
             suffixes = Path(source).suffixes
             fmt = "jsonl" if {".jsonl", ".json"} & set(suffixes) else "tsv" if ".tsv" in suffixes else "auto"
         out = sys.stdout if cfg.output == "-" else stack.enter_context(open(cfg.output, "w", encoding="utf-8"))
-        count = predict(run, read_input(stream, source, fmt), out, int(cfg.batch_size))
-    print(f"predicted {count} pairs", file=sys.stderr)
+        count = predict(run, read_input(stream, source, fmt), out, int(cfg.batch_size), source)
+    cut = f"; {run.truncated} had a text cut to data.max_length={run.data.max_length} tokens" if run.truncated else ""
+    print(f"predicted {count} pairs{cut}", file=sys.stderr)
     return count
 
 

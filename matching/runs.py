@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
-from matching.data.datamodule import PairDataModule, pad_batch, split_prefix
+from matching.data.datamodule import PairDataModule, budget_batches, check_budget, pad_batch, split_prefix
 from matching.data.readers import Pair
 from matching.data.tasks import Task
 from matching.data.vocab import Vocabulary
@@ -146,6 +148,7 @@ class TrainedRun:
     cfg: DictConfig  # the run's saved config, with the caller's overrides applied
     data: PairDataModule
     system: MatchingSystem
+    truncated: int = 0  # new pairs cut to data.max_length by `batches`
 
     @property
     def vocab(self) -> Vocabulary:
@@ -168,9 +171,28 @@ class TrainedRun:
         return self.data.task
 
     def batch(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
-        """New pairs as a model batch, prepared exactly as the training data was."""
-        a, b = self.data.encode_pairs(pairs)
+        """New pairs as one model batch, prepared exactly as the training data was."""
+        a, b, _ = self.data.encode_pairs(pairs)
+        check_budget(np.array([[len(x), len(y)] for x, y in zip(a, b, strict=True)]), self.data.batch_cells,
+                     "input", [p.line for p in pairs])  # fmt: skip
         return {"a": pad_batch(a), "b": pad_batch(b)}
+
+    def batches(
+        self, pairs: Iterable[Pair], size: int, source: str = "input"
+    ) -> Iterator[tuple[list[Pair], dict[str, torch.Tensor]]]:
+        """New pairs in model batches, in input order, of at most `size` pairs and `data.batch_cells` alignment
+        cells, so one long text cannot inflate a batch (a pair too long to fit alone is an error naming its
+        line, raised before anything is allocated). `self.truncated` counts the pairs cut to `data.max_length`."""
+        budget = self.data.batch_cells or sys.maxsize
+        stream = iter(pairs)
+        while chunk := list(islice(stream, size)):
+            a, b, cut = self.data.encode_pairs(chunk)
+            self.truncated += cut
+            sides = np.array([[len(x), len(y)] for x, y in zip(a, b, strict=True)])
+            check_budget(sides, self.data.batch_cells, source, [p.line for p in chunk])
+            for index in budget_batches(np.arange(len(chunk)), sides, size, budget):
+                batch = {"a": pad_batch([a[i] for i in index]), "b": pad_batch([b[i] for i in index])}
+                yield [chunk[i] for i in index], batch
 
     @torch.inference_mode()
     def predict(self, batch: dict[str, torch.Tensor]) -> MatchOutput:

@@ -111,7 +111,7 @@ def test_a_word_seen_only_in_the_vectors_file_gets_its_own_vector(snli_run, tmp_
     run = load_trained(run_dir / "checkpoints" / "best.ckpt")
     line = next(x for x in FIXTURE_VECTORS.read_text().splitlines() if x.startswith("album "))
     vector = np.array(line.split()[1:], dtype=np.float32)
-    a, _ = run.data.encode_pairs([Pair("an album", "qwzx", "")])
+    a, *_ = run.data.encode_pairs([Pair("an album", "qwzx", "")])
     album, qwzx = int(a[0][1]), int(run.data.encode_pairs([Pair("qwzx", "x", "")])[0][0][0])
     assert album == run.vocab.index["album"] and album >= run.vocab.first_word_id
     assert qwzx == run.vocab.bucket("qwzx")

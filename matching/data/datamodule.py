@@ -64,7 +64,14 @@ class EncodedSplit(Dataset):
         return i  # the collate function gathers and pads a whole batch at once
 
     def lengths(self) -> np.ndarray:
-        return np.fromiter((len(a) + len(b) for a, b in zip(self.a, self.b, strict=True)), np.int64, len(self))
+        return self.sides().sum(1)
+
+    def sides(self) -> np.ndarray:
+        """(N, 2) token counts of both texts."""
+        out = np.empty((len(self), 2), np.int64)
+        out[:, 0] = np.fromiter(map(len, self.a), np.int64, len(self))
+        out[:, 1] = np.fromiter(map(len, self.b), np.int64, len(self))
+        return out
 
 
 def keep_answered_questions(pairs: Sequence[Pair], match_label: str, name: str = "train") -> list[Pair]:
@@ -156,11 +163,52 @@ def encode_split(
     return EncodedSplit(name, a, b, y, groups, list(group_ids), truncated)
 
 
+class BatchTooLargeError(BadExampleError):
+    """A pair that alone exceeds the batch budget; the message names it and the settings that fix it."""
+
+
+def budget_batches(order: np.ndarray, sides: np.ndarray, max_pairs: int, max_cells: int) -> list[np.ndarray]:
+    """Consecutive runs of `order` with at most `max_pairs` pairs and B · max La · max Lb ≤ `max_cells` (the size
+    of the batch's (B, La, Lb) alignment matrices, which is what a long text inflates). `sides`: (N, 2) lengths."""
+    batches, start, top_a, top_b = [], 0, 0, 0
+    for k, i in enumerate(order.tolist()):
+        la, lb = max(top_a, int(sides[i, 0])), max(top_b, int(sides[i, 1]))
+        if k > start and (k - start + 1 > max_pairs or (k - start + 1) * la * lb > max_cells):
+            batches.append(order[start:k])
+            start, la, lb = k, int(sides[i, 0]), int(sides[i, 1])
+        top_a, top_b = la, lb
+    if start < len(order):
+        batches.append(order[start:])
+    return batches
+
+
+def check_budget(sides: np.ndarray, max_cells: int | None, where: str, lines: Sequence[int] | None = None) -> None:
+    """Raise BatchTooLargeError, before anything is allocated, when a pair alone exceeds `max_cells`."""
+    if not max_cells or not len(sides):
+        return
+    cells = sides[:, 0].astype(np.int64) * sides[:, 1]
+    over = np.flatnonzero(cells > max_cells)
+    if len(over):
+        worst = int(over[np.argmax(cells[over])])
+        which = f"line {lines[worst]}" if lines is not None and lines[worst] else f"pair {worst + 1}"
+        raise BatchTooLargeError(
+            f"{where}: {len(over)} pair(s) are too long to align even alone: {which} has {sides[worst, 0]} x "
+            f"{sides[worst, 1]} tokens = {cells[worst]:,} alignment cells, over data.batch_cells={max_cells:,}. "
+            "Truncate long texts with data.max_length=<tokens>, or raise data.batch_cells if memory allows."
+        )
+
+
 class BucketBatchSampler(Sampler[list[int]]):
     """Batches of similar length: shuffle, sort within chunks of `bucket_batches` batches, shuffle batches.
 
     With `shuffle=False` the whole split is sorted by length (fast, deterministic evaluation). The order
     depends only on `seed` and the epoch (set by Lightning through `set_epoch`).
+
+    Memory budget (`sides`, the (N, 2) lengths of both texts, and `max_cells`): a batch's (B, La, Lb) alignment
+    matrices never exceed `max_cells` cells, so one long text cannot inflate its batch. For training, the pairs
+    with a side longer than √(max_cells / batch_size) (none in the usual benchmarks) are set apart once and
+    batched by the budget, and the others by count as above; so the number of batches is the same every epoch
+    (Lightning reads it once) and every batch of the others fits. Evaluation batches are cut by count and budget.
 
     Distributed (`num_replicas` > 1): for training, every process takes every `num_replicas`-th batch of the
     same global order, the list padded with its first batches so all processes run the same number of steps.
@@ -178,6 +226,8 @@ class BucketBatchSampler(Sampler[list[int]]):
         num_replicas: int = 1,
         rank: int = 0,
         groups: np.ndarray | None = None,
+        sides: np.ndarray | None = None,
+        max_cells: int | None = None,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -186,6 +236,15 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.lengths, self.batch_size, self.shuffle = lengths, batch_size, shuffle
         self.seed, self.bucket_batches, self.epoch = seed, bucket_batches, 0
         self.num_replicas, self.rank, self.groups = num_replicas, rank, groups
+        self.sides, self.max_cells = sides, max_cells if sides is not None else None
+        self.long_batches: list[np.ndarray] = []
+        self.short = np.arange(len(lengths))
+        if self.max_cells and shuffle:
+            limit = math.isqrt(self.max_cells // batch_size)
+            long = (sides[:, 0] > limit) | (sides[:, 1] > limit)
+            self.short = np.flatnonzero(~long)
+            ordered = np.flatnonzero(long)[np.argsort(lengths[long], kind="stable")]
+            self.long_batches = budget_batches(ordered, sides, batch_size, self.max_cells)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -197,25 +256,35 @@ class BucketBatchSampler(Sampler[list[int]]):
         owner = index if self.groups is None else np.where(self.groups >= 0, self.groups, index)
         return index[owner % self.num_replicas == self.rank]
 
+    def _eval_batches(self) -> list[np.ndarray]:
+        mine = self._eval_indices()
+        order = mine[np.argsort(self.lengths[mine], kind="stable")]
+        if self.max_cells:
+            return budget_batches(order, self.sides, self.batch_size, self.max_cells)
+        return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+
     def __len__(self) -> int:
         if not self.shuffle:
-            return math.ceil(len(self._eval_indices()) / self.batch_size)
-        return math.ceil(math.ceil(len(self.lengths) / self.batch_size) / self.num_replicas)
+            if not self.max_cells:
+                return math.ceil(len(self._eval_indices()) / self.batch_size)
+            return len(self._eval_batches())
+        total = math.ceil(len(self.short) / self.batch_size) + len(self.long_batches)
+        return math.ceil(total / self.num_replicas)
 
     def __iter__(self) -> Iterator[list[int]]:
         if not self.shuffle:
-            mine = self._eval_indices()
-            order = mine[np.argsort(self.lengths[mine], kind="stable")]
-            yield from (order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size))
+            for batch in self._eval_batches():
+                yield batch.tolist()
             return
         rng = np.random.default_rng([self.seed, self.epoch])
-        order = rng.permutation(len(self.lengths))
+        order = self.short[rng.permutation(len(self.short))]
         chunk = self.batch_size * self.bucket_batches
         batches = []
         for start in range(0, len(order), chunk):
             part = order[start : start + chunk]
             part = part[np.argsort(self.lengths[part], kind="stable")]
             batches += [part[i : i + self.batch_size] for i in range(0, len(part), self.batch_size)]
+        batches += self.long_batches
         batches = [batches[i] for i in rng.permutation(len(batches))]
         if self.num_replicas > 1:
             batches += batches[: (-len(batches)) % self.num_replicas]
@@ -260,6 +329,9 @@ class PairDataModule(pl.LightningDataModule):
         vectors: the embedding source; with pretrained vectors, the vocabulary built here also holds every word
             of the other splits read with `train`, and the vectors file's most frequent words, that have a vector.
         cache: keep prepared splits in `cache_dir/corpora`.
+        max_length: texts longer than this many tokens are cut (counted and reported); None keeps them whole.
+        batch_cells: at most this many alignment cells (B · La · Lb) per batch (see BucketBatchSampler); None: no
+            budget, batches by count only.
     """
 
     def __init__(
@@ -279,13 +351,20 @@ class PairDataModule(pl.LightningDataModule):
         on_bad_example: str = "error",
         cache: bool = True,
         vectors: PretrainedVectors | RandomVectors | None = None,
+        batch_cells: int | None = 4_194_304,
     ):
         super().__init__()
         self.task, self.data_dir, self.cache_dir = task, data_dir, cache_dir
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or 2 * batch_size
         self.num_workers, self.bucket_batches, self.seed = num_workers, bucket_batches, seed
         self.tokenizer = Tokenizer(lowercase, keep_tokens=task.keep_tokens)
-        self.max_length, self.oov_buckets = max_length, oov_buckets
+        for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
+                            ("max_length", max_length), ("batch_cells", batch_cells)):  # fmt: skip
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"data.{name} must be a positive whole number, got {value!r}")
+        if on_bad_example not in ("error", "skip"):
+            raise ValueError(f"data.on_bad_example must be 'error' or 'skip', got {on_bad_example!r}")
+        self.max_length, self.oov_buckets, self.batch_cells = max_length, oov_buckets, batch_cells
         self.vocab = vocab
         self.on_bad_example = on_bad_example
         self.use_cache = cache
@@ -304,12 +383,12 @@ class PairDataModule(pl.LightningDataModule):
     def test_splits(self) -> list[str]:
         return self.task.active_test_splits
 
-    def encode_pairs(self, pairs: Sequence[Pair]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Token ids of new pairs, prepared exactly as the training data was (needs the vocabulary)."""
+    def encode_pairs(self, pairs: Sequence[Pair]) -> tuple[list[np.ndarray], list[np.ndarray], int]:
+        """Token ids of new pairs, prepared exactly as the training data was (needs the vocabulary), and how many
+        pairs had a text cut to `max_length`."""
         if self.vocab is None:
             raise RuntimeError("encode_pairs needs a vocabulary: set up the training split or pass vocab=")
-        a, b, _ = to_ids(self.tokenize("input", pairs, quiet=True), self.vocab, self.max_length)
-        return a, b
+        return to_ids(self.tokenize("input", pairs, quiet=True), self.vocab, self.max_length)
 
     def tokenize(self, name: str, pairs: Sequence[Pair], quiet: bool = False) -> list[tuple[list[str], list[str]]]:
         tok = self.tokenizer
@@ -420,9 +499,11 @@ class PairDataModule(pl.LightningDataModule):
         size = self.batch_size if train else self.eval_batch_size
         trainer = getattr(self, "trainer", None)
         replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        sides = data.sides()
+        check_budget(sides, self.batch_cells, f"{self.task.name} {split}")
         sampler = BucketBatchSampler(
-            data.lengths(), size, shuffle=train, seed=self.seed, bucket_batches=self.bucket_batches,
-            num_replicas=replicas, rank=rank, groups=data.groups,
+            sides.sum(1), size, shuffle=train, seed=self.seed, bucket_batches=self.bucket_batches,
+            num_replicas=replicas, rank=rank, groups=data.groups, sides=sides, max_cells=self.batch_cells,
         )  # fmt: skip
         return DataLoader(
             data,
