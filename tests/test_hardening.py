@@ -1,0 +1,93 @@
+"""Inputs a careful user really has: very long texts (memory bounded by the batch budget), prediction input in
+every shape, and mistakes caught before any data is read."""
+
+import json
+
+import numpy as np
+import pytest
+
+from matching.data.datamodule import BatchTooLargeError, BucketBatchSampler, budget_batches, check_budget
+from matching.predict import main as predict_main
+
+# ------------------------------------------------------------------ family 1: memory bounded by the input
+
+
+def _cells(batch, sides):
+    return len(batch) * sides[batch, 0].max() * sides[batch, 1].max()
+
+
+def test_budget_batches_respect_both_limits_and_keep_the_order():
+    rng = np.random.default_rng(0)
+    sides = rng.integers(1, 60, size=(500, 2))
+    sides[123] = (2000, 40)  # one very long text
+    order = np.arange(500)
+    batches = budget_batches(order, sides, max_pairs=32, max_cells=100_000)
+    assert np.array_equal(np.concatenate(batches), order)
+    assert all(len(b) <= 32 and _cells(b, sides) <= 100_000 for b in batches)
+    assert [123] in [b.tolist() for b in batches]  # 2 x 2000 x 40 cells would not fit: it goes alone
+
+
+def test_training_batches_fit_the_budget_and_their_number_is_the_same_every_epoch():
+    rng = np.random.default_rng(1)
+    sides = rng.integers(3, 40, size=(1000, 2))
+    sides[[10, 500]] = [(5000, 12), (300, 300)]
+    sampler = BucketBatchSampler(sides.sum(1), 64, shuffle=True, seed=3, sides=sides, max_cells=64 * 256 * 256)
+    counts = set()
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        batches = [np.array(b) for b in sampler]
+        counts.add(len(batches))
+        assert sorted(np.concatenate(batches).tolist()) == list(range(1000))
+        assert all(_cells(b, sides) <= 64 * 256 * 256 for b in batches)
+    assert counts == {len(sampler)}
+
+
+def test_evaluation_batches_fit_the_budget():
+    sides = np.array([[10, 10]] * 50 + [[3000, 20]] + [[10, 10]] * 50)
+    sampler = BucketBatchSampler(sides.sum(1), 256, shuffle=False, sides=sides, max_cells=200_000)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) and all(_cells(np.array(b), sides) <= 200_000 for b in batches)
+
+
+def test_a_pair_too_long_to_align_alone_is_named_before_anything_is_allocated():
+    with pytest.raises(BatchTooLargeError, match=r"line 7 has 5000 x 3000 tokens .* data.max_length"):
+        check_budget(np.array([[10, 10], [5000, 3000]]), 1_000_000, "pairs.tsv", lines=[3, 7])
+
+
+def test_predict_splits_a_batch_around_a_long_text_and_reports_cuts(snli_run, tmp_path, capsys):
+    run, _ = snli_run
+    long_text = " ".join(["dog"] * 3000)
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text(f"a dog runs\tan animal moves\n{long_text}\tan animal\nthe cat sleeps\ta cat rests\n")
+    ckpt = f"ckpt={run / 'checkpoints' / 'best.ckpt'}"
+    assert predict_main([ckpt, f"input={pairs}", "data.max_length=1000", "data.batch_cells=30000"]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 3 and "1 had a text cut to data.max_length=1000" in captured.err
+    assert predict_main([ckpt, f"input={pairs}", "data.max_length=null", "data.batch_cells=5000"]) == 2
+    err = capsys.readouterr().err
+    assert "line 2 has 3000 x 2 tokens" in err and "Traceback" not in err
+
+
+def test_training_with_a_very_long_sentence_truncates_and_counts_it(make_cfg, tmp_path, caplog):
+    from conftest import FIXTURES
+
+    from matching.runs import build_datamodule
+
+    lines = (FIXTURES / "snli" / "snli_1.0_train.jsonl").read_text().splitlines()
+    record = json.loads(lines[0]) | {"sentence1": " ".join(["word"] * 5000)}
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
+    dm = build_datamodule(make_cfg(f"task.splits.train.path={path}"))
+    dm.setup("fit")
+    assert max(len(a) for a in dm.splits["train"].a) == 512
+    assert "1 pairs had a side longer than max_length=512 and were truncated" in caplog.text
+    assert sum(len(b) for b in dm.train_dataloader().batch_sampler) == len(dm.splits["train"])
+
+
+@pytest.mark.parametrize("setting", ["data.batch_size=0", "data.max_length=-3", "data.batch_cells=abc",
+                                     "data.on_bad_example=ignore"])  # fmt: skip
+def test_bad_data_settings_are_named(make_cfg, setting):
+    from matching.runs import build_datamodule
+
+    with pytest.raises(ValueError, match=setting.split("=")[0]):
+        build_datamodule(make_cfg(setting))
