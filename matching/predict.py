@@ -1,10 +1,12 @@
-"""`matching-predict ckpt=<path> input=<file or -> [output=<file or ->] [batch_size=N] [format=F]` (conf/predict.yaml).
+"""`matching-predict ckpt=<path> input=<file or -> [output=<file or ->] [input_format=F]` (conf/predict.yaml).
 
-Predicts on new pairs with a trained model, offline, from its run directory alone (format: auto, tsv or
-jsonl; batch_size 256 by default). Input is TSV (two text
-columns and an optional group id; an optional header `a<TAB>b[<TAB>group]`) or JSON Lines (`{"a": ..., "b": ...,
-"group": ...}`; `sentence1`/`sentence2`, `premise`/`hypothesis`, `question`/`answer` and `context`/`response`
-also work). Output is JSON Lines:
+Predicts on new pairs with a trained model, offline, from its run directory alone. Input (a file, plain, .gz
+or .zip, or stdin; UTF-8, a byte-order mark is fine) is TSV (two text columns and an optional group id; a
+header line such as `a<TAB>b[<TAB>group]` or `question<TAB>answer` is recognised and skipped), JSON Lines
+(`{"a": ..., "b": ..., "group": ...}`; `sentence1`/`sentence2`, `premise`/`hypothesis`, `question`/`answer`
+and `context`/`response` also work) or one JSON array of such objects. `input_format=auto` (the default) goes
+by the file's suffix (.tsv, .jsonl), else by the first non-blank line (`{`: JSON Lines, `[`: an array, else
+TSV); `input_format=tsv|jsonl|json` says it outright. Output is JSON Lines:
 
 - classification: one line per pair, `{"line", "a", "b", "label", "probs": {label: p}}`;
 - ranking: one line per group (question), `{"group", "a", "ranking": [{"line", "b", "score", "p_match"}, ...]}`
@@ -28,7 +30,8 @@ import torch
 from omegaconf import DictConfig
 
 from matching.cli import command
-from matching.data.readers import DataFormatError, Pair, open_text
+from matching.data.readers import DataFormatError, Pair
+from matching.files import existing, open_binary
 from matching.runs import RunError, TrainedRun, load_trained
 from matching.system import match_margin
 
@@ -39,21 +42,32 @@ FIELD_ALIASES = [("a", "b"), ("sentence1", "sentence2"), ("premise", "hypothesis
 GROUP_ALIASES = ("group", "qid", "question_id", "id")
 
 
-def _from_json(obj: object, source: str, line: int) -> Pair:
+#: Input formats: auto (by suffix, else by the first non-blank line: `{` JSON Lines, `[` a JSON array, else TSV).
+INPUT_FORMATS = ("auto", "tsv", "jsonl", "json")
+
+
+def _from_json(obj: object, where: str, line: int) -> Pair:
     if not isinstance(obj, dict):
-        raise DataFormatError(f"{source}, line {line}: expected a JSON object with the two texts, got {obj!r:.60}")
+        raise DataFormatError(f"{where}: expected a JSON object with the two texts, got {obj!r:.60}")
     for ka, kb in FIELD_ALIASES:
         if ka in obj and kb in obj:
+            if not isinstance(obj[ka], str) or not isinstance(obj[kb], str):
+                raise DataFormatError(
+                    f"{where}: {ka!r} and {kb!r} must be strings, got {obj[ka]!r:.40}, {obj[kb]!r:.40}"
+                )
             group = next((obj[k] for k in GROUP_ALIASES if obj.get(k) is not None), None)
-            return Pair(str(obj[ka]), str(obj[kb]), "", None if group is None else str(group), line)
+            return Pair(obj[ka], obj[kb], "", None if group is None else str(group), line)
     raise DataFormatError(
-        f"{source}, line {line}: no pair of text fields among {[list(p) for p in FIELD_ALIASES]}; "
-        f"found keys {sorted(obj)}"
+        f"{where}: no pair of text fields among {[list(p) for p in FIELD_ALIASES]}; found keys {sorted(obj)}"
     )
 
 
-def read_input(stream: IO[str], source: str, fmt: str = "auto") -> Iterator[Pair]:
-    """Pairs from TSV or JSON Lines, streamed; malformed lines and empty texts are errors naming the line."""
+def read_input(stream: IO, source: str, fmt: str = "auto") -> Iterator[Pair]:
+    """Pairs from TSV, JSON Lines or a JSON array, streamed from a text or binary stream; a header line, a
+    byte-order mark and blank lines are skipped; malformed lines, bytes that are not UTF-8 and empty texts are
+    errors naming the line."""
+    if fmt not in INPUT_FORMATS:
+        raise DataFormatError(f"input_format must be one of {INPUT_FORMATS}, got {fmt!r}")
     for pair in _parse_input(stream, source, fmt):
         if not pair.a.strip() or not pair.b.strip():
             side = "first" if not pair.a.strip() else "second"
@@ -61,25 +75,62 @@ def read_input(stream: IO[str], source: str, fmt: str = "auto") -> Iterator[Pair
         yield pair
 
 
-def _parse_input(stream: IO[str], source: str, fmt: str) -> Iterator[Pair]:
+def _decoded_lines(stream: IO, source: str) -> Iterator[tuple[int, str]]:
+    """(line number, text without its line ending); bytes are decoded as UTF-8, a leading BOM is dropped."""
     for number, raw in enumerate(stream, start=1):
-        text = raw.rstrip("\r\n")
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataFormatError(
+                    f"{source}, line {number}: byte {raw[err.start : err.start + 1]!r} at byte offset {err.start} of "
+                    "the line is not valid UTF-8; save the input as UTF-8 (e.g. iconv -f cp1252 -t utf-8)"
+                ) from None
+        yield number, (raw.removeprefix("\ufeff") if number == 1 else raw).rstrip("\r\n")
+
+
+def _is_header(cols: list[str]) -> bool:
+    names = [c.strip().lower() for c in cols]
+    return tuple(names[:2]) in FIELD_ALIASES and (len(names) == 2 or names[2] in GROUP_ALIASES)
+
+
+def _parse_input(stream: IO, source: str, fmt: str) -> Iterator[Pair]:
+    lines = _decoded_lines(stream, source)
+    first = True
+    for number, text in lines:
         if not text.strip():
             continue
         if fmt == "auto":
-            fmt = "jsonl" if text.lstrip().startswith("{") else "tsv"
+            start = text.lstrip()[:1]
+            fmt = "jsonl" if start == "{" else "json" if start == "[" else "tsv"
+        if fmt == "json":  # one JSON array of objects, possibly over many lines
+            document = "\n".join([text, *(rest for _, rest in lines)])
+            try:
+                items = json.loads(document)
+            except json.JSONDecodeError as err:
+                raise DataFormatError(
+                    f"{source}, line {number + err.lineno - 1}: invalid JSON ({err.msg}); expected one array of objects"
+                ) from None
+            if not isinstance(items, list):
+                raise DataFormatError(f"{source}: expected a JSON array of objects, got a {type(items).__name__}")
+            for index, obj in enumerate(items, start=1):
+                yield _from_json(obj, f"{source}, element {index} of the array", index)
+            return
         if fmt == "jsonl":
             try:
                 obj = json.loads(text)
             except json.JSONDecodeError as err:
                 raise DataFormatError(
                     f"{source}, line {number}: invalid JSON ({err.msg}); one object per line"
-                ) from err
-            yield _from_json(obj, source, number)
+                ) from None
+            yield _from_json(obj, f"{source}, line {number}", number)
             continue
         cols = text.split("\t")
-        if number == 1 and [c.strip().lower() for c in cols[:2]] == ["a", "b"]:
-            continue  # header
+        if first and _is_header(cols):
+            log.info("%s, line %d: skipped the header %r", source, number, text)
+            first = False
+            continue
+        first = False
         if len(cols) not in (2, 3):
             raise DataFormatError(
                 f"{source}, line {number}: expected 2 or 3 tab-separated columns (a, b[, group]), found {len(cols)}"
@@ -137,21 +188,24 @@ def predict(run: TrainedRun, pairs: Iterable[Pair], out: IO[str], batch_size: in
 
 def predict_command(cfg: DictConfig) -> int:
     """The `predict` command on a composed config (conf/predict.yaml over the run's saved config)."""
-    if cfg.format not in ("auto", "tsv", "jsonl"):
-        raise RunError(f"format must be auto, tsv or jsonl, got {cfg.format!r}")
+    if cfg.input_format not in INPUT_FORMATS:
+        raise RunError(f"input_format must be one of {', '.join(INPUT_FORMATS)}, got {cfg.input_format!r}")
     if int(cfg.batch_size) < 1:
         raise RunError(f"batch_size must be a positive number of pairs, got {cfg.batch_size}")
     run = load_trained(cfg.ckpt, cfg)
     with ExitStack() as stack:
         if cfg.input == "-":
-            source, stream = "<stdin>", sys.stdin
+            source, stream = "<stdin>", sys.stdin.buffer
         else:
             source = str(cfg.input)
-            stream = stack.enter_context(open_text(source))
-        fmt = cfg.format
+            path = existing(source)
+            if path is None or path.is_dir():
+                raise RunError(f"input={source}: {'a folder' if path else 'no such file'}; give a file of pairs or -")
+            stream = stack.enter_context(open_binary(path))
+        fmt = cfg.input_format
         if fmt == "auto" and source != "<stdin>":
-            suffixes = Path(source).suffixes
-            fmt = "jsonl" if {".jsonl", ".json"} & set(suffixes) else "tsv" if ".tsv" in suffixes else "auto"
+            suffixes = set(Path(source).suffixes)
+            fmt = "jsonl" if ".jsonl" in suffixes else "tsv" if ".tsv" in suffixes else "auto"
         out = sys.stdout if cfg.output == "-" else stack.enter_context(open(cfg.output, "w", encoding="utf-8"))
         count = predict(run, read_input(stream, source, fmt), out, int(cfg.batch_size), source)
     cut = f"; {run.truncated} had a text cut to data.max_length={run.data.max_length} tokens" if run.truncated else ""

@@ -91,3 +91,67 @@ def test_bad_data_settings_are_named(make_cfg, setting):
 
     with pytest.raises(ValueError, match=setting.split("=")[0]):
         build_datamodule(make_cfg(setting))
+
+
+# ---------------------------------------------------------- family 3: prediction input that cannot be misread
+
+
+def _pairs(data: bytes, fmt: str = "auto"):
+    import io
+
+    from matching.predict import read_input
+
+    return [(p.a, p.b, p.group, p.line) for p in read_input(io.BytesIO(data), "input", fmt)]
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"a\tb\nx one\ty one\n", [("x one", "y one", None, 2)]),
+        (b"\xef\xbb\xbfa\tb\nx\ty\n", [("x", "y", None, 2)]),  # a header after a byte-order mark
+        (b"Question\tAnswer\tqid\nwho\the\tQ1\n", [("who", "he", "Q1", 2)]),
+        (b'\xef\xbb\xbf{"a": "x", "b": "y"}\n\n{"premise": "p", "hypothesis": "h"}\n', [("x", "y", None, 1),
+                                                                                     ("p", "h", None, 3)]),
+        (b'[{"a": "x", "b": "y", "group": 7},\n {"sentence1": "s", "sentence2": "t"}]\n', [("x", "y", "7", 1),
+                                                                                         ("s", "t", None, 2)]),
+        (b"a dog\tan animal\n", [("a dog", "an animal", None, 1)]),  # no header
+    ],
+)  # fmt: skip
+def test_every_input_shape_is_read_as_meant(data, expected):
+    assert _pairs(data) == expected
+
+
+@pytest.mark.parametrize(
+    ("data", "fmt", "message"),
+    [
+        (b"a dog\ta cat\n\xe9t\xe9\tsummer\n", "auto", r"line 2: byte b'\\xe9' at byte offset 0"),
+        (b'[{"a": "x", "b": "y"}, {"a": "x"}]', "auto", "element 2 of the array: no pair of text fields"),
+        (b'[{"a": "x", "b": "y"},\n {"a": "x" "b": "y"}]', "auto", "line 2: invalid JSON"),
+        (b'{"a": "x", "b": "y"}\n', "tsv", "line 1: expected 2 or 3 tab-separated columns"),
+        (b'{"a": "x", "b": null}\n', "auto", "must be strings"),
+        (b"x\ty\n", "csv", "input_format must be one of"),
+    ],
+)
+def test_misread_input_is_an_error_naming_the_place(data, fmt, message):
+    from matching.data.readers import DataFormatError
+
+    with pytest.raises(DataFormatError, match=message):
+        _pairs(data, fmt)
+
+
+def test_stdin_and_files_in_any_encoding_wrapper(snli_run, tmp_path, capsys, monkeypatch):
+    import gzip
+    import io
+    import sys
+
+    run, _ = snli_run
+    ckpt = f"ckpt={run / 'checkpoints' / 'best.ckpt'}"
+    lines = b'\xef\xbb\xbf{"a": "a dog runs", "b": "an animal moves"}\n'
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines)))
+    assert predict_main([ckpt, "input=-"]) == 0  # JSON Lines with a BOM on stdin
+    assert json.loads(capsys.readouterr().out)["a"] == "a dog runs"
+    packed = tmp_path / "pairs.tsv.gz"
+    packed.write_bytes(gzip.compress(b"a\tb\na dog runs\tan animal moves\n"))
+    assert predict_main([ckpt, f"input={packed}"]) == 0 and len(capsys.readouterr().out.splitlines()) == 1
+    assert predict_main([ckpt, f"input={tmp_path}"]) == 2
+    assert "a folder" in capsys.readouterr().err
