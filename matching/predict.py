@@ -23,6 +23,7 @@ import logging
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
+from itertools import islice
 from pathlib import Path
 from typing import IO
 
@@ -139,10 +140,11 @@ def _parse_input(stream: IO, source: str, fmt: str) -> Iterator[Pair]:
 
 
 def predict(run: TrainedRun, pairs: Iterable[Pair], out: IO[str], batch_size: int = 256, source: str = "input") -> int:
-    """Write predictions as JSON Lines; returns the number of pairs. Batches are bounded by `batch_size` pairs
-    and by the run's `data.batch_cells` (see TrainedRun.batches)."""
+    """Write predictions as JSON Lines; returns the number of pairs. The input is read `batch_size` pairs at a time
+    and run in batches within the run's memory budget (see TrainedRun.logits)."""
     labels, count = run.labels, 0
-    batches = ((pairs, run.predict(batch).logits.float()) for pairs, batch in run.batches(pairs, batch_size, source))
+    stream = iter(pairs)
+    batches = ((chunk, run.logits(chunk, source)) for chunk in iter(lambda: list(islice(stream, batch_size)), []))
 
     if run.kind == "classify":
         for batch, logits in batches:

@@ -6,12 +6,12 @@
 
 from __future__ import annotations
 
+import inspect
+import json
 import logging
 import os
-import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +19,11 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_object, instantiate
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
-from matching.data.datamodule import PairDataModule, budget_batches, check_budget, pad_batch, split_prefix
+from matching.data.datamodule import PairDataModule, pad_batch, split_prefix
 from matching.data.readers import Pair
 from matching.data.tasks import Task
 from matching.data.vocab import Vocabulary
@@ -47,6 +47,85 @@ def build(node: DictConfig, **kwargs: Any) -> Any:
             "older version of matching: retrain, or start from the matching file under conf/"
         )
     return instantiate(node, _partial_=True)(**kwargs)
+
+
+#: The `_target_` nodes of a training config whose values are checked against what their targets take.
+CHECKED_NODES = ("task", "data", "embeddings", "model", "aligner", "intra", "optim", "callbacks", "logger", "trainer")
+
+
+def check_arguments(node: DictConfig, key: str) -> None:
+    """A `_target_` node's values that cannot be what its class or function takes (a word where a number is
+    expected, a number where a flag is, a key it does not have) raise RunError naming `key.name`; nested nodes
+    are checked too. Arguments are type-checked where their annotation (or default) says bool, int or float."""
+    target = get_object(node._target_)
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    for name in node:
+        if name.startswith("_") and name.endswith("_"):
+            continue
+        value = node[name]
+        if isinstance(value, DictConfig):
+            if "_target_" in value:
+                check_arguments(value, f"{key}.{name}")
+            continue
+        if name not in params and not takes_any:
+            raise RunError(f"{key}.{name}: {node._target_} takes no argument {name!r}; its arguments: {sorted(params)}")
+        kind = _expected_kind(params[name]) if name in params else None
+        if value is None or kind is None:
+            continue
+        ok = {"bool": lambda v: isinstance(v, bool),
+              "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+              "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}[kind](value)  # fmt: skip
+        if not ok:
+            what = {"bool": "true or false", "int": "a whole number", "number": "a number"}[kind]
+            default = params[name].default
+            shown = "" if default is inspect.Parameter.empty else f" (the default is {json.dumps(default)})"
+            raise RunError(f"{key}.{name}={value!r}: expected {what}{shown}")
+
+
+_KINDS = {"bool": "bool", "int": "int", "float": "number", "int | float": "number", "float | int": "number"}
+
+
+def _expected_kind(param: inspect.Parameter) -> str | None:
+    """ "bool", "int", "number" or None (anything else, or not known) for a parameter, from its annotation (as
+    written, e.g. "int", "Optional[int]", "float | Tensor"), else from the type of its default."""
+    annotation = param.annotation
+    if annotation is not inspect.Parameter.empty:
+        if isinstance(annotation, type):
+            text = annotation.__name__
+        else:
+            text = annotation if isinstance(annotation, str) else repr(annotation).replace("typing.", "")
+        text = text.replace("NoneType", "None").replace("Optional[", "Union[None, ").replace("torch.Tensor", "Tensor")
+        if text.startswith("Union[") and text.endswith("]"):
+            text = " | ".join(t.strip() for t in text[6:-1].split(",") if t.strip() != "None")
+        text = " | ".join(t for t in (x.strip() for x in text.split("|")) if t not in ("None", "Tensor"))
+        return _KINDS.get(text)
+    default = param.default
+    if isinstance(default, bool):
+        return "bool"
+    return "number" if isinstance(default, (int, float)) else None  # torch's int defaults take floats too
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Everything that can be checked before any data is read: the types of the components' arguments, and that
+    the optimiser builds."""
+    for key in CHECKED_NODES:
+        node = cfg.get(key)
+        if key == "callbacks" and node:
+            for name, callback in node.items():
+                if callback is not None:
+                    check_arguments(callback, f"callbacks.{name}")
+        elif isinstance(node, DictConfig) and "_target_" in node:
+            check_arguments(node, key)
+    try:
+        instantiate(cfg.optim)([torch.nn.Parameter(torch.zeros(1))])
+    except (TypeError, ValueError) as err:
+        raise RunError(
+            f"optim: the optimiser cannot be built from {OmegaConf.to_container(cfg.optim)} ({err})"
+        ) from None
 
 
 def build_task(cfg: DictConfig) -> Task:
@@ -148,7 +227,7 @@ class TrainedRun:
     cfg: DictConfig  # the run's saved config, with the caller's overrides applied
     data: PairDataModule
     system: MatchingSystem
-    truncated: int = 0  # new pairs cut to data.max_length by `batches`
+    truncated: int = 0  # new pairs cut to data.max_length by `logits`
 
     @property
     def vocab(self) -> Vocabulary:
@@ -173,31 +252,35 @@ class TrainedRun:
     def batch(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
         """New pairs as one model batch, prepared exactly as the training data was."""
         a, b, _ = self.data.encode_pairs(pairs)
-        check_budget(np.array([[len(x), len(y)] for x, y in zip(a, b, strict=True)]), self.data.batch_cells,
-                     "input", [p.line for p in pairs])  # fmt: skip
+        self.data.budget.check(_sides(a, b), "input", [p.line for p in pairs])
         return {"a": pad_batch(a), "b": pad_batch(b)}
 
-    def batches(
-        self, pairs: Iterable[Pair], size: int, source: str = "input"
-    ) -> Iterator[tuple[list[Pair], dict[str, torch.Tensor]]]:
-        """New pairs in model batches, in input order, of at most `size` pairs and `data.batch_cells` alignment
-        cells, so one long text cannot inflate a batch (a pair too long to fit alone is an error naming its
-        line, raised before anything is allocated). `self.truncated` counts the pairs cut to `data.max_length`."""
-        budget = self.data.batch_cells or sys.maxsize
-        stream = iter(pairs)
-        while chunk := list(islice(stream, size)):
-            a, b, cut = self.data.encode_pairs(chunk)
-            self.truncated += cut
-            sides = np.array([[len(x), len(y)] for x, y in zip(a, b, strict=True)])
-            check_budget(sides, self.data.batch_cells, source, [p.line for p in chunk])
-            for index in budget_batches(np.arange(len(chunk)), sides, size, budget):
-                batch = {"a": pad_batch([a[i] for i in index]), "b": pad_batch([b[i] for i in index])}
-                yield [chunk[i] for i in index], batch
+    @torch.inference_mode()
+    def logits(self, pairs: Sequence[Pair], source: str = "input") -> torch.Tensor:
+        """(N, C) float32 logits of new pairs, in their order. The pairs are run in batches of similar length that
+        fit the run's memory budget (`data.batch_cells`, `data.batch_tokens`), so one long text cannot inflate a
+        batch; a pair too long to fit alone is an error naming its line, raised before anything is allocated.
+        `self.truncated` counts the pairs cut to `data.max_length`."""
+        a, b, cut = self.data.encode_pairs(pairs)
+        self.truncated += cut
+        sides = _sides(a, b)
+        budget = self.data.budget
+        budget.check(sides, source, [p.line for p in pairs])
+        order = np.argsort(sides.sum(1), kind="stable")
+        out = torch.empty(len(pairs), len(self.labels))
+        for index in budget.batches(order, sides, len(pairs)) if budget else [order]:
+            batch = {"a": pad_batch([a[i] for i in index]), "b": pad_batch([b[i] for i in index])}
+            out[torch.from_numpy(index)] = self.predict(batch).logits.float()
+        return out
 
     @torch.inference_mode()
     def predict(self, batch: dict[str, torch.Tensor]) -> MatchOutput:
         """The one inference path of every command: MatchingSystem.predict_step."""
         return self.system.predict_step(batch, 0)
+
+
+def _sides(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> np.ndarray:
+    return np.array([[len(x), len(y)] for x, y in zip(a, b, strict=True)], dtype=np.int64).reshape(-1, 2)
 
 
 def find_run_dir(checkpoint: Path) -> Path:

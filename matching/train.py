@@ -33,6 +33,7 @@ from matching.runs import (
     build_datamodule,
     build_model,
     build_system,
+    check_config,
     check_writable,
     find_run_dir,
 )
@@ -112,6 +113,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if cfg.get("resume"):
         cfg, resume_from = _resume_config(str(cfg.resume))
         log.info("resuming %s from %s", cfg.paths.output_dir, resume_from)
+    check_config(cfg)  # before any data is read
     pl.seed_everything(cfg.seed, workers=True)
     run_dir = Path(cfg.paths.output_dir)
     check_writable(run_dir)

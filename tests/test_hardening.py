@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from matching.data.datamodule import BatchTooLargeError, BucketBatchSampler, budget_batches, check_budget
+from matching.data.datamodule import BatchTooLargeError, BucketBatchSampler, Budget
 from matching.predict import main as predict_main
 
 # ------------------------------------------------------------------ family 1: memory bounded by the input
@@ -16,14 +16,18 @@ def _cells(batch, sides):
     return len(batch) * sides[batch, 0].max() * sides[batch, 1].max()
 
 
-def test_budget_batches_respect_both_limits_and_keep_the_order():
+def _tokens(batch, sides):
+    return len(batch) * (sides[batch, 0].max() + sides[batch, 1].max())
+
+
+def test_budget_batches_respect_every_limit_and_keep_the_order():
     rng = np.random.default_rng(0)
     sides = rng.integers(1, 60, size=(500, 2))
     sides[123] = (2000, 40)  # one very long text
     order = np.arange(500)
-    batches = budget_batches(order, sides, max_pairs=32, max_cells=100_000)
+    batches = Budget(cells=100_000, tokens=3_000).batches(order, sides, max_pairs=32)
     assert np.array_equal(np.concatenate(batches), order)
-    assert all(len(b) <= 32 and _cells(b, sides) <= 100_000 for b in batches)
+    assert all(len(b) <= 32 and _cells(b, sides) <= 100_000 and _tokens(b, sides) <= 3_000 for b in batches)
     assert [123] in [b.tolist() for b in batches]  # 2 x 2000 x 40 cells would not fit: it goes alone
 
 
@@ -31,27 +35,31 @@ def test_training_batches_fit_the_budget_and_their_number_is_the_same_every_epoc
     rng = np.random.default_rng(1)
     sides = rng.integers(3, 40, size=(1000, 2))
     sides[[10, 500]] = [(5000, 12), (300, 300)]
-    sampler = BucketBatchSampler(sides.sum(1), 64, shuffle=True, seed=3, sides=sides, max_cells=64 * 256 * 256)
+    budget = Budget(cells=64 * 256 * 256, tokens=32_768)
+    sampler = BucketBatchSampler(sides.sum(1), 64, shuffle=True, seed=3, sides=sides, budget=budget)
     counts = set()
     for epoch in range(3):
         sampler.set_epoch(epoch)
         batches = [np.array(b) for b in sampler]
         counts.add(len(batches))
         assert sorted(np.concatenate(batches).tolist()) == list(range(1000))
-        assert all(_cells(b, sides) <= 64 * 256 * 256 for b in batches)
+        assert all(_cells(b, sides) <= budget.cells and _tokens(b, sides) <= budget.tokens for b in batches)
     assert counts == {len(sampler)}
 
 
 def test_evaluation_batches_fit_the_budget():
     sides = np.array([[10, 10]] * 50 + [[3000, 20]] + [[10, 10]] * 50)
-    sampler = BucketBatchSampler(sides.sum(1), 256, shuffle=False, sides=sides, max_cells=200_000)
-    batches = list(sampler)
-    assert len(batches) == len(sampler) and all(_cells(np.array(b), sides) <= 200_000 for b in batches)
+    sampler = BucketBatchSampler(sides.sum(1), 256, shuffle=False, sides=sides, budget=Budget(200_000, 4_000))
+    batches = [np.array(b) for b in sampler]
+    assert len(batches) == len(sampler) and all(_cells(b, sides) <= 200_000 for b in batches)
+    assert all(_tokens(b, sides) <= 4_000 for b in batches) and sum(map(len, batches)) == len(sides)
 
 
 def test_a_pair_too_long_to_align_alone_is_named_before_anything_is_allocated():
     with pytest.raises(BatchTooLargeError, match=r"line 7 has 5000 x 3000 tokens .* data.max_length"):
-        check_budget(np.array([[10, 10], [5000, 3000]]), 1_000_000, "pairs.tsv", lines=[3, 7])
+        Budget(cells=1_000_000).check(np.array([[10, 10], [5000, 3000]]), "pairs.tsv", lines=[3, 7])
+    with pytest.raises(BatchTooLargeError, match=r"pair 1 has 900 x 200 tokens"):
+        Budget(tokens=1_000).check(np.array([[900, 200]]), "pairs.tsv")
 
 
 def test_predict_splits_a_batch_around_a_long_text_and_reports_cuts(snli_run, tmp_path, capsys):

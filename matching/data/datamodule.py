@@ -10,6 +10,7 @@ import hashlib
 import logging
 import math
 import os
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -167,35 +168,58 @@ class BatchTooLargeError(BadExampleError):
     """A pair that alone exceeds the batch budget; the message names it and the settings that fix it."""
 
 
-def budget_batches(order: np.ndarray, sides: np.ndarray, max_pairs: int, max_cells: int) -> list[np.ndarray]:
-    """Consecutive runs of `order` with at most `max_pairs` pairs and B · max La · max Lb ≤ `max_cells` (the size
-    of the batch's (B, La, Lb) alignment matrices, which is what a long text inflates). `sides`: (N, 2) lengths."""
-    batches, start, top_a, top_b = [], 0, 0, 0
-    for k, i in enumerate(order.tolist()):
-        la, lb = max(top_a, int(sides[i, 0])), max(top_b, int(sides[i, 1]))
-        if k > start and (k - start + 1 > max_pairs or (k - start + 1) * la * lb > max_cells):
-            batches.append(order[start:k])
-            start, la, lb = k, int(sides[i, 0]), int(sides[i, 1])
-        top_a, top_b = la, lb
-    if start < len(order):
-        batches.append(order[start:])
-    return batches
+@dataclass(frozen=True)
+class Budget:
+    """What one batch may hold, whatever the input: at most `cells` alignment cells (B · La · Lb, the size of the
+    (B, La, Lb) matrices) and at most `tokens` padded tokens (B · (La + Lb), what every activation scales with).
+    None leaves a limit out. Batches are cut by these and by a pair count, so one long text cannot inflate its
+    batch; a pair that does not fit even alone is an error raised before anything is allocated."""
 
+    cells: int | None = None
+    tokens: int | None = None
 
-def check_budget(sides: np.ndarray, max_cells: int | None, where: str, lines: Sequence[int] | None = None) -> None:
-    """Raise BatchTooLargeError, before anything is allocated, when a pair alone exceeds `max_cells`."""
-    if not max_cells or not len(sides):
-        return
-    cells = sides[:, 0].astype(np.int64) * sides[:, 1]
-    over = np.flatnonzero(cells > max_cells)
-    if len(over):
-        worst = int(over[np.argmax(cells[over])])
-        which = f"line {lines[worst]}" if lines is not None and lines[worst] else f"pair {worst + 1}"
-        raise BatchTooLargeError(
-            f"{where}: {len(over)} pair(s) are too long to align even alone: {which} has {sides[worst, 0]} x "
-            f"{sides[worst, 1]} tokens = {cells[worst]:,} alignment cells, over data.batch_cells={max_cells:,}. "
-            "Truncate long texts with data.max_length=<tokens>, or raise data.batch_cells if memory allows."
+    def __bool__(self) -> bool:
+        return bool(self.cells or self.tokens)
+
+    def fits(self, pairs: int, la: int, lb: int) -> bool:
+        return (not self.cells or pairs * la * lb <= self.cells) and (
+            not self.tokens or pairs * (la + lb) <= self.tokens
         )
+
+    def long_side(self, batch_size: int) -> int:
+        """The longest side with which any `batch_size` pairs fit together."""
+        limits = [math.isqrt(self.cells // batch_size)] if self.cells else []
+        limits += [self.tokens // (2 * batch_size)] if self.tokens else []
+        return min(limits) if limits else sys.maxsize
+
+    def batches(self, order: np.ndarray, sides: np.ndarray, max_pairs: int) -> list[np.ndarray]:
+        """Consecutive runs of `order` with at most `max_pairs` pairs that fit. `sides`: (N, 2) lengths."""
+        batches, start, top_a, top_b = [], 0, 0, 0
+        for k, i in enumerate(order.tolist()):
+            la, lb = max(top_a, int(sides[i, 0])), max(top_b, int(sides[i, 1]))
+            if k > start and (k - start + 1 > max_pairs or not self.fits(k - start + 1, la, lb)):
+                batches.append(order[start:k])
+                start, la, lb = k, int(sides[i, 0]), int(sides[i, 1])
+            top_a, top_b = la, lb
+        if start < len(order):
+            batches.append(order[start:])
+        return batches
+
+    def check(self, sides: np.ndarray, where: str, lines: Sequence[int] | None = None) -> None:
+        """BatchTooLargeError naming the worst pair when a pair alone does not fit."""
+        if not self or not len(sides):
+            return
+        over = [i for i in range(len(sides)) if not self.fits(1, int(sides[i, 0]), int(sides[i, 1]))]
+        if over:
+            worst = max(over, key=lambda i: int(sides[i, 0]) * int(sides[i, 1]))
+            la, lb = int(sides[worst, 0]), int(sides[worst, 1])
+            which = f"line {lines[worst]}" if lines is not None and lines[worst] else f"pair {worst + 1}"
+            raise BatchTooLargeError(
+                f"{where}: {len(over)} pair(s) are too long to align even alone: {which} has {la} x {lb} tokens "
+                f"({la * lb:,} alignment cells), over data.batch_cells={self.cells} / data.batch_tokens="
+                f"{self.tokens}. Truncate long texts with data.max_length=<tokens>, or raise the budget if memory "
+                "allows."
+            )
 
 
 class BucketBatchSampler(Sampler[list[int]]):
@@ -204,11 +228,11 @@ class BucketBatchSampler(Sampler[list[int]]):
     With `shuffle=False` the whole split is sorted by length (fast, deterministic evaluation). The order
     depends only on `seed` and the epoch (set by Lightning through `set_epoch`).
 
-    Memory budget (`sides`, the (N, 2) lengths of both texts, and `max_cells`): a batch's (B, La, Lb) alignment
-    matrices never exceed `max_cells` cells, so one long text cannot inflate its batch. For training, the pairs
-    with a side longer than √(max_cells / batch_size) (none in the usual benchmarks) are set apart once and
-    batched by the budget, and the others by count as above; so the number of batches is the same every epoch
-    (Lightning reads it once) and every batch of the others fits. Evaluation batches are cut by count and budget.
+    Memory `budget` (with `sides`, the (N, 2) lengths of both texts): every batch fits it, so one long text cannot
+    inflate its batch. For training, the pairs with a side longer than `budget.long_side(batch_size)` (256 tokens
+    with the defaults; none in the usual benchmarks) are set apart once and batched by the budget, and the
+    others by count as above: the number of batches is the same every epoch (Lightning reads it once) and any
+    `batch_size` of the others fit. Evaluation batches are cut by count and budget.
 
     Distributed (`num_replicas` > 1): for training, every process takes every `num_replicas`-th batch of the
     same global order, the list padded with its first batches so all processes run the same number of steps.
@@ -227,7 +251,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         rank: int = 0,
         groups: np.ndarray | None = None,
         sides: np.ndarray | None = None,
-        max_cells: int | None = None,
+        budget: Budget | None = None,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -236,15 +260,15 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.lengths, self.batch_size, self.shuffle = lengths, batch_size, shuffle
         self.seed, self.bucket_batches, self.epoch = seed, bucket_batches, 0
         self.num_replicas, self.rank, self.groups = num_replicas, rank, groups
-        self.sides, self.max_cells = sides, max_cells if sides is not None else None
+        self.sides, self.budget = sides, budget if (sides is not None and budget) else None
         self.long_batches: list[np.ndarray] = []
         self.short = np.arange(len(lengths))
-        if self.max_cells and shuffle:
-            limit = math.isqrt(self.max_cells // batch_size)
+        if self.budget and shuffle:
+            limit = self.budget.long_side(batch_size)
             long = (sides[:, 0] > limit) | (sides[:, 1] > limit)
             self.short = np.flatnonzero(~long)
             ordered = np.flatnonzero(long)[np.argsort(lengths[long], kind="stable")]
-            self.long_batches = budget_batches(ordered, sides, batch_size, self.max_cells)
+            self.long_batches = self.budget.batches(ordered, sides, batch_size)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -259,13 +283,13 @@ class BucketBatchSampler(Sampler[list[int]]):
     def _eval_batches(self) -> list[np.ndarray]:
         mine = self._eval_indices()
         order = mine[np.argsort(self.lengths[mine], kind="stable")]
-        if self.max_cells:
-            return budget_batches(order, self.sides, self.batch_size, self.max_cells)
+        if self.budget:
+            return self.budget.batches(order, self.sides, self.batch_size)
         return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
 
     def __len__(self) -> int:
         if not self.shuffle:
-            if not self.max_cells:
+            if not self.budget:
                 return math.ceil(len(self._eval_indices()) / self.batch_size)
             return len(self._eval_batches())
         total = math.ceil(len(self.short) / self.batch_size) + len(self.long_batches)
@@ -330,8 +354,8 @@ class PairDataModule(pl.LightningDataModule):
             of the other splits read with `train`, and the vectors file's most frequent words, that have a vector.
         cache: keep prepared splits in `cache_dir/corpora`.
         max_length: texts longer than this many tokens are cut (counted and reported); None keeps them whole.
-        batch_cells: at most this many alignment cells (B · La · Lb) per batch (see BucketBatchSampler); None: no
-            budget, batches by count only.
+        batch_cells, batch_tokens: the memory Budget of every batch (alignment cells B · La · Lb, padded tokens
+            B · (La + Lb)); None leaves a limit out.
     """
 
     def __init__(
@@ -352,6 +376,7 @@ class PairDataModule(pl.LightningDataModule):
         cache: bool = True,
         vectors: PretrainedVectors | RandomVectors | None = None,
         batch_cells: int | None = 4_194_304,
+        batch_tokens: int | None = 32_768,
     ):
         super().__init__()
         self.task, self.data_dir, self.cache_dir = task, data_dir, cache_dir
@@ -359,12 +384,14 @@ class PairDataModule(pl.LightningDataModule):
         self.num_workers, self.bucket_batches, self.seed = num_workers, bucket_batches, seed
         self.tokenizer = Tokenizer(lowercase, keep_tokens=task.keep_tokens)
         for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
-                            ("max_length", max_length), ("batch_cells", batch_cells)):  # fmt: skip
+                            ("max_length", max_length), ("batch_cells", batch_cells),
+                            ("batch_tokens", batch_tokens)):  # fmt: skip
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"data.{name} must be a positive whole number, got {value!r}")
         if on_bad_example not in ("error", "skip"):
             raise ValueError(f"data.on_bad_example must be 'error' or 'skip', got {on_bad_example!r}")
-        self.max_length, self.oov_buckets, self.batch_cells = max_length, oov_buckets, batch_cells
+        self.max_length, self.oov_buckets = max_length, oov_buckets
+        self.budget = Budget(batch_cells, batch_tokens)
         self.vocab = vocab
         self.on_bad_example = on_bad_example
         self.use_cache = cache
@@ -446,7 +473,11 @@ class PairDataModule(pl.LightningDataModule):
             if name == "train" and self.task.train_questions == "answered":
                 pairs = keep_answered_questions(pairs, self.labels[1], f"{self.task.name} train")
             if not pairs:
-                raise ValueError(f"{self.task.name} {name} split is empty; check task.splits.{name}")
+                where = resolve_path(self.task.splits[name].path, self.data_dir)
+                raise ValueError(
+                    f"{self.task.name} {name} split is empty: {where} holds no pair with a label (an empty file, or "
+                    f"a [start, stop) slice that selects nothing); check task.splits.{name}"
+                )
             raw[name] = (pairs, self.tokenize(name, pairs))
         if self.vocab is None:
             self.vocab = self._build_vocabulary(raw)
@@ -500,10 +531,10 @@ class PairDataModule(pl.LightningDataModule):
         trainer = getattr(self, "trainer", None)
         replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         sides = data.sides()
-        check_budget(sides, self.batch_cells, f"{self.task.name} {split}")
+        self.budget.check(sides, f"{self.task.name} {split}")
         sampler = BucketBatchSampler(
             sides.sum(1), size, shuffle=train, seed=self.seed, bucket_batches=self.bucket_batches,
-            num_replicas=replicas, rank=rank, groups=data.groups, sides=sides, max_cells=self.batch_cells,
+            num_replicas=replicas, rank=rank, groups=data.groups, sides=sides, budget=self.budget,
         )  # fmt: skip
         return DataLoader(
             data,

@@ -73,6 +73,8 @@ def locate_vectors(path: str | os.PathLike, hub: dict | None = None) -> Path:
     candidates = [path, path.with_name(path.stem + ".zip")] if path.suffix == ".txt" else [path]
     for candidate in candidates:
         if (found := existing(candidate)) is not None:
+            if found.is_dir():
+                raise VectorsError(f"embeddings.path={found} is a folder; point it at the vectors file inside it")
             return found
     if not hub:
         raise FileNotFoundError(missing_vectors_message(path))

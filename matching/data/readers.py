@@ -81,6 +81,11 @@ def _resolve(path: str | os.PathLike[str]) -> Path:
     found = existing(path)
     if found is None:
         raise FileNotFoundError(f"corpus file not found: tried {str(path)!r} and {str(gz_twin(path))!r}")
+    if found.is_dir():
+        raise DataFormatError(
+            f"{found} is a folder, but this corpus format is one file per split: point task.splits.<split>.path at "
+            "the file (or choose the reader of a folder format with task/reader=..., e.g. trecqa_toks)"
+        )
     return found
 
 
