@@ -346,6 +346,11 @@ def load_trained(checkpoint: str | os.PathLike, cfg: DictConfig | None = None) -
             f"label space mismatch: checkpoint {checkpoint} predicts {meta['labels']} but task.labels is {labels}; "
             f"evaluate with the labels the model was trained on"
         )
+    if meta.get("kind") not in (None, data.task.kind):
+        raise RunError(
+            f"checkpoint {checkpoint} is a {meta['kind']!r} model but task.kind is {data.task.kind!r}; a model is "
+            "evaluated as the kind of task it was trained on"
+        )
     rows = weights.get("model.embedding.weight")
     if rows is None:
         raise RunError(f"checkpoint {checkpoint} holds no DecomposableAttention weights (model.embedding.weight)")

@@ -163,3 +163,57 @@ def test_stdin_and_files_in_any_encoding_wrapper(snli_run, tmp_path, capsys, mon
     assert predict_main([ckpt, f"input={packed}"]) == 0 and len(capsys.readouterr().out.splitlines()) == 1
     assert predict_main([ckpt, f"input={tmp_path}"]) == 2
     assert "a folder" in capsys.readouterr().err
+
+
+# ------------------------------------------------- family 4: mistakes caught before any data is read
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("optim.lr=abc", "optim.lr='abc': expected a number"),
+        ("model.hidden=1.5", "model.hidden=1.5: expected a whole number"),
+        ("model.null_token=yes", "model.null_token='yes': expected true or false"),
+        ("trainer.max_epochs=abc", "trainer.max_epochs='abc': expected a whole number"),
+        ("callbacks.early_stopping.patience=ten", "callbacks.early_stopping.patience='ten'"),
+        ("++aligner.temperature=2", "aligner.temperature: matching.aligners.SoftmaxAligner takes no argument"),
+        ("embeddings.top_words=many", "embeddings.top_words='many'"),
+    ],
+)
+def test_a_bad_setting_is_named_before_any_data_is_read(override, message, tmp_path, capsys):
+    """The corpus folder does not even exist: the setting must be reported first."""
+    from conftest import cli_overrides
+
+    from matching import train
+
+    argv = [*cli_overrides(tmp_path), f"hydra.run.dir={tmp_path / 'run'}", f"paths.data_dir={tmp_path / 'none'}"]
+    assert train.main([*argv, override]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "not found" not in err and "Traceback" not in err
+
+
+def test_a_checkpoint_evaluated_as_another_kind_of_task_is_refused(wikiqa_run, capsys):
+    from matching.evaluate import main as evaluate_main
+
+    run, _ = wikiqa_run
+    assert evaluate_main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", "task.kind=classify"]) == 2
+    assert "is a 'rank' model but task.kind is 'classify'" in capsys.readouterr().err
+
+
+def test_corpus_paths_that_are_not_what_they_claim(make_cfg, tmp_path):
+    from conftest import FIXTURES
+
+    from matching.data.readers import DataFormatError
+    from matching.runs import build_datamodule
+
+    with pytest.raises(DataFormatError, match="is a folder, but this corpus format is one file per split"):
+        build_datamodule(make_cfg(f"task.splits.dev.path={tmp_path}")).setup("fit")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="holds no pair with a label"):
+        build_datamodule(make_cfg(f"task.splits.dev.path={empty}")).setup("fit")
+    named_gz = tmp_path / "dev.jsonl.gz"  # plain text behind a .gz name
+    named_gz.write_bytes((FIXTURES / "snli" / "snli_1.0_dev.jsonl").read_bytes())
+    dm = build_datamodule(make_cfg(f"task.splits.dev.path={named_gz}"))
+    dm.setup("fit")
+    assert len(dm.splits["dev"]) == 9
