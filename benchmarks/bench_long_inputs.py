@@ -6,7 +6,7 @@ Each case runs the real command in its own process and reports that process's pe
 - predict on 300 pairs, and on the same 300 pairs with one 20,000-token text;
 - training (1 epoch, 2,000 pairs, batch 64, hidden 200, 300-d vectors), and the same with one 5,000-token sentence.
 Target: the long-text case within 1.5x of the plain case. `--unbounded` adds both long cases with
-`data.max_length=null data.batch_cells=null` (the behaviour before the batch budget) for comparison.
+`data.max_length=null data.batch_cells=null data.batch_tokens=null` (no budget) for comparison.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def main() -> None:
     rows += [("predict, 300 pairs", peak_rss_mib([*predict, f"input={plain_tsv}"])),
              ("predict, with one 20,000-token text", peak_rss_mib([*predict, f"input={long_tsv}"]))]  # fmt: skip
     if args.unbounded:
-        off = ["data.max_length=null", "data.batch_cells=null"]
+        off = ["data.max_length=null", "data.batch_cells=null", "data.batch_tokens=null"]
         rows.append(
             ("train, 5,000-token sentence, no budget", train_case("unbounded", train_long, *off, may_fail=True))
         )
