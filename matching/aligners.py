@@ -45,6 +45,8 @@ class Aligner(nn.Module):
         self.dim = dim
 
     def _check(self, a: Tensor, b: Tensor, mask_a: Tensor, mask_b: Tensor) -> None:
+        if torch.jit.is_tracing():  # export traces fixed, valid shapes; the checks would be traced as constants
+            return
         if a.shape[-1] != self.dim or b.shape[-1] != self.dim:
             raise ValueError(
                 f"{type(self).__name__} was built for {self.dim}-d inputs but got a {tuple(a.shape)}, "

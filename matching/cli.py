@@ -29,15 +29,20 @@ from hydra.errors import HydraException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue
 
-from matching.runs import RunError, saved_config
-
 log = logging.getLogger(__name__)
 
 #: The config folder, as an absolute path: Hydra would resolve "../conf" against the package `matching` (and fail)
 #: when a command runs as a console script.
 CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+class UsageError(ValueError):
+    """The command line cannot be used as given (a missing or repeated argument)."""
+
+
 #: The errors a user's input can cause; each carries a message that says what was wrong and what to do.
-#: (DataFormatError, VectorsError, LabelError and RunError are ValueErrors; a missing corpus is a FileNotFoundError.)
+#: (DataFormatError, VectorsError, LabelError, RunError and UsageError are ValueErrors; a missing corpus is a
+#: FileNotFoundError.)
 USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError)
 #: Arguments that ask Hydra about the command instead of running it (no checkpoint needed).
 _HYDRA_QUERIES = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion", "-sc")
@@ -50,7 +55,7 @@ def _checkpoint_argument(argv: Sequence[str]) -> str | None:
         if arg.lstrip("+").startswith("ckpt="):
             override = parser.parse_override(arg)
             if override.is_sweep_override():
-                raise RunError("ckpt= takes one checkpoint; run the command once per checkpoint")
+                raise UsageError("ckpt= takes one checkpoint; run the command once per checkpoint")
             return str(override.value())
     return None
 
@@ -59,11 +64,16 @@ def register_trained_run(argv: Sequence[str], required: bool) -> None:
     """Register the saved config of the run that `ckpt=` points at as the config `trained_run`."""
     checkpoint = _checkpoint_argument(argv)
     if checkpoint is None and required and not any(a.split("=")[0] in _HYDRA_QUERIES for a in argv):
-        raise RunError(
+        raise UsageError(
             "missing ckpt=<path to a .ckpt file>, e.g. ckpt=outputs/runs/snli/coda/<time>/checkpoints/best.ckpt "
             "(--help lists the command's options)"
         )
-    node = saved_config(checkpoint) if checkpoint is not None else OmegaConf.create()
+    if checkpoint is None:
+        node = OmegaConf.create()
+    else:
+        from matching.runs import saved_config  # here: commands that load no run (report) stay light to start
+
+        node = saved_config(checkpoint)
     ConfigStore.instance().store(name="trained_run", node=node)
 
 
@@ -166,7 +176,7 @@ def command(
             return body(cfg)
         except MissingMandatoryValue as err:  # a `???` key of the command's YAML that the user did not give
             usage = HydraConfig.get().help.header.strip()
-            missing = RunError(f"missing {err.full_key}=<value>; {usage[0].lower()}{usage[1:]}")
+            missing = UsageError(f"missing {err.full_key}=<value>; {usage[0].lower()}{usage[1:]}")
             raise SystemExit(report_error(missing)) from None
         except USER_ERRORS as err:
             raise SystemExit(report_error(err)) from None

@@ -34,8 +34,8 @@ from omegaconf import DictConfig
 
 from matching.cli import command
 from matching.data.readers import DataFormatError
+from matching.extras import MissingExtraError
 from matching.files import existing, open_binary, write_atomic
-from matching.runs import RunError
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def derive_vectors(cfg: DictConfig) -> Path:
         import model2vec  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as err:
-        raise RunError(
+        raise MissingExtraError(
             f'deriving the vectors needs the vectors extra ({err.name} is missing): pip install -e ".[vectors]"'
         ) from None
     words = vocabulary(cfg)
