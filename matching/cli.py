@@ -123,19 +123,6 @@ def _unparsable(overrides: Sequence[str]) -> str | None:
     return None
 
 
-def check_overrides(config_name: str, argv: Sequence[str]) -> None:
-    """Compose the command's config with the command line's overrides, so that a bad override (an unknown key,
-    a value that does not parse, an option a group does not have) is reported as a user's mistake, like every
-    other, before any work. Sweeps (`-m`) are checked by Hydra itself, per job."""
-    if any(a in ("-m", "--multirun") or a.split("=")[0] in _HYDRA_QUERIES for a in argv):
-        return
-    overrides = [a for a in argv if not a.startswith("-")]
-    try:
-        _compose(config_name, overrides)
-    except HydraException as err:
-        raise OverrideError(_override_message(config_name, overrides, err)) from err
-
-
 class OverrideError(ValueError):
     """A command-line override that Hydra cannot apply."""
 
@@ -185,15 +172,18 @@ def command(
         argv = quote_verbatim(sys.argv[1:] if argv is None else argv, verbatim)
         try:
             register_trained_run(argv, required=uses_run)
-            check_overrides(config_name, argv)
         except USER_ERRORS as err:
             return report_error(err)
         saved, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
         sys.argv = [f"matching-{config_name}", *argv]
-        if os.environ.get("MATCHING_DEBUG"):  # let the exception and its whole traceback through Hydra
-            os.environ["HYDRA_FULL_ERROR"] = "1"
+        # Hydra then raises its errors (a bad override, a missing option) instead of printing them with a
+        # traceback hint and exiting 1, so that they are reported like every other mistake.
+        os.environ["HYDRA_FULL_ERROR"] = "1"
         try:
             app()
+        except HydraException as err:
+            overrides = [a for a in argv if not a.startswith("-")]
+            return report_error(OverrideError(_override_message(config_name, overrides, err)))
         except USER_ERRORS as err:  # Hydra's own argument checks (e.g. --cfg with -m)
             return report_error(err)
         except SystemExit as done:  # --help, a Hydra error (status 1) or a user error (status 2)
