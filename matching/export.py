@@ -1,10 +1,12 @@
 """`matching-export ckpt=<path> format=onnx|torchscript [out=<dir>]` (conf/export.yaml): a model for serving.
 
-Writes into `out` (default `<run dir>/export/`) the model (`model.onnx` or `model.pt`), a copy of `vocab.txt`
-and `serving.json` (labels, task kind, and the text preparation: lower-casing, kept tokens, OOV buckets,
-maximum length). The exported model takes two int64 tensors of token ids, a (batch, len_a) and b
-(batch, len_b), 0-padded on the right, with batch and both lengths dynamic, and returns class probabilities
-`probs` and `logits` (batch, classes); a ranking model ranks candidates by logits[:, 1] − logits[:, 0].
+Writes into `out` (default `<run dir>/export/`) the model (`model.onnx` or `model.pt`), a copy of `vocab.txt`,
+`tokenizer.json` (the tokenisation as a Hugging Face `tokenizers` file, usable from Python, Rust or JavaScript)
+and `serving.json` (labels, task kind, and every step of the text preparation: tokenizer, OOV hashing, maximum
+length, trimming), so that a client needs nothing of this package. The exported model takes two int64 tensors
+of token ids, a (batch, len_a) and b (batch, len_b), 0-padded on the right, with batch and both lengths
+dynamic, and returns class probabilities `probs` and `logits` (batch, classes); a ranking model ranks
+candidates by logits[:, 1] − logits[:, 0].
 Export needs the `export` extra for ONNX: `pip install -e ".[export]"`.
 """
 
@@ -20,6 +22,8 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from matching.cli import command
+from matching.data.tasks import describe
+from matching.data.vocab import hf_tokenizer
 from matching.files import write_json
 from matching.runs import RunError, TrainedRun, load_trained
 
@@ -96,6 +100,7 @@ def export(run: TrainedRun, fmt: str, out_dir: Path) -> Path:
         )
         program.save(str(path))
     shutil.copy(run.run_dir / "vocab.txt", out_dir / "vocab.txt")
+    hf_tokenizer(run.data.tokenizer, run.vocab).save(str(out_dir / "tokenizer.json"))
     cfg = run.cfg
     spec = {
         "format": fmt,
@@ -108,10 +113,23 @@ def export(run: TrainedRun, fmt: str, out_dir: Path) -> Path:
         "labels": run.labels,
         "kind": run.kind,
         "task": run.task.name,
-        "tokenizer": {"lowercase": bool(cfg.data.lowercase), "keep_tokens": run.task.keep_tokens},
+        "tokenizer": {
+            "file": "tokenizer.json",
+            "steps": "Hugging Face tokenizers: NFKC"
+            + (", lower-case" if cfg.data.lowercase else "")
+            + ", split on whitespace, every punctuation character its own token; keep_tokens whole",
+            "lowercase": bool(cfg.data.lowercase),
+            "keep_tokens": run.task.keep_tokens,
+            "unknown_words": "tokenizer.json maps a word outside the vocabulary to '<oov0>'; give it id "
+            "2 + crc32(word as UTF-8) % oov_buckets instead, where word = the tokenizer's normalizer applied to "
+            "the input text at the token's offsets",
+        },
         "oov_buckets": run.vocab.oov_buckets,
         "oov_hash": "2 + crc32(utf-8 word) % oov_buckets",
         "max_length": cfg.data.max_length,
+        "max_length_rule": "each text's ids are cut to the first max_length (null: no cut)",
+        "trim_a": describe(run.task.trim_a),
+        "trim_a_rule": "applied to the first text's tokens before ids (see matching.data.tasks); null: none",
         "checkpoint": str(run.checkpoint),
     }
     write_json(out_dir / "serving.json", spec)
@@ -124,7 +142,7 @@ def export_command(cfg: DictConfig) -> Path:
         raise RunError(f"format must be one of {sorted(FORMATS)}, got {cfg.format!r}")
     run = load_trained(cfg.ckpt, cfg)
     path = export(run, str(cfg.format), Path(cfg.out or run.run_dir / "export"))
-    print(f"wrote {path} (with vocab.txt and serving.json beside it)")
+    print(f"wrote {path} (with vocab.txt, tokenizer.json and serving.json beside it)")
     return path
 
 

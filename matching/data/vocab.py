@@ -33,7 +33,7 @@ class Tokenizer:
     """
 
     def __init__(self, lowercase: bool = True, keep_tokens: Sequence[str] = ()):
-        self.lowercase = lowercase
+        self.lowercase, self.keep_tokens = lowercase, list(keep_tokens)
         self._keep = re.compile("(" + "|".join(map(re.escape, keep_tokens)) + ")") if keep_tokens else None
         steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
         self._normalizer = normalizers.Sequence(steps)
@@ -54,6 +54,24 @@ class Tokenizer:
             elif piece.strip():
                 tokens += self._split(piece)
         return tokens
+
+
+def hf_tokenizer(tokenizer: Tokenizer, vocab: Vocabulary):
+    """The same tokenisation as a Hugging Face `tokenizers.Tokenizer` (saved as tokenizer.json for clients in any
+    language): NFKC (+ lower-casing), whitespace split, punctuation isolated, the kept tokens whole, and a
+    word-level model over the vocabulary. A word outside the vocabulary comes out as `<oov0>`; its id is
+    2 + crc32(word) % buckets instead, the word being the normalised text at the token's offsets
+    (see `Vocabulary.bucket`)."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import models
+
+    hf = HFTokenizer(models.WordLevel(dict(vocab.index), unk_token=f"<oov{0}>"))
+    hf.normalizer = tokenizer._normalizer
+    hf.pre_tokenizer = tokenizer._pre_tokenizer
+    kept = [t for t in tokenizer.keep_tokens if t in vocab.index]  # others hash like any unknown word
+    if kept:
+        hf.add_special_tokens(kept)
+    return hf
 
 
 class Vocabulary:
