@@ -50,6 +50,7 @@ bench: install  ## speed and memory benchmarks (prints figures; ~20 min on 2 cor
 	$(BIN)/python benchmarks/bench_training.py
 	$(BIN)/python benchmarks/bench_data.py
 	$(BIN)/python benchmarks/bench_vectors.py
+	$(BIN)/python benchmarks/bench_long_inputs.py
 
 bench-quick: install  ## a fast pass over the benchmarks (fewer steps, smaller files)
 	$(BIN)/python benchmarks/bench_training.py --quick
