@@ -95,6 +95,14 @@ def _is_header(cols: list[str]) -> bool:
     return tuple(names[:2]) in FIELD_ALIASES and (len(names) == 2 or names[2] in GROUP_ALIASES)
 
 
+def _json(text: str, source: str, first_line: int, expected: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        where = f"{source}, line {first_line + err.lineno - 1}"
+        raise DataFormatError(f"{where}: invalid JSON ({err.msg}); expected {expected}") from None
+
+
 def _parse_input(stream: IO, source: str, fmt: str) -> Iterator[Pair]:
     lines = _decoded_lines(stream, source)
     first = True
@@ -105,26 +113,14 @@ def _parse_input(stream: IO, source: str, fmt: str) -> Iterator[Pair]:
             start = text.lstrip()[:1]
             fmt = "jsonl" if start == "{" else "json" if start == "[" else "tsv"
         if fmt == "json":  # one JSON array of objects, possibly over many lines
-            document = "\n".join([text, *(rest for _, rest in lines)])
-            try:
-                items = json.loads(document)
-            except json.JSONDecodeError as err:
-                raise DataFormatError(
-                    f"{source}, line {number + err.lineno - 1}: invalid JSON ({err.msg}); expected one array of objects"
-                ) from None
+            items = _json("\n".join([text, *(rest for _, rest in lines)]), source, number, "one array of objects")
             if not isinstance(items, list):
                 raise DataFormatError(f"{source}: expected a JSON array of objects, got a {type(items).__name__}")
             for index, obj in enumerate(items, start=1):
                 yield _from_json(obj, f"{source}, element {index} of the array", index)
             return
         if fmt == "jsonl":
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise DataFormatError(
-                    f"{source}, line {number}: invalid JSON ({err.msg}); one object per line"
-                ) from None
-            yield _from_json(obj, f"{source}, line {number}", number)
+            yield _from_json(_json(text, source, number, "one object per line"), f"{source}, line {number}", number)
             continue
         cols = text.split("\t")
         if first and _is_header(cols):
