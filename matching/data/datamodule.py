@@ -229,8 +229,8 @@ class BucketBatchSampler(Sampler[list[int]]):
     depends only on `seed` and the epoch (set by Lightning through `set_epoch`).
 
     Memory `budget` (with `sides`, the (N, 2) lengths of both texts): every batch fits it, so one long text cannot
-    inflate its batch. For training, the pairs with a side longer than `budget.long_side(batch_size)` (256 tokens
-    with the defaults; none in the usual benchmarks) are set apart once and batched by the budget, and the
+    inflate its batch. For training, the pairs with a side longer than `budget.long_side(batch_size)` (512 tokens
+    at batch 64 with the defaults, which is `data.max_length`: none then) are set apart once and batched by the budget, and the
     others by count as above: the number of batches is the same every epoch (Lightning reads it once) and any
     `batch_size` of the others fit. Evaluation batches are cut by count and budget.
 
@@ -375,8 +375,8 @@ class PairDataModule(pl.LightningDataModule):
         on_bad_example: str = "error",
         cache: bool = True,
         vectors: PretrainedVectors | RandomVectors | None = None,
-        batch_cells: int | None = 4_194_304,
-        batch_tokens: int | None = 32_768,
+        batch_cells: int | None = 16_777_216,
+        batch_tokens: int | None = 65_536,
     ):
         super().__init__()
         self.task, self.data_dir, self.cache_dir = task, data_dir, cache_dir
