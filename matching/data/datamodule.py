@@ -230,9 +230,9 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     Memory `budget` (with `sides`, the (N, 2) lengths of both texts): every batch fits it, so one long text cannot
     inflate its batch. For training, the pairs with a side longer than `budget.long_side(batch_size)` (512 tokens
-    at batch 64 with the defaults, which is `data.max_length`: none then) are set apart once and batched by the budget, and the
-    others by count as above: the number of batches is the same every epoch (Lightning reads it once) and any
-    `batch_size` of the others fit. Evaluation batches are cut by count and budget.
+    at batch 64 with the defaults, which is `data.max_length`: none then) are set apart once and batched by the
+    budget, and the others by count as above: the number of batches is the same every epoch (Lightning reads it
+    once) and any `batch_size` of the others fit. Evaluation batches are cut by count and budget.
 
     Distributed (`num_replicas` > 1): for training, every process takes every `num_replicas`-th batch of the
     same global order, the list padded with its first batches so all processes run the same number of steps.
