@@ -1,7 +1,7 @@
 """PairDataModule: read → tokenise → vocabulary → ids → length-bucketed, per-batch-padded batches.
 
 The vocabulary holds the training split's words and, with pretrained vectors, every other word that has a vector
-(see `matching.data.embeddings.PretrainedWords`); any other word hashes to an OOV bucket.
+(see `matching.data.embeddings.PretrainedVectors`); any other word hashes to an OOV bucket.
 """
 
 from __future__ import annotations
