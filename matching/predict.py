@@ -190,15 +190,15 @@ def predict_command(cfg: DictConfig) -> int:
         raise RunError(f"input_format must be one of {', '.join(INPUT_FORMATS)}, got {cfg.input_format!r}")
     if int(cfg.batch_size) < 1:
         raise RunError(f"batch_size must be a positive number of pairs, got {cfg.batch_size}")
+    source = str(cfg.input)  # a missing or wrong input= is reported before the model is loaded
+    path = None if source == "-" else existing(source)
+    if source != "-" and (path is None or path.is_dir()):
+        raise RunError(f"input={source}: {'a folder' if path else 'no such file'}; give a file of pairs or -")
     run = load_trained(cfg.ckpt, cfg)
     with ExitStack() as stack:
-        if cfg.input == "-":
+        if path is None:
             source, stream = "<stdin>", sys.stdin.buffer
         else:
-            source = str(cfg.input)
-            path = existing(source)
-            if path is None or path.is_dir():
-                raise RunError(f"input={source}: {'a folder' if path else 'no such file'}; give a file of pairs or -")
             stream = stack.enter_context(open_binary(path))
         fmt = cfg.input_format
         if fmt == "auto" and source != "<stdin>":
