@@ -54,8 +54,9 @@ class EpochTimer(pl.Callback):
         self.seconds.append(time.perf_counter() - self._start)
 
 
-class NonFiniteLossError(RuntimeError):
-    """The training loss became NaN or infinite."""
+class NonFiniteLossError(ValueError):
+    """The training loss became NaN or infinite; reported like a user's mistake (what to change is in the message:
+    the learning rate, clipping, the data), without a traceback."""
 
 
 class FiniteLossGuard(pl.Callback):

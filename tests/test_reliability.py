@@ -169,3 +169,16 @@ def test_ddp_two_cpu_processes_match_single_process_ranking_metrics(tmp_path):
     assert (run / "train_ddp_process_1.log").exists()  # two processes really ran
     print(f"\nDDP {distributed['val/map']:.6f}/{distributed['val/mrr']:.6f} vs single {single['val/map']:.6f}/"
           f"{single['val/mrr']:.6f} over {int(single['val/questions'])} questions")  # fmt: skip
+
+
+def test_a_nan_loss_is_reported_as_one_paragraph(tmp_path, capsys):
+    """From the command line too: the step, the kept checkpoint and what to change; exit 2, no traceback."""
+    from conftest import cli_overrides
+
+    from matching.train import main
+
+    argv = [*cli_overrides(tmp_path), f"hydra.run.dir={tmp_path / 'run'}", "optim.lr=1e30", "trainer.max_epochs=3",
+            "data.batch_size=2", "model.dropout=0.0"]  # fmt: skip
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and "training loss became" in err and "Traceback" not in err
