@@ -22,6 +22,7 @@ import math
 import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,9 +122,10 @@ def find_runs(paths: list[Path]) -> list[Run]:
     return _with_variants(runs)
 
 
-def option_name(cfg: dict, group: str) -> str:
-    """The option of a config group the run was trained with (`aligner=coda` -> "coda"), as saved by `train`;
-    for a run composed without Hydra's record of its choices, the class name of the group's `_target_`."""
+def option_name(cfg: Mapping, group: str) -> str:
+    """The option of a config group a run was trained with (`aligner=coda` -> "coda"), as saved by `train` (`cfg`:
+    its config, a dict or a DictConfig); for a run composed without Hydra's record of its choices, the class name
+    of the group's `_target_`."""
     chosen = (cfg.get("choices") or {}).get(group)
     return chosen or str(cfg[group]["_target_"]).rsplit(".", 1)[-1]
 

@@ -23,7 +23,7 @@ from hydra.utils import get_object, instantiate
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
-from matching.data.datamodule import PairDataModule, pad_batch, split_prefix
+from matching.data.datamodule import PairDataModule, pad_batch, pair_sides, split_prefix
 from matching.data.readers import Pair
 from matching.data.tasks import Task
 from matching.data.vocab import Vocabulary
@@ -55,8 +55,14 @@ CHECKED_NODES = ("task", "data", "embeddings", "model", "aligner", "intra", "opt
 
 def check_arguments(node: DictConfig, key: str) -> None:
     """A `_target_` node's values that cannot be what its class or function takes (a word where a number is
-    expected, a number where a flag is, a key it does not have) raise RunError naming `key.name`; nested nodes
-    are checked too. Arguments are type-checked where their annotation (or default) says bool, int or float."""
+    expected, a number where a flag is, a key it does not have) raise RunError naming `key.name`; nested nodes,
+    and the nodes of a group without a `_target_` of its own (callbacks), are checked too. Arguments are
+    type-checked where their annotation (or default) says bool, int or float."""
+    if "_target_" not in node:  # a group of nodes (e.g. callbacks): check each one that builds something
+        for name, child in node.items():
+            if isinstance(child, DictConfig):
+                check_arguments(child, f"{key}.{name}")
+        return
     target = get_object(node._target_)
     try:
         params = inspect.signature(target).parameters
@@ -68,8 +74,7 @@ def check_arguments(node: DictConfig, key: str) -> None:
             continue
         value = node[name]
         if isinstance(value, DictConfig):
-            if "_target_" in value:
-                check_arguments(value, f"{key}.{name}")
+            check_arguments(value, f"{key}.{name}")
             continue
         if name not in params and not takes_any:
             raise RunError(f"{key}.{name}: {node._target_} takes no argument {name!r}; its arguments: {sorted(params)}")
@@ -114,11 +119,7 @@ def check_config(cfg: DictConfig) -> None:
     the optimiser builds."""
     for key in CHECKED_NODES:
         node = cfg.get(key)
-        if key == "callbacks" and node:
-            for name, callback in node.items():
-                if callback is not None:
-                    check_arguments(callback, f"callbacks.{name}")
-        elif isinstance(node, DictConfig) and "_target_" in node:
+        if isinstance(node, DictConfig):
             check_arguments(node, key)
     try:
         instantiate(cfg.optim)([torch.nn.Parameter(torch.zeros(1))])
@@ -252,7 +253,7 @@ class TrainedRun:
     def batch(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
         """New pairs as one model batch, prepared exactly as the training data was."""
         a, b, _ = self.data.encode_pairs(pairs)
-        self.data.budget.check(_sides(a, b), "input", [p.line for p in pairs])
+        self.data.budget.check(pair_sides(a, b), "input", [p.line for p in pairs])
         return {"a": pad_batch(a), "b": pad_batch(b)}
 
     @torch.inference_mode()
@@ -263,7 +264,7 @@ class TrainedRun:
         `self.truncated` counts the pairs cut to `data.max_length`."""
         a, b, cut = self.data.encode_pairs(pairs)
         self.truncated += cut
-        sides = _sides(a, b)
+        sides = pair_sides(a, b)
         budget = self.data.budget
         budget.check(sides, source, [p.line for p in pairs])
         order = np.argsort(sides.sum(1), kind="stable")
@@ -277,10 +278,6 @@ class TrainedRun:
     def predict(self, batch: dict[str, torch.Tensor]) -> MatchOutput:
         """The one inference path of every command: MatchingSystem.predict_step."""
         return self.system.predict_step(batch, 0)
-
-
-def _sides(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> np.ndarray:
-    return np.array([[len(x), len(y)] for x, y in zip(a, b, strict=True)], dtype=np.int64).reshape(-1, 2)
 
 
 def find_run_dir(checkpoint: Path) -> Path:

@@ -26,6 +26,7 @@ from matching.data.readers import Pair
 from matching.data.vocab import NULL
 from matching.extras import require
 from matching.files import write_json
+from matching.report import option_name
 from matching.runs import RunError, TrainedRun, load_trained
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,7 @@ def visualize(cfg: DictConfig) -> Path:
     if cfg.mode == "heatmap" and (cfg.a is None or cfg.b is None):
         raise RunError('heat-map mode needs both texts: a="..." b="..."')
     run = load_trained(cfg.ckpt, cfg)
-    aligner = run.cfg.get("choices", {}).get("aligner") or type(run.model.aligner).__name__
+    aligner = option_name(run.cfg, "aligner")
     if cfg.mode == "heatmap":
         tokens_a, tokens_b, matrices = alignment(run, str(cfg.a), str(cfg.b))
         if not cfg.show_intra:

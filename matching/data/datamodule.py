@@ -69,10 +69,15 @@ class EncodedSplit(Dataset):
 
     def sides(self) -> np.ndarray:
         """(N, 2) token counts of both texts."""
-        out = np.empty((len(self), 2), np.int64)
-        out[:, 0] = np.fromiter(map(len, self.a), np.int64, len(self))
-        out[:, 1] = np.fromiter(map(len, self.b), np.int64, len(self))
-        return out
+        return pair_sides(self.a, self.b)
+
+
+def pair_sides(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> np.ndarray:
+    """(N, 2) int64 token counts of the two texts of N pairs."""
+    out = np.empty((len(a), 2), np.int64)
+    out[:, 0] = np.fromiter(map(len, a), np.int64, len(a))
+    out[:, 1] = np.fromiter(map(len, b), np.int64, len(b))
+    return out
 
 
 def keep_answered_questions(pairs: Sequence[Pair], match_label: str, name: str = "train") -> list[Pair]:
@@ -209,9 +214,15 @@ class Budget:
         """BatchTooLargeError naming the worst pair when a pair alone does not fit."""
         if not self or not len(sides):
             return
-        over = [i for i in range(len(sides)) if not self.fits(1, int(sides[i, 0]), int(sides[i, 1]))]
-        if over:
-            worst = max(over, key=lambda i: int(sides[i, 0]) * int(sides[i, 1]))
+        cells = sides[:, 0] * sides[:, 1]
+        too_big = np.zeros(len(sides), bool)  # the same test as fits(1, La, Lb), for every pair at once
+        if self.cells:
+            too_big |= cells > self.cells
+        if self.tokens:
+            too_big |= sides.sum(1) > self.tokens
+        over = np.flatnonzero(too_big)
+        if len(over):
+            worst = int(over[np.argmax(cells[over])])
             la, lb = int(sides[worst, 0]), int(sides[worst, 1])
             which = f"line {lines[worst]}" if lines is not None and lines[worst] else f"pair {worst + 1}"
             raise BatchTooLargeError(
@@ -262,6 +273,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.num_replicas, self.rank, self.groups = num_replicas, rank, groups
         self.sides, self.budget = sides, budget if (sides is not None and budget) else None
         self.long_batches: list[np.ndarray] = []
+        self._eval_cache: list[np.ndarray] | None = None
         self.short = np.arange(len(lengths))
         if self.budget and shuffle:
             limit = self.budget.long_side(batch_size)
@@ -281,16 +293,18 @@ class BucketBatchSampler(Sampler[list[int]]):
         return index[owner % self.num_replicas == self.rank]
 
     def _eval_batches(self) -> list[np.ndarray]:
-        mine = self._eval_indices()
-        order = mine[np.argsort(self.lengths[mine], kind="stable")]
-        if self.budget:
-            return self.budget.batches(order, self.sides, self.batch_size)
-        return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        """The evaluation batches: they depend on nothing that changes, so they are cut once (len and iter)."""
+        if self._eval_cache is None:
+            mine = self._eval_indices()
+            order = mine[np.argsort(self.lengths[mine], kind="stable")]
+            if self.budget:
+                self._eval_cache = self.budget.batches(order, self.sides, self.batch_size)
+            else:
+                self._eval_cache = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        return self._eval_cache
 
     def __len__(self) -> int:
         if not self.shuffle:
-            if not self.budget:
-                return math.ceil(len(self._eval_indices()) / self.batch_size)
             return len(self._eval_batches())
         total = math.ceil(len(self.short) / self.batch_size) + len(self.long_batches)
         return math.ceil(total / self.num_replicas)

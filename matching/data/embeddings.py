@@ -247,8 +247,6 @@ def _resolve_format(path: Path) -> str:
     name = path.name.lower()
     if name.endswith(".kv"):
         return "kv"
-    if name.endswith(".zip"):
-        return "text"
     if name.endswith((".bin", ".bin.gz")):
         return "word2vec_bin"
     return "text"
