@@ -271,12 +271,15 @@ class TrainedRun:
         out = torch.empty(len(pairs), len(self.labels))
         for index in budget.batches(order, sides, len(pairs)) if budget else [order]:
             batch = {"a": pad_batch([a[i] for i in index]), "b": pad_batch([b[i] for i in index])}
-            out[torch.from_numpy(index)] = self.predict(batch).logits.float()
+            out[torch.from_numpy(index)] = self.predict(batch).logits.float().cpu()
         return out
 
     @torch.inference_mode()
     def predict(self, batch: dict[str, torch.Tensor]) -> MatchOutput:
-        """The one inference path of every command: MatchingSystem.predict_step."""
+        """The one inference path of every command: MatchingSystem.predict_step (on the model's device)."""
+        device = self.system.device
+        if device.type != "cpu":
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         return self.system.predict_step(batch, 0)
 
 
