@@ -4,6 +4,7 @@ schemas, and the JSON error answers. Needs the serve extra (litserve, which brin
 No `from __future__ import annotations` here: LitServe hands decode_request's annotation to FastAPI as the
 request body's type, which must be the class itself, not its name."""
 
+import multiprocessing
 import time
 import warnings
 from dataclasses import asdict, dataclass
@@ -17,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from litserve.loops.base import _SENTINEL_VALUE, _StopLoopError
 from litserve.loops.simple_loops import BatchedLoop
+from litserve.transport.process_transport import MPQueueTransport
 from litserve.utils import LitAPIStatus, LoopResponseType
 from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict
@@ -147,6 +149,22 @@ class WaitingBatchLoop(BatchedLoop):
         return payloads, timed_out
 
 
+class PipeQueueServer(litserve.LitServer):
+    """A LitServer whose queues are plain multiprocessing queues (pipes), requests and responses alike. LitServe
+    0.2.x makes them Manager queues, which cost a round trip to the manager process for every put and every get
+    (the HTTP front makes its put inside its event loop), and its `fast_queue` (ZeroMQ) option is not applied
+    (TransportConfig gets `transport_config=` for `transport_type=`): under load those round trips were most of the
+    server's time."""
+
+    def _init_manager(self, num_api_servers: int) -> Any:
+        manager = super()._init_manager(num_api_servers)
+        context = multiprocessing.get_context("spawn")  # what LitServe starts the model workers with
+        for api_path in self.litapi_request_queues:
+            self.litapi_request_queues[api_path] = context.Queue()
+        self._transport = MPQueueTransport(None, [context.Queue() for _ in range(num_api_servers)])
+        return manager
+
+
 class _ModelAPI(litserve.LitAPI):
     """One endpoint over a trained run, loaded in the LitServe worker process (`setup`). Requests are checked there,
     with the run's own tokenizer; a refused request answers for itself and never fails the batch it came in."""
@@ -163,6 +181,10 @@ class _ModelAPI(litserve.LitAPI):
             )
         self.ckpt, self.config, self.limits, self.threads = ckpt, config, limits, threads
         self.run: TrainedRun | None = None
+
+    async def authorize(self) -> None:
+        """No authentication (put the server behind your gateway for that). LitServe's default is a plain function,
+        which FastAPI runs in a thread pool: a thread hop for every request."""
 
     def setup(self, device: str) -> None:
         if self.threads:
