@@ -30,6 +30,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from matching.cli import compose_config  # noqa: E402
 from matching.data.readers import Pair  # noqa: E402
 from matching.predict import read_input  # noqa: E402
 from matching.runs import load_trained  # noqa: E402
@@ -134,7 +135,8 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="server overrides (conf/serve.yaml keys)")
     args = parser.parse_args()
     levels = [int(c) for c in args.levels.split(",")]
-    batch = next((int(o.split("=")[1]) for o in args.overrides if o.startswith("max_batch_size=")), 32)
+    served = compose_config("serve", [f"ckpt={args.ckpt}", *args.overrides])  # the server's own settings
+    batch, worker_threads = int(served.max_batch_size), int(served.threads) or torch.get_num_threads()
 
     run = load_trained(args.ckpt)
     pairs = load_pairs(args.pairs, run.vocab.words, args.requests)
@@ -145,7 +147,13 @@ def main() -> None:
     print(f"pairs: {statistics.mean(lengths):.1f} tokens on average; torch threads here: {torch.get_num_threads()}")
     inproc = {b: in_process(run, pairs, b) for b in (batch, 256)}
     print(f"in-process TrainedRun.logits: {inproc[batch]:,.0f} pairs/s in batches of {batch}, "
-          f"{inproc[256]:,.0f} pairs/s in batches of 256")  # fmt: skip
+          f"{inproc[256]:,.0f} pairs/s in batches of 256 ({torch.get_num_threads()} torch threads)")  # fmt: skip
+    cores = torch.get_num_threads()
+    torch.set_num_threads(worker_threads)
+    one = in_process(run, pairs, batch)
+    torch.set_num_threads(cores)
+    print(f"in-process with the server's model-worker threads ({worker_threads}): {one:,.0f} pairs/s in batches of "
+          f"{batch}; the server's ratio below is taken against the {cores}-thread figure")  # fmt: skip
     del run
 
     with serving(args.ckpt, args.overrides) as url:
