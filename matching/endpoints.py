@@ -9,9 +9,12 @@ import contextlib
 import functools
 import json
 import multiprocessing
+import os
+import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass
+from multiprocessing.managers import SyncManager
 from queue import Empty, Queue
 from typing import Any, NamedTuple
 
@@ -200,13 +203,41 @@ class PipeQueueServer(litserve.LitServer):
     (TransportConfig gets `transport_config=` for `transport_type=`): under load those round trips were most of the
     server's time."""
 
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Any) -> Any:
+        """Each HTTP process also ends with the server that forked it: killed with SIGKILL, the server would leave
+        them answering /health "ok" on its port, with no model behind them."""
+        _watch_parent(os.getppid())
+        async with super().lifespan(app):
+            yield
+
     def _init_manager(self, num_api_servers: int) -> Any:
-        manager = super()._init_manager(num_api_servers)
+        """LitServer._init_manager of litserve 0.2.x with pipe queues, and a manager process that ends with the server
+        (it inherits the listening socket: left alive, it would hold the port with nobody answering)."""
+        manager = SyncManager()
+        manager.start(_watch_parent, (os.getpid(),))
+        self.transport_config.manager = manager
+        self.transport_config.num_consumers = num_api_servers
+        self.workers_setup_status = manager.dict()
+        self._shutdown_event = manager.Event()
         context = multiprocessing.get_context("spawn")  # what LitServe starts the model workers with
-        for api_path in self.litapi_request_queues:
-            self.litapi_request_queues[api_path] = context.Queue()
+        for lit_api in self.litapi_connector:
+            self.litapi_request_queues[lit_api.api_path] = context.Queue()
+        self._logger_connector.run(self)
         self._transport = PipeTransport([context.Queue() for _ in range(num_api_servers)])
         return manager
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A model worker ends when the server that started it is gone (killed with SIGKILL, say), instead of living on
+    as an orphan."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
+
+
+def _watch_parent(parent: int) -> None:
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
 
 
 class RecentTexts:
@@ -246,6 +277,7 @@ class _ModelAPI(litserve.LitAPI):
         which FastAPI runs in a thread pool: a thread hop for every request."""
 
     def setup(self, device: str) -> None:
+        _watch_parent(os.getppid())
         if self.threads:
             torch.set_num_threads(self.threads)
         self.run = load_trained(self.ckpt, OmegaConf.create(self.config))

@@ -74,8 +74,21 @@ def build_server(cfg: DictConfig) -> Any:
     return server
 
 
+def _on_sigterm(server_pid: int) -> Any:
+    """SIGTERM's handler: the server shuts down as on Ctrl+C (LitServe stops its workers on KeyboardInterrupt); its
+    forked HTTP processes, which inherit the handler, just end."""
+
+    def handler(signum: int, frame: Any) -> None:
+        if os.getpid() == server_pid:
+            raise KeyboardInterrupt
+        raise SystemExit(0)
+
+    return handler
+
+
 def serve(cfg: DictConfig) -> None:
     server = build_server(cfg)
+    signal.signal(signal.SIGTERM, _on_sigterm(os.getpid()))  # kill, docker stop, systemd: as Ctrl+C
     print(f"serving {cfg.ckpt} on http://{cfg.host}:{cfg.port} (POST /classify /rank /align, GET /health /info)",
           file=sys.stderr)  # fmt: skip
     server.run(
