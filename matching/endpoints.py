@@ -7,6 +7,7 @@ request body's type, which must be the class itself, not its name."""
 import asyncio
 import contextlib
 import functools
+import gc
 import json
 import multiprocessing
 import os
@@ -282,6 +283,8 @@ class _ModelAPI(litserve.LitAPI):
             torch.set_num_threads(self.threads)
         self.run = load_trained(self.ckpt, OmegaConf.create(self.config))
         self.run.data.tokenizer = RecentTexts(self.run.data.tokenizer)
+        gc.collect()
+        gc.freeze()  # the model, vocabulary and imports stay; full collections need not walk them on every request
         if device != "cpu":
             self.run.system.to(device)
 

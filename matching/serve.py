@@ -20,6 +20,7 @@ tokenisation, vocabulary and `predict_step` as `predict`. A bad request gets a 4
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -89,6 +90,8 @@ def _on_sigterm(server_pid: int) -> Any:
 def serve(cfg: DictConfig) -> None:
     server = build_server(cfg)
     signal.signal(signal.SIGTERM, _on_sigterm(os.getpid()))  # kill, docker stop, systemd: as Ctrl+C
+    gc.collect()
+    gc.freeze()  # what is loaded now (torch, the app) is shared with the forked HTTP process and never collected
     print(f"serving {cfg.ckpt} on http://{cfg.host}:{cfg.port} (POST /classify /rank /align, GET /health /info)",
           file=sys.stderr)  # fmt: skip
     server.run(
