@@ -16,7 +16,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-EXTRAS ?= dev,hub,plots,formats,tensorboard,export,sweep
+EXTRAS ?= dev,hub,plots,formats,tensorboard,export,sweep,contextual
 
 $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/pip install --quiet -c constraints.txt torch
