@@ -4,10 +4,12 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 TASK   ?= snli
 CKPT   ?=
+RUN    ?=
+PORT   ?= 8000
 ARGS   ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock train sweep evaluate predict test test-slow bench bench-quick lint format clean
+.PHONY: help install lock train sweep evaluate predict serve test test-slow bench bench-quick lint format clean
 
 help:  ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -16,7 +18,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-EXTRAS ?= dev,hub,plots,formats,tensorboard,export,sweep,contextual
+EXTRAS ?= dev,hub,plots,formats,tensorboard,export,sweep,serve,contextual
 
 $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/pip install --quiet -c constraints.txt torch
@@ -39,6 +41,10 @@ evaluate: install  ## evaluate a checkpoint: make evaluate CKPT=outputs/runs/...
 
 predict: install  ## predict on new pairs: make predict CKPT=... ARGS="input=pairs.tsv output=out.jsonl"
 	$(BIN)/matching-predict ckpt=$(CKPT) $(ARGS)
+
+serve: install  ## serve a trained run over HTTP: make serve RUN=outputs/runs/<task>/<aligner>/<time> [PORT=8000]
+	@test -n "$(RUN)" || { echo "make serve needs RUN=<run dir> (the folder with config.yaml and checkpoints/)"; exit 2; }
+	$(BIN)/matching-serve ckpt=$(RUN)/checkpoints/best.ckpt port=$(PORT) $(ARGS)
 
 test: install  ## run the default (fast) test suite
 	$(BIN)/python -m pytest -q

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
+from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
@@ -289,12 +290,15 @@ class TrainedRun:
         for index in budget.batches(order, sides, len(pairs)) if budget else [order]:
             words = ([words_a[i] for i in index], [words_b[i] for i in index])
             batch = self.data.batch_of([a[i] for i in index], [b[i] for i in index], words)
-            out[torch.from_numpy(index)] = self.predict(batch).logits.float()
+            out[torch.from_numpy(index)] = self.predict(batch).logits.float().cpu()
         return out
 
     @torch.inference_mode()
     def predict(self, batch: dict[str, torch.Tensor]) -> MatchOutput:
-        """The one inference path of every command: MatchingSystem.predict_step."""
+        """The one inference path of every command: MatchingSystem.predict_step (on the model's device)."""
+        device = self.system.device
+        if device.type != "cpu":  # nested too: a fine-tuned contextual run's word pieces are dicts of tensors
+            batch = move_data_to_device(batch, device)
         return self.system.predict_step(batch, 0)
 
 

@@ -55,7 +55,7 @@ def alignment(run: TrainedRun, a: str, b: str) -> tuple[list[str], list[str], di
     if not tokens_a or not tokens_b:
         raise RunError("both texts need at least one token to draw an alignment")
     out = run.predict(run.batch([pair]))
-    matrices = {k: v[0].float().numpy() for k, v in out.matrices.items()}
+    matrices = {k: v[0].float().cpu().numpy() for k, v in out.matrices.items()}
     if run.model.null_token:
         tokens_a, tokens_b = [NULL, *tokens_a], [NULL, *tokens_b]
     return tokens_a, tokens_b, matrices

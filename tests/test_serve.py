@@ -1,0 +1,180 @@
+"""matching-serve: real servers on free local ports, spoken to over HTTP.
+
+Answers equal `predict`'s on the same pairs; every class of bad request gets its 4xx JSON answer and the server
+goes on serving; a burst of concurrent requests (some of them bad) is answered request by request."""
+
+import asyncio
+import io
+import json
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+
+import pytest
+import torch
+
+httpx = pytest.importorskip("httpx", reason="the serve extra: pip install -e '.[serve]'")
+pytest.importorskip("litserve", reason="the serve extra: pip install -e '.[serve]'")
+
+from matching.data.readers import Pair  # noqa: E402
+from matching.predict import predict  # noqa: E402
+from matching.runs import load_trained  # noqa: E402
+from matching.serve import main as serve_main  # noqa: E402
+from matching.serve import serving  # noqa: E402
+from matching.visualize import alignment  # noqa: E402
+
+LIMITS = ["limits.max_pairs=6", "limits.max_candidates=5", "limits.max_text_tokens=30",
+          "limits.max_request_bytes=20000", "threads=1"]  # fmt: skip
+
+NLI = [
+    ("A man plays a guitar.", "A person makes music."),
+    ("Two dogs run in a field.", "The cats sleep."),
+    ("A woman is reading a book.", "Somebody reads."),
+    ("Kids play soccer outside.", "Children are inside."),
+]
+QUERY = "how are glacier caves formed?"
+CANDIDATES = ["A glacier cave is a cave formed within the ice of a glacier.", "The ice facade is 60 m high.",
+              "Glacier caves are often called ice caves.", "Caves form by melting water."]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def servers(snli_run, wikiqa_run):
+    """A classification (SNLI) and a ranking (WikiQA, CoDA) server, started side by side; their base URLs."""
+    runs = {"snli": snli_run[0], "wikiqa": wikiqa_run[0]}
+    with ExitStack() as stack, ThreadPoolExecutor(2) as pool:
+        managers = [serving(run / "checkpoints" / "best.ckpt", LIMITS) for run in runs.values()]
+        yield dict(zip(runs, pool.map(stack.enter_context, managers), strict=True))
+
+
+def _predict(run_dir, pairs: list[tuple[str, str]]) -> list[dict]:
+    out = io.StringIO()
+    predict(load_trained(run_dir / "checkpoints" / "best.ckpt"), [Pair(a, b, "", None, i + 1) for i, (a, b) in
+            enumerate(pairs)], out)  # fmt: skip
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def _post(url: str, path: str, body, **kw) -> httpx.Response:
+    return httpx.post(f"{url}{path}", json=body, timeout=60, **kw)
+
+
+def test_classify_answers_as_predict_does(servers, snli_run):
+    answer = _post(servers["snli"], "/classify", {"pairs": [{"a": a, "b": b} for a, b in NLI]})
+    assert answer.status_code == 200, answer.text
+    got = answer.json()["predictions"]
+    want = _predict(snli_run[0], NLI)
+    assert len(got) == len(want) == len(NLI)
+    for g, w in zip(got, want, strict=True):
+        assert g["label"] == w["label"]
+        assert set(g["probs"]) == {"entailment", "neutral", "contradiction"}
+        for label, p in w["probs"].items():
+            assert g["probs"][label] == pytest.approx(p, abs=1e-6)
+
+
+def test_rank_orders_candidates_as_predict_does(servers, wikiqa_run):
+    answer = _post(servers["wikiqa"], "/rank", {"query": QUERY, "candidates": CANDIDATES})
+    assert answer.status_code == 200, answer.text
+    ranking = answer.json()["ranking"]
+    (want,) = _predict(wikiqa_run[0], [(QUERY, c) for c in CANDIDATES])
+    assert [r["candidate"] for r in ranking] == [w["b"] for w in want["ranking"]]
+    assert [r["index"] for r in ranking] == [w["line"] - 1 for w in want["ranking"]]
+    for r, w in zip(ranking, want["ranking"], strict=True):
+        assert r["score"] == pytest.approx(w["score"], abs=1e-5)
+        assert r["p_match"] == pytest.approx(w["p_match"], abs=1e-6)
+    assert [r["score"] for r in ranking] == sorted((r["score"] for r in ranking), reverse=True)
+
+
+def test_align_returns_what_visualize_draws(servers, wikiqa_run):
+    answer = _post(servers["wikiqa"], "/align", {"a": QUERY, "b": CANDIDATES[0]})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    tokens_a, tokens_b, matrices = alignment(load_trained(wikiqa_run[0] / "checkpoints" / "best.ckpt"), QUERY,
+                                             CANDIDATES[0])  # fmt: skip
+    assert body["a_tokens"] == tokens_a and body["b_tokens"] == tokens_b
+    assert set(body["matrices"]) == set(matrices)
+    for name, m in matrices.items():
+        assert torch.tensor(body["matrices"][name]) == pytest.approx(torch.from_numpy(m), abs=1e-5)
+    assert body["label"] in ("0", "1") and set(body["probs"]) == {"0", "1"}
+
+
+def test_health_and_info(servers, wikiqa_run):
+    assert httpx.get(f"{servers['wikiqa']}/health").text == "ok"
+    info = httpx.get(f"{servers['wikiqa']}/info").json()["model"]
+    assert info["task"] == "wikiqa" and info["kind"] == "rank" and info["labels"] == ["0", "1"]
+    assert info["aligner"] == "coda" and info["checkpoint"].endswith("best.ckpt")
+    assert info["vocabulary_size"] == len(load_trained(wikiqa_run[0] / "checkpoints" / "best.ckpt").vocab)
+    assert info["limits"]["max_pairs"] == 6 and "/rank" in info["endpoints"]
+    assert "/rank" not in httpx.get(f"{servers['snli']}/info").json()["model"]["endpoints"]
+
+
+BAD = [  # (endpoint, body as sent, extra httpx arguments, status, words the message must hold)
+    ("/classify", b'{"pairs": [', {"headers": {"Content-Type": "application/json"}}, 400, "not valid JSON"),
+    ("/classify", b'{"pairs": []}', {}, 415, "Content-Type: application/json"),
+    ("/classify", {"pair": [{"a": "x", "b": "y"}]}, {}, 422, "pairs: Field required"),
+    ("/classify", {"pairs": [{"a": "x"}]}, {}, 422, "pairs[0].b: Field required"),
+    ("/classify", {"pairs": [{"a": "x", "b": 3}]}, {}, 422, "pairs[0].b: Input should be a valid string"),
+    ("/classify", {"pairs": [{"a": "x", "b": "y", "c": "z"}]}, {}, 422, "pairs[0].c: Extra inputs"),
+    ("/classify", {"pairs": []}, {}, 422, "pairs is empty"),
+    ("/classify", {"pairs": [{"a": "x", "b": ""}]}, {}, 422, "pairs[0].b is empty"),
+    ("/classify", {"pairs": [{"a": "   ", "b": "y"}]}, {}, 422, "pairs[0].a is empty"),
+    ("/classify", {"pairs": [{"a": "x", "b": "y"}] * 7}, {}, 413, "limit of 6 (limits.max_pairs)"),
+    ("/classify", {"pairs": [{"a": "x", "b": "word " * 31}]}, {}, 413, "31 tokens, over this server's limit of 30"),
+    ("/classify", {"pairs": [{"a": "x" * 30000, "b": "y"}]}, {}, 413, "Payload too large"),
+    ("/rank", {"query": "q", "candidates": ["c"] * 6}, {}, 413, "limit of 5 (limits.max_candidates)"),
+    ("/rank", {"query": "q", "candidates": "just one"}, {}, 422, "candidates: Input should be a valid list"),
+    ("/align", {"a": "x"}, {}, 422, "b: Field required"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "extra", "status", "words"), BAD)
+def test_bad_requests_get_a_4xx_that_says_what_was_wrong(servers, path, body, extra, status, words):
+    url = servers["wikiqa"]
+    if isinstance(body, bytes):
+        answer = httpx.post(f"{url}{path}", content=body, timeout=60, **extra)
+    else:
+        answer = _post(url, path, body, **extra)
+    assert answer.status_code == status, answer.text
+    if status != 413 or words != "Payload too large":
+        error = answer.json()
+        assert error["status"] == status and words in error["error"], error
+    assert _post(url, "/classify", {"pairs": [{"a": "x", "b": "y"}]}).status_code == 200  # still serving
+
+
+def test_a_ranking_request_to_a_classification_model(servers):
+    answer = _post(servers["snli"], "/rank", {"query": "q", "candidates": ["a", "b"]})
+    assert answer.status_code == 400
+    assert "it does not rank" in answer.json()["error"] and "/classify" in answer.json()["error"]
+
+
+def test_a_burst_of_concurrent_requests_is_answered_request_by_request(servers, snli_run):
+    """48 concurrent single-pair requests, every sixth one with an empty text: each good answer equals predict's
+    for its own pair, each bad one gets its own 422, and the batches they share are not failed by them."""
+    words = ["a", "man", "dog", "plays", "runs", "music", "field", "woman", "reads", "book", "cat", "sleeps"]
+    pairs = [(" ".join(words[(i + k) % len(words)] for k in range(2 + i % 5)), " ".join(words[i % 7 : i % 7 + 3]))
+             for i in range(48)]  # fmt: skip
+    want = _predict(snli_run[0], pairs)
+
+    async def burst():
+        async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=48)) as http:
+            bodies = [{"pairs": [{"a": a if i % 6 else "", "b": b}]} for i, (a, b) in enumerate(pairs)]
+            return await asyncio.gather(*(http.post(f"{servers['snli']}/classify", json=body) for body in bodies))
+
+    answers = asyncio.run(burst())
+    for i, answer in enumerate(answers):
+        if i % 6 == 0:
+            assert answer.status_code == 422 and "pairs[0].a is empty" in answer.json()["error"]
+            continue
+        assert answer.status_code == 200, answer.text
+        (got,) = answer.json()["predictions"]
+        assert got["label"] == want[i]["label"]
+        assert got["probs"] == pytest.approx(want[i]["probs"], abs=1e-6)
+
+
+def test_command_line_mistakes_are_reported_before_anything_starts(snli_run, tmp_path, capsys):
+    ckpt = snli_run[0] / "checkpoints" / "best.ckpt"
+    assert serve_main([f"ckpt={tmp_path / 'none.ckpt'}"]) == 2
+    assert "no checkpoint file" in capsys.readouterr().err
+    assert serve_main([f"ckpt={ckpt}", "limits.max_pairs=0"]) == 2
+    assert "limits.max_pairs must be a positive whole number" in capsys.readouterr().err
+    assert serve_main([f"ckpt={ckpt}", "port=0"]) == 2
+    assert "port must be a positive whole number" in capsys.readouterr().err
+    assert serve_main([f"ckpt={ckpt}", "limts.max_pairs=3"]) == 2
+    assert "limts" in capsys.readouterr().err
