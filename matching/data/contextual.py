@@ -136,8 +136,8 @@ class WordPieces:
         for i, text in enumerate(texts):
             words = enc.word_ids(i)
             out.append((enc["input_ids"][i], words))
-            if len(set(words)) < len(text):
-                self.empty_words += len(text) - len(set(words))
+            self.long_texts += len(words) > self.width
+            self.empty_words += len(text) - len(set(words))
         return out
 
     def __call__(self, texts: Sequence[Sequence[str]]) -> dict[str, Tensor]:
@@ -145,7 +145,6 @@ class WordPieces:
         for t, (ids, words) in enumerate(self.pieces(texts)):
             starts = [0]
             if len(ids) > self.width:
-                self.long_texts += 1
                 starts = sorted({*range(0, len(ids) - self.width, self.step), len(ids) - self.width})
             for s in starts:
                 rows.append((t, ids[s : s + self.width], words[s : s + self.width]))

@@ -479,7 +479,7 @@ class PairDataModule(pl.LightningDataModule):
                 batch["a_pieces"], batch["b_pieces"] = encoder.pieces(words[0]), encoder.pieces(words[1])
             else:
                 batch["a_states"], batch["b_states"] = encoder.batch_states(words[0]), encoder.batch_states(words[1])
-                encoder.report("input")
+            encoder.report("input")
         return batch
 
     def tokenize(self, name: str, pairs: Sequence[Pair], quiet: bool = False) -> list[tuple[list[str], list[str]]]:
@@ -600,6 +600,10 @@ class PairDataModule(pl.LightningDataModule):
                     split.states = encode_states(encoder, key, self._states_folder(), label, *split.words)
             if encoder is None or not encoder.trainable_layers:
                 split.words = None
+            else:  # fine-tuned: the model encodes every batch; say now what the windows and pieces will do
+                for side in split.words:
+                    encoder.pieces.pieces(side)
+                encoder.report(f"{self.task.name}-{name}")
 
     def _build_vocabulary(self, raw: Mapping[str, tuple[Sequence[Pair], list[tuple[list[str], list[str]]]]]):
         vocab = Vocabulary.build((t for ab in raw["train"][1] for t in ab), self.oov_buckets)
