@@ -4,8 +4,9 @@
         [--requests 2000] [--levels 1,8,32] [server overrides, e.g. max_batch_size=32 api_servers=1]
 
 Starts the server on 127.0.0.1 (a free port), then for each concurrency level sends a fixed number of single-pair
-POST /classify requests from that many concurrent clients (httpx, asyncio; one process) and prints pairs/s and the
-p50/p95/p99 latency. Every answer is checked against the in-process prediction of its own pair (probabilities to
+POST /classify requests from that many concurrent clients (asyncio keep-alive connections, one process) and
+prints pairs/s and
+the p50/p95/p99 latency. Every answer is checked against the in-process prediction of its own pair (probabilities to
 1e-5): failed and mismatched answers are counted. The in-process figure runs the same pairs through
 TrainedRun.logits in this process, in batches of the server's max_batch_size and, as `predict` does, of 256.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import statistics
 import sys
@@ -28,6 +30,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from matching.cli import compose_config  # noqa: E402
 from matching.data.readers import Pair  # noqa: E402
 from matching.predict import read_input  # noqa: E402
 from matching.runs import load_trained  # noqa: E402
@@ -59,40 +62,67 @@ def in_process(run, pairs: list[Pair], batch: int, repeats: int = 3) -> float:
     return statistics.median(rates)
 
 
+class Connection:
+    """One keep-alive HTTP/1.1 connection that POSTs JSON and reads the answer: the load generator. httpx costs
+    3.5-7 ms of CPU per request here, which on a 2-core machine takes a core from the server it measures; this
+    costs about a tenth of that."""
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n")  # fmt: skip
+        self.writer.write(head.encode() + body)
+        status_line, *headers = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        fields = dict(h.split(": ", 1) for h in headers if ": " in h)
+        length = int(next(v for k, v in fields.items() if k.lower() == "content-length"))
+        return int(status_line.split()[1]), await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
 async def drive(url: str, pairs: list[Pair], expected: torch.Tensor, labels: list[str], concurrency: int) -> dict:
-    import httpx
-
+    """`len(pairs)` single-pair POST /classify requests from `concurrency` clients, each on its own connection."""
+    host, port = url.removeprefix("http://").split(":")
+    bodies = [json.dumps({"pairs": [{"a": p.a, "b": p.b}]}).encode() for p in pairs]
     latencies: list[float] = []
-    failed = mismatched = 0
+    answers: dict[int, tuple[int, bytes]] = {}
     queue = iter(range(len(pairs)))
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
 
-    async def client(http: httpx.AsyncClient) -> None:
-        nonlocal failed, mismatched
+    async def client(connection: Connection) -> None:
         for i in queue:
-            body = {"pairs": [{"a": pairs[i].a, "b": pairs[i].b}]}
             start = time.perf_counter()
             try:
-                answer = await http.post(f"{url}/classify", json=body)
-            except httpx.HTTPError:
-                failed += 1
+                answers[i] = await connection.post("/classify", bodies[i])
+            except (OSError, asyncio.IncompleteReadError, ValueError) as err:
+                answers[i] = (0, repr(err).encode())
+                connection.close()
+                connection.writer = None
                 continue
             latencies.append(time.perf_counter() - start)
-            if answer.status_code != 200:
-                failed += 1
-                continue
-            probs = answer.json()["predictions"][0]["probs"]
-            got = torch.tensor([probs[label] for label in labels])
-            if not torch.allclose(got, expected[i], atol=1e-5, rtol=0):
-                mismatched += 1
 
-    async with httpx.AsyncClient(limits=limits, timeout=60) as http:
-        await http.post(f"{url}/classify", json={"pairs": [{"a": pairs[0].a, "b": pairs[0].b}]})  # warm-up
-        start = time.perf_counter()
-        await asyncio.gather(*(client(http) for _ in range(concurrency)))
-        wall = time.perf_counter() - start
+    connections = [Connection(host, int(port)) for _ in range(concurrency)]
+    await asyncio.gather(*(c.post("/classify", bodies[0]) for c in connections))  # connect and warm up
+    start = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in connections))
+    wall = time.perf_counter() - start
+    for c in connections:
+        c.close()
+
+    failed = [i for i, (status, _) in answers.items() if status != 200]
+    probs = [[json.loads(answers[i][1])["predictions"][0]["probs"][label] for label in labels]
+             for i in range(len(pairs)) if i not in failed]  # fmt: skip
+    good = torch.tensor([i for i in range(len(pairs)) if i not in failed], dtype=torch.long)
+    mismatched = int(((torch.tensor(probs) - expected[good]).abs() > 1e-5).any(1).sum()) if probs else 0
     q = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else latencies * 99
-    return {"rate": len(latencies) / wall, "p50": q[49], "p95": q[94], "p99": q[98], "failed": failed,
+    return {"rate": len(latencies) / wall, "p50": q[49], "p95": q[94], "p99": q[98], "failed": len(failed),
             "mismatched": mismatched}  # fmt: skip
 
 
@@ -105,7 +135,8 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="server overrides (conf/serve.yaml keys)")
     args = parser.parse_args()
     levels = [int(c) for c in args.levels.split(",")]
-    batch = next((int(o.split("=")[1]) for o in args.overrides if o.startswith("max_batch_size=")), 32)
+    served = compose_config("serve", [f"ckpt={args.ckpt}", *args.overrides])  # the server's own settings
+    batch, worker_threads = int(served.max_batch_size), int(served.threads) or torch.get_num_threads()
 
     run = load_trained(args.ckpt)
     pairs = load_pairs(args.pairs, run.vocab.words, args.requests)
@@ -116,7 +147,13 @@ def main() -> None:
     print(f"pairs: {statistics.mean(lengths):.1f} tokens on average; torch threads here: {torch.get_num_threads()}")
     inproc = {b: in_process(run, pairs, b) for b in (batch, 256)}
     print(f"in-process TrainedRun.logits: {inproc[batch]:,.0f} pairs/s in batches of {batch}, "
-          f"{inproc[256]:,.0f} pairs/s in batches of 256")  # fmt: skip
+          f"{inproc[256]:,.0f} pairs/s in batches of 256 ({torch.get_num_threads()} torch threads)")  # fmt: skip
+    cores = torch.get_num_threads()
+    torch.set_num_threads(worker_threads)
+    one = in_process(run, pairs, batch)
+    torch.set_num_threads(cores)
+    print(f"in-process with the server's model-worker threads ({worker_threads}): {one:,.0f} pairs/s in batches of "
+          f"{batch}; the server's ratio below is taken against the {cores}-thread figure")  # fmt: skip
     del run
 
     with serving(args.ckpt, args.overrides) as url:

@@ -4,9 +4,17 @@ schemas, and the JSON error answers. Needs the serve extra (litserve, which brin
 No `from __future__ import annotations` here: LitServe hands decode_request's annotation to FastAPI as the
 request body's type, which must be the class itself, not its name."""
 
+import asyncio
+import contextlib
+import functools
+import json
+import multiprocessing
+import os
+import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass
+from multiprocessing.managers import SyncManager
 from queue import Empty, Queue
 from typing import Any, NamedTuple
 
@@ -14,9 +22,10 @@ import litserve
 import torch
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from litserve.loops.base import _SENTINEL_VALUE, _StopLoopError
 from litserve.loops.simple_loops import BatchedLoop
+from litserve.transport.base import MessageTransport
 from litserve.utils import LitAPIStatus, LoopResponseType
 from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict
@@ -147,6 +156,105 @@ class WaitingBatchLoop(BatchedLoop):
         return payloads, timed_out
 
 
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class PipeTransport(MessageTransport):
+    """Answers from the model workers to the HTTP front over plain multiprocessing queues (pipes). The front reads
+    them in its event loop when the pipe is readable, where LitServe's MPQueueTransport hands every get to a thread
+    (a thread hop per answer)."""
+
+    def __init__(self, queues: list):
+        self.queues = queues
+
+    def send(self, item: Any, consumer_id: int) -> None:
+        self.queues[consumer_id].put(item)
+
+    async def areceive(self, consumer_id: int, timeout: float | None = None, block: bool = True) -> Any:
+        queue = self.queues[consumer_id]
+        while True:
+            try:
+                return queue.get_nowait()
+            except Empty:
+                pass
+            loop, fd = asyncio.get_running_loop(), queue._reader.fileno()
+            readable = loop.create_future()
+            loop.add_reader(fd, _resolve, readable)
+            try:
+                await asyncio.wait_for(readable, 1.0)
+            except TimeoutError:
+                return None  # LitServe's consumer loop asks again
+            finally:
+                loop.remove_reader(fd)
+
+    def close(self, send_sentinel: bool = True) -> None:
+        if send_sentinel:
+            for queue in self.queues:
+                with contextlib.suppress(Exception):
+                    queue.put(None, block=False)
+
+
+class PipeQueueServer(litserve.LitServer):
+    """A LitServer whose queues are plain multiprocessing queues (pipes), requests and answers alike. LitServe
+    0.2.x makes them Manager queues, which cost a round trip to the manager process for every put and every get
+    (the HTTP front makes its put inside its event loop), and its `fast_queue` (ZeroMQ) option is not applied
+    (TransportConfig gets `transport_config=` for `transport_type=`): under load those round trips were most of the
+    server's time."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Any) -> Any:
+        """Each HTTP process also ends with the server that forked it: killed with SIGKILL, the server would leave
+        them answering /health "ok" on its port, with no model behind them."""
+        _watch_parent(os.getppid())
+        async with super().lifespan(app):
+            yield
+
+    def _init_manager(self, num_api_servers: int) -> Any:
+        """LitServer._init_manager of litserve 0.2.x with pipe queues, and a manager process that ends with the server
+        (it inherits the listening socket: left alive, it would hold the port with nobody answering)."""
+        manager = SyncManager()
+        manager.start(_watch_parent, (os.getpid(),))
+        self.transport_config.manager = manager
+        self.transport_config.num_consumers = num_api_servers
+        self.workers_setup_status = manager.dict()
+        self._shutdown_event = manager.Event()
+        context = multiprocessing.get_context("spawn")  # what LitServe starts the model workers with
+        for lit_api in self.litapi_connector:
+            self.litapi_request_queues[lit_api.api_path] = context.Queue()
+        self._logger_connector.run(self)
+        self._transport = PipeTransport([context.Queue() for _ in range(num_api_servers)])
+        return manager
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A model worker ends when the server that started it is gone (killed with SIGKILL, say), instead of living on
+    as an orphan."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
+
+
+def _watch_parent(parent: int) -> None:
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+
+
+class RecentTexts:
+    """The run's tokenizer, remembering the tokens of the last texts it saw: a request's texts are tokenised to check
+    them (decode_request) and then again by TrainedRun.logits, a tenth of the worker's time without this."""
+
+    def __init__(self, tokenizer: Any, size: int = 4096):
+        self.tokenizer = tokenizer
+        self.tokens = functools.lru_cache(maxsize=size)(lambda text: tuple(tokenizer(text)))
+
+    def __call__(self, text: str) -> list[str]:
+        return list(self.tokens(text))
+
+    def __getattr__(self, name: str) -> Any:  # lowercase, keep_tokens, ...: the tokenizer's own
+        return getattr(self.tokenizer, name)
+
+
 class _ModelAPI(litserve.LitAPI):
     """One endpoint over a trained run, loaded in the LitServe worker process (`setup`). Requests are checked there,
     with the run's own tokenizer; a refused request answers for itself and never fails the batch it came in."""
@@ -164,10 +272,16 @@ class _ModelAPI(litserve.LitAPI):
         self.ckpt, self.config, self.limits, self.threads = ckpt, config, limits, threads
         self.run: TrainedRun | None = None
 
+    async def authorize(self) -> None:
+        """No authentication (put the server behind your gateway for that). LitServe's default is a plain function,
+        which FastAPI runs in a thread pool: a thread hop for every request."""
+
     def setup(self, device: str) -> None:
+        _watch_parent(os.getppid())
         if self.threads:
             torch.set_num_threads(self.threads)
         self.run = load_trained(self.ckpt, OmegaConf.create(self.config))
+        self.run.data.tokenizer = RecentTexts(self.run.data.tokenizer)
         if device != "cpu":
             self.run.system.to(device)
 
@@ -219,10 +333,12 @@ class _ModelAPI(litserve.LitAPI):
     def answer(self, pairs: list[Pair], logits: torch.Tensor) -> dict:
         raise NotImplementedError
 
-    def encode_response(self, output: dict | Rejected) -> Any:
+    def encode_response(self, output: dict | Rejected) -> Response:
+        """The finished HTTP answer, JSON encoded here in the worker: the front passes a Response through as it is
+        (a dict it would encode again with FastAPI's jsonable_encoder, in the one process that all requests share)."""
         if isinstance(output, Rejected):
             return error_response(output.status, output.message)
-        return output
+        return Response(json.dumps(output, ensure_ascii=False).encode(), media_type="application/json")
 
     def _label_probs(self, logits: torch.Tensor) -> list[dict]:
         labels = self.run.labels

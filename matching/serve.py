@@ -42,10 +42,10 @@ from matching.runs import RunError, load_trained
 def build_server(cfg: DictConfig) -> Any:
     """The LitServer of a composed serve config; the run is loaded here first, so that a wrong ckpt= or override is
     reported before any worker starts."""
-    litserve = require("litserve", "serve", "serving a model over HTTP")
+    require("litserve", "serve", "serving a model over HTTP")
     from fastapi.exceptions import RequestValidationError
 
-    from matching.endpoints import AlignAPI, ClassifyAPI, Limits, RankAPI, invalid_request, model_info
+    from matching.endpoints import AlignAPI, ClassifyAPI, Limits, PipeQueueServer, RankAPI, invalid_request, model_info
 
     limits = Limits(**OmegaConf.to_container(cfg.limits, resolve=True))
     for key in ("max_batch_size", "port", "api_servers"):
@@ -62,21 +62,33 @@ def build_server(cfg: DictConfig) -> Any:
         for api in (ClassifyAPI, RankAPI)
     ]
     apis.append(AlignAPI(str(cfg.ckpt), config, limits, int(cfg.threads), 1, 0.0))
-    server = litserve.LitServer(
+    server = PipeQueueServer(
         apis,
         accelerator=cfg.accelerator,
         devices=1,
         timeout=float(cfg.timeout),
         max_payload_size=limits.max_request_bytes,
         model_metadata=model_info(run, limits),
-        fast_queue=bool(cfg.fast_queue),
     )
     server.app.add_exception_handler(RequestValidationError, invalid_request)
     return server
 
 
+def _on_sigterm(server_pid: int) -> Any:
+    """SIGTERM's handler: the server shuts down as on Ctrl+C (LitServe stops its workers on KeyboardInterrupt); its
+    forked HTTP processes, which inherit the handler, just end."""
+
+    def handler(signum: int, frame: Any) -> None:
+        if os.getpid() == server_pid:
+            raise KeyboardInterrupt
+        raise SystemExit(0)
+
+    return handler
+
+
 def serve(cfg: DictConfig) -> None:
     server = build_server(cfg)
+    signal.signal(signal.SIGTERM, _on_sigterm(os.getpid()))  # kill, docker stop, systemd: as Ctrl+C
     print(f"serving {cfg.ckpt} on http://{cfg.host}:{cfg.port} (POST /classify /rank /align, GET /health /info)",
           file=sys.stderr)  # fmt: skip
     server.run(

@@ -4,8 +4,14 @@ Answers equal `predict`'s on the same pairs; every class of bad request gets its
 goes on serving; a burst of concurrent requests (some of them bad) is answered request by request."""
 
 import asyncio
+import contextlib
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
@@ -18,8 +24,8 @@ pytest.importorskip("litserve", reason="the serve extra: pip install -e '.[serve
 from matching.data.readers import Pair  # noqa: E402
 from matching.predict import predict  # noqa: E402
 from matching.runs import load_trained  # noqa: E402
+from matching.serve import free_port, serving  # noqa: E402
 from matching.serve import main as serve_main  # noqa: E402
-from matching.serve import serving  # noqa: E402
 from matching.visualize import alignment  # noqa: E402
 
 LIMITS = ["limits.max_pairs=6", "limits.max_candidates=5", "limits.max_text_tokens=30",
@@ -178,3 +184,68 @@ def test_command_line_mistakes_are_reported_before_anything_starts(snli_run, tmp
     assert "port must be a positive whole number" in capsys.readouterr().err
     assert serve_main([f"ckpt={ckpt}", "limts.max_pairs=3"]) == 2
     assert "limts" in capsys.readouterr().err
+
+
+def _start(ckpt, port: int):
+    """A server as a user starts it (its own process group, so that the test can find every process it made)."""
+    cmd = [sys.executable, "-m", "matching.serve", f"ckpt={ckpt}", f"port={port}", "threads=1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).text == "ok":
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError("the server did not get ready")
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _gone(pgid: int, port: int, within: float = 15.0) -> bool:
+    """No process of the group is left and the port refuses connections."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+        except httpx.ConnectError:
+            if not _group_alive(pgid):
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    return False
+
+
+def test_a_killed_server_leaves_no_process_holding_its_port(snli_run):
+    """SIGKILL (the OOM killer, kill -9) gives the server no chance to stop its workers: they, its HTTP process and
+    its manager (which all inherit the listening socket) notice and end by themselves."""
+    port = free_port()
+    proc = _start(snli_run[0] / "checkpoints" / "best.ckpt", port)
+    try:
+        proc.kill()
+        proc.wait(timeout=10)
+        assert _gone(proc.pid, port), "processes of the killed server live on"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_sigterm_shuts_down_as_ctrl_c_does(snli_run):
+    port = free_port()
+    proc = _start(snli_run[0] / "checkpoints" / "best.ckpt", port)
+    try:
+        proc.terminate()
+        assert proc.wait(timeout=60) == 0
+        assert _gone(proc.pid, port)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
