@@ -25,7 +25,7 @@ from matching.cli import command
 from matching.data.tasks import describe
 from matching.data.vocab import hf_tokenizer
 from matching.files import write_json
-from matching.runs import RunError, TrainedRun, load_trained
+from matching.runs import RunError, TrainedRun, is_contextual, load_trained
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +71,22 @@ def example_inputs(vocab_size: int, batch: int = 3, len_a: int = 7, len_b: int =
     return a, b
 
 
+def contextual_refusal(ckpt: str) -> RunError:
+    return RunError(
+        f"{ckpt} is a contextual run (embeddings=minilm_contextual): its model reads a Transformer encoder's word "
+        "states, not token ids, and export writes only the token-id model, without the encoder and its word "
+        "pooling, so it refuses rather than write a model that no client could feed. Serve the run as it is: "
+        "matching-predict, matching-evaluate and the server load it from its run directory and encode new text with "
+        "the encoder on the fly (offline, from embeddings.model); or export a run trained with static vectors "
+        "(embeddings=minilm or glove)."
+    )
+
+
 def export(run: TrainedRun, fmt: str, out_dir: Path) -> Path:
     if fmt not in FORMATS:
         raise RunError(f"format must be one of {sorted(FORMATS)}, got {fmt!r}")
+    if run.data.contextual is not None:
+        raise contextual_refusal(str(run.checkpoint))
     out_dir.mkdir(parents=True, exist_ok=True)
     serving = ServingModel(run.model)
     args = example_inputs(len(run.vocab))
@@ -140,6 +153,8 @@ def export_command(cfg: DictConfig) -> Path:
     """The `export` command on a composed config (conf/export.yaml over the run's saved config)."""
     if cfg.format not in FORMATS:
         raise RunError(f"format must be one of {sorted(FORMATS)}, got {cfg.format!r}")
+    if is_contextual(cfg):  # before the encoder is loaded
+        raise contextual_refusal(str(cfg.ckpt))
     run = load_trained(cfg.ckpt, cfg)
     path = export(run, str(cfg.format), Path(cfg.out or run.run_dir / "export"))
     print(f"wrote {path} (with vocab.txt, tokenizer.json and serving.json beside it)")

@@ -20,10 +20,12 @@ import numpy as np
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
+from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
-from matching.data.datamodule import PairDataModule, pad_batch, pair_sides, split_prefix
+from matching.data.contextual import ContextualEncoder
+from matching.data.datamodule import PairDataModule, pair_sides, split_prefix
 from matching.data.readers import Pair
 from matching.data.tasks import Task
 from matching.data.vocab import Vocabulary
@@ -139,12 +141,20 @@ def build_task(cfg: DictConfig) -> Task:
     return task
 
 
+def is_contextual(cfg: DictConfig) -> bool:
+    """Whether the run's embedding source is a pretrained encoder (`embeddings=minilm_contextual`)."""
+    target = cfg.get("embeddings", {}).get("_target_")
+    return bool(target) and getattr(get_object(target), "contextual", False)
+
+
 def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None) -> PairDataModule:
     """The task's data module; without `vocab` it builds the vocabulary (training words, plus every word with a
     pretrained vector among the dev splits and the vectors file's first `embeddings.top_words` words), and the
-    embedding source is built (and its file checked) before any corpus is read."""
+    embedding source is built (and its file checked) before any corpus is read. A contextual embedder is built
+    with `vocab` too: new text is encoded with it."""
     task = build_task(cfg)
-    return build(cfg.data, task=task, vocab=vocab, vectors=build(cfg.embeddings) if vocab is None else None)
+    vectors = build(cfg.embeddings) if vocab is None or is_contextual(cfg) else None
+    return build(cfg.data, task=task, vocab=vocab, vectors=vectors)
 
 
 def build_callbacks(cfg: DictConfig) -> dict[str, pl.Callback]:
@@ -152,15 +162,23 @@ def build_callbacks(cfg: DictConfig) -> dict[str, pl.Callback]:
     return {name: build(node) for name, node in (cfg.get("callbacks") or {}).items() if node is not None}
 
 
-def build_model(cfg: DictConfig, vectors: torch.Tensor, num_classes: int) -> DecomposableAttention:
+def build_model(
+    cfg: DictConfig, vectors: torch.Tensor, num_classes: int, contextual: ContextualEncoder | None = None
+) -> DecomposableAttention:
+    """The model; with a `contextual` embedder it takes word states, and owns the encoder when it is fine-tuned."""
     intra = instantiate(cfg.intra) if cfg.get("intra") else None
-    return instantiate(
+    encoder = contextual.word_encoder() if contextual is not None and contextual.trainable_layers else None
+    model = instantiate(
         cfg.model,
         vectors=vectors,
         num_classes=num_classes,
         aligner=instantiate(cfg.aligner),
         intra_aligner=intra,
+        contextual=contextual is not None,
+        encoder=encoder,
     )
+    model.source_identity = contextual.identity() if contextual is not None else None  # saved in checkpoints
+    return model
 
 
 def class_weights(cfg: DictConfig, dm: PairDataModule) -> list[float] | None:
@@ -252,9 +270,9 @@ class TrainedRun:
 
     def batch(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
         """New pairs as one model batch, prepared exactly as the training data was."""
-        a, b, _ = self.data.encode_pairs(pairs)
+        a, b, _, words = self.data.prepare_pairs(pairs)
         self.data.budget.check(pair_sides(a, b), "input", [p.line for p in pairs])
-        return {"a": pad_batch(a), "b": pad_batch(b)}
+        return self.data.batch_of(a, b, words)
 
     @torch.inference_mode()
     def logits(self, pairs: Sequence[Pair], source: str = "input") -> torch.Tensor:
@@ -262,7 +280,7 @@ class TrainedRun:
         fit the run's memory budget (`data.batch_cells`, `data.batch_tokens`), so one long text cannot inflate a
         batch; a pair too long to fit alone is an error naming its line, raised before anything is allocated.
         `self.truncated` counts the pairs cut to `data.max_length`."""
-        a, b, cut = self.data.encode_pairs(pairs)
+        a, b, cut, (words_a, words_b) = self.data.prepare_pairs(pairs)
         self.truncated += cut
         sides = pair_sides(a, b)
         budget = self.data.budget
@@ -270,7 +288,8 @@ class TrainedRun:
         order = np.argsort(sides.sum(1), kind="stable")
         out = torch.empty(len(pairs), len(self.labels))
         for index in budget.batches(order, sides, len(pairs)) if budget else [order]:
-            batch = {"a": pad_batch([a[i] for i in index]), "b": pad_batch([b[i] for i in index])}
+            words = ([words_a[i] for i in index], [words_b[i] for i in index])
+            batch = self.data.batch_of([a[i] for i in index], [b[i] for i in index], words)
             out[torch.from_numpy(index)] = self.predict(batch).logits.float().cpu()
         return out
 
@@ -278,8 +297,8 @@ class TrainedRun:
     def predict(self, batch: dict[str, torch.Tensor]) -> MatchOutput:
         """The one inference path of every command: MatchingSystem.predict_step (on the model's device)."""
         device = self.system.device
-        if device.type != "cpu":
-            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        if device.type != "cpu":  # nested too: a fine-tuned contextual run's word pieces are dicts of tensors
+            batch = move_data_to_device(batch, device)
         return self.system.predict_step(batch, 0)
 
 
@@ -354,13 +373,16 @@ def load_trained(checkpoint: str | os.PathLike, cfg: DictConfig | None = None) -
     rows = weights.get("model.embedding.weight")
     if rows is None:
         raise RunError(f"checkpoint {checkpoint} holds no DecomposableAttention weights (model.embedding.weight)")
-    if rows.shape[0] != len(vocab):
+    contextual = data.contextual
+    if contextual is not None:
+        check_encoder(checkpoint, meta.get("encoder"), contextual)
+    elif rows.shape[0] != len(vocab):
         raise RunError(
             f"vocabulary mismatch: {vocab_file} has {len(vocab)} entries but checkpoint {checkpoint} has "
             f"{rows.shape[0]} embedding rows; the checkpoint and vocab.txt come from different runs"
         )
     try:
-        model = build_model(cfg, torch.zeros_like(rows), num_classes=len(labels))
+        model = build_model(cfg, torch.zeros_like(rows), num_classes=len(labels), contextual=contextual)
     except (InstantiationException, TypeError, ValueError) as err:  # e.g. an option this version no longer has
         raise _another_version(run_dir, err) from err
     model.load_state_dict({k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")})
@@ -368,6 +390,18 @@ def load_trained(checkpoint: str | os.PathLike, cfg: DictConfig | None = None) -
                             val_prefixes=(), test_prefixes=())  # fmt: skip
     system.eval()
     return TrainedRun(run_dir, checkpoint, cfg, data, system)
+
+
+def check_encoder(checkpoint: Path, trained: dict | None, encoder: ContextualEncoder) -> None:
+    """A contextual run is used with the encoder it was trained with (the same weights), or not at all."""
+    if trained is None:
+        raise RunError(f"checkpoint {checkpoint} was not trained with a contextual embedder, but its config says so")
+    if trained.get("weights_sha256") != encoder.weights:
+        raise RunError(
+            f"checkpoint {checkpoint} was trained with the encoder at {trained.get('encoder')} (weights sha256 "
+            f"{str(trained.get('weights_sha256'))[:12]}...), but embeddings.model={encoder.name} gives {encoder.path} "
+            f"(sha256 {encoder.weights[:12]}...); point embeddings.model at the encoder the run was trained with"
+        )
 
 
 def _another_version(run_dir: Path, err: Exception) -> RunError:

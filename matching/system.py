@@ -16,7 +16,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from matching.metrics import RankingMetrics, describe
-from matching.model import MatchOutput
+from matching.model import CONTEXT_INPUTS, MatchOutput
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +86,10 @@ class MatchingSystem(pl.LightningModule):
     def predict_step(self, batch: dict[str, Any], batch_idx: int = 0, dataloader_idx: int = 0) -> MatchOutput:
         """Logits, alignment matrices and token masks of a batch: what evaluate, predict, visualize and export
         use (under a Trainer or called directly)."""
-        return self.model(batch["a"], batch["b"])
+        return self.model(batch["a"], batch["b"], **{k: batch[k] for k in CONTEXT_INPUTS if k in batch})
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        logits = self.model(batch["a"], batch["b"]).logits
+        logits = self.predict_step(batch).logits
         loss = F.cross_entropy(logits, batch["label"], weight=self.class_weights)
         size = len(batch["label"])
         self.train_acc(logits, batch["label"])
@@ -156,6 +156,7 @@ class MatchingSystem(pl.LightningModule):
             "labels": self.labels,
             "kind": self.kind,
             "vocab_size": model.embedding.num_embeddings if hasattr(model, "embedding") else None,
+            "encoder": getattr(model, "source_identity", None),  # a contextual run's encoder (matching.runs)
         }
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

@@ -129,8 +129,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
     else:  # the same vocabulary; the checkpoint restores every weight, the vectors file is not needed
         dm = build_datamodule(cfg, vocab=Vocabulary.load(run_dir / "vocab.txt"))
         dm.setup("fit")
-        vectors = torch.zeros(len(dm.vocab), cfg.embeddings.dim)
-    model = build_model(cfg, vectors, num_classes=len(dm.labels))
+        rows = len(dm.vocab) if dm.contextual is None else 2  # a contextual model's table: padding and NULL
+        vectors = torch.zeros(rows, cfg.embeddings.dim if dm.contextual is None else dm.contextual.dim)
+    model = build_model(cfg, vectors, num_classes=len(dm.labels), contextual=dm.contextual)
     system = build_system(cfg, model, dm)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("model: %s aligner, %s trainable parameters", type(model.aligner).__name__, f"{trainable:,}")

@@ -37,6 +37,8 @@ def compose_train(tmp_path: Path, *overrides: str, small: bool = True) -> DictCo
     ]
     if "embeddings=random" in overrides:
         base = [o for o in base if not o.startswith("embeddings.path=")]
+    if "embeddings=minilm_contextual" in overrides:  # no vectors file; the encoder gives its own width
+        base = [o for o in base if not o.startswith(("embeddings.path=", "embeddings.dim="))]
     if small:
         base += ["model.hidden=16", "data.batch_size=4", "data.eval_batch_size=8"]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
@@ -85,3 +87,34 @@ def wikiqa_run(tmp_path_factory):
 
     cfg = compose_train(tmp_path_factory.mktemp("wikiqa"), "task=wikiqa", "trainer.max_epochs=2", "aligner=coda")
     return Path(cfg.paths.output_dir), train(cfg)
+
+
+def save_tiny_encoder(folder: Path, seed: int = 0, positions: int = 32) -> Path:
+    """A tiny BERT (2 layers, width 16) with a WordPiece vocabulary of letters, digits and punctuation (any
+    lower-case ASCII word has pieces), saved as save_pretrained does: what the contextual embedder loads offline."""
+    import string
+
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *string.ascii_lowercase, *string.digits, *string.punctuation]
+    vocab += [f"##{c}" for c in string.ascii_lowercase + string.digits] + ["the", "a", "cat", "dog", "##s", "##ing"]
+    backend = Tokenizer(models.WordPiece({w: i for i, w in enumerate(vocab)}, unk_token="[UNK]"))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=True)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]",
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    config = transformers.BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=positions)  # fmt: skip
+    transformers.BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tmp_path_factory) -> Path:
+    return save_tiny_encoder(tmp_path_factory.mktemp("tiny-bert"))

@@ -39,8 +39,15 @@ def test_task_options_read_their_fixtures(make_cfg, name):
 
 
 @pytest.mark.parametrize("name", options("embeddings"))
-def test_embeddings_options(make_cfg, name, tmp_path):
+def test_embeddings_options(make_cfg, name, tmp_path, tiny_encoder):
     cfg = make_cfg(f"embeddings={name}")
+    if name == "minilm_contextual":  # the default encoder is a download (or the minilm extra): the tiny one here
+        cfg.embeddings.model = str(tiny_encoder)
+        dm = build_datamodule(cfg)
+        dm.setup("fit")
+        assert build(cfg.embeddings).matrix(dm.vocab, cfg.seed).shape == (2, 16)  # padding and NULL
+        assert dm.splits["train"].states is not None
+        return
     if name != "random":  # the pretrained options name real files; point them at the fixture vectors
         cfg.embeddings.path = str(CONF.parent / "tests/fixtures/vectors/glove.fixture.20d.txt")
         cfg.embeddings.format = "glove"

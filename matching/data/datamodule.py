@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 
 from matching.data import cache as corpus_cache
 from matching.data.cache import file_stamp
+from matching.data.contextual import ContextualEncoder, SplitStates, cached_states, encode_states
 from matching.data.embeddings import PretrainedVectors, RandomVectors
 from matching.data.readers import Pair
 from matching.data.sources import read_split, resolve_path
@@ -57,6 +58,10 @@ class EncodedSplit(Dataset):
     groups: np.ndarray  # (N,) int64 question/context id (order of first appearance); -1 when ungrouped
     group_names: list[str]  # group id -> the corpus's own question id
     truncated: int = 0
+    # Contextual embedders only: the words of each text exactly as encoded (while the states are built, or
+    # throughout when the encoder is fine-tuned), and the cached word states of a frozen encoder.
+    words: tuple[list[list[str]], list[list[str]]] | None = None
+    states: SplitStates | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -97,19 +102,27 @@ def keep_answered_questions(pairs: Sequence[Pair], match_label: str, name: str =
     return kept
 
 
-def to_ids(
-    tokens: Sequence[tuple[list[str], list[str]]], vocab: Vocabulary, max_length: int | None
-) -> tuple[list[np.ndarray], list[np.ndarray], int]:
-    """Token ids of both sides (cut to `max_length`), and how many pairs were cut."""
+def model_words(
+    tokens: Sequence[tuple[list[str], list[str]]], max_length: int | None
+) -> tuple[list[list[str]], list[list[str]], int]:
+    """The words of both sides as the model sees them (cut to `max_length`), and how many pairs were cut."""
     a, b, truncated = [], [], 0
     for ta, tb in tokens:
         if max_length and (len(ta) > max_length or len(tb) > max_length):
             truncated += 1
             ta, tb = ta[:max_length], tb[:max_length]
-        # An empty side would make the sentence all padding; an OOV id keeps it a (meaningless) one-token text.
-        a.append(vocab.encode(ta or ["<empty>"]))
-        b.append(vocab.encode(tb or ["<empty>"]))
+        # An empty side would make the sentence all padding; an OOV word keeps it a (meaningless) one-token text.
+        a.append(ta or ["<empty>"])
+        b.append(tb or ["<empty>"])
     return a, b, truncated
+
+
+def to_ids(
+    tokens: Sequence[tuple[list[str], list[str]]], vocab: Vocabulary, max_length: int | None
+) -> tuple[list[np.ndarray], list[np.ndarray], int]:
+    """Token ids of both sides (cut to `max_length`), and how many pairs were cut."""
+    a, b, truncated = model_words(tokens, max_length)
+    return [vocab.encode(t) for t in a], [vocab.encode(t) for t in b], truncated
 
 
 def pad_batch(seqs: Sequence[np.ndarray]) -> torch.Tensor:
@@ -158,7 +171,8 @@ def encode_split(
     if skipped:
         pairs = [pairs[i] for i in keep]
         tokens = [tokens[i] for i in keep]
-    a, b, truncated = to_ids(tokens, vocab, max_length)
+    words_a, words_b, truncated = model_words(tokens, max_length)
+    a, b = [vocab.encode(t) for t in words_a], [vocab.encode(t) for t in words_b]
     if truncated:
         log.warning("%s: %d pairs had a side longer than max_length=%d and were truncated", name, truncated, max_length)
     y = np.fromiter((label_ids[p.label] for p in pairs), np.int64, len(pairs))
@@ -166,7 +180,7 @@ def encode_split(
     groups = np.fromiter(
         (-1 if p.group is None else group_ids.setdefault(p.group, len(group_ids)) for p in pairs), np.int64, len(pairs)
     )
-    return EncodedSplit(name, a, b, y, groups, list(group_ids), truncated)
+    return EncodedSplit(name, a, b, y, groups, list(group_ids), truncated, words=(words_a, words_b))
 
 
 class BatchTooLargeError(BadExampleError):
@@ -332,20 +346,30 @@ class BucketBatchSampler(Sampler[list[int]]):
 
 
 class PadCollator:
-    """Gathers a batch of indices from an EncodedSplit and pads both sides to the batch's own maximum."""
+    """Gathers a batch of indices from an EncodedSplit and pads both sides to the batch's own maximum; with a
+    contextual embedder, adds the word states of both sides (frozen: read from the split's cache) or the encoder's
+    inputs (fine-tuned: `a_pieces`, `b_pieces`, run by the model)."""
 
-    def __init__(self, split: EncodedSplit):
-        self.split = split
+    def __init__(self, split: EncodedSplit, encoder: ContextualEncoder | None = None):
+        self.split, self.encoder = split, encoder
 
     def __call__(self, indices: list[int]) -> dict[str, Any]:
         s = self.split
-        return {
-            "a": pad_batch([s.a[i] for i in indices]),
-            "b": pad_batch([s.b[i] for i in indices]),
+        a, b = [s.a[i] for i in indices], [s.b[i] for i in indices]
+        batch = {
+            "a": pad_batch(a),
+            "b": pad_batch(b),
             "label": torch.from_numpy(s.labels[indices]),
             "group": torch.from_numpy(s.groups[indices]),
             "index": torch.as_tensor(indices),
         }
+        if s.states is not None:
+            batch["a_states"] = s.states.gather(s.states.a_start[indices], [len(x) for x in a])
+            batch["b_states"] = s.states.gather(s.states.b_start[indices], [len(x) for x in b])
+        elif self.encoder is not None and s.words is not None:
+            batch["a_pieces"] = self.encoder.pieces([s.words[0][i] for i in indices])
+            batch["b_pieces"] = self.encoder.pieces([s.words[1][i] for i in indices])
+        return batch
 
 
 def split_prefix(split: str) -> str:
@@ -410,6 +434,7 @@ class PairDataModule(pl.LightningDataModule):
         self.on_bad_example = on_bad_example
         self.use_cache = cache
         self.vectors = vectors
+        self.contextual: ContextualEncoder | None = vectors if getattr(vectors, "contextual", False) else None
         self.splits: dict[str, EncodedSplit] = {}
 
     @property
@@ -427,9 +452,35 @@ class PairDataModule(pl.LightningDataModule):
     def encode_pairs(self, pairs: Sequence[Pair]) -> tuple[list[np.ndarray], list[np.ndarray], int]:
         """Token ids of new pairs, prepared exactly as the training data was (needs the vocabulary), and how many
         pairs had a text cut to `max_length`."""
+        a, b, cut, _ = self.prepare_pairs(pairs)
+        return a, b, cut
+
+    def prepare_pairs(
+        self, pairs: Sequence[Pair]
+    ) -> tuple[list[np.ndarray], list[np.ndarray], int, tuple[list[list[str]], list[list[str]]]]:
+        """`encode_pairs`, and the words of both sides as the model sees them (what a contextual embedder
+        encodes; see `batch_of`)."""
         if self.vocab is None:
             raise RuntimeError("encode_pairs needs a vocabulary: set up the training split or pass vocab=")
-        return to_ids(self.tokenize("input", pairs, quiet=True), self.vocab, self.max_length)
+        words_a, words_b, cut = model_words(self.tokenize("input", pairs, quiet=True), self.max_length)
+        return [self.vocab.encode(t) for t in words_a], [self.vocab.encode(t) for t in words_b], cut, (words_a, words_b)
+
+    def batch_of(
+        self, a: Sequence[np.ndarray], b: Sequence[np.ndarray], words: tuple[Sequence, Sequence] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """A model batch of new pairs (ids from `prepare_pairs`; `words` the matching words, which a contextual
+        embedder encodes on the fly)."""
+        batch = {"a": pad_batch(a), "b": pad_batch(b)}
+        encoder = self.contextual
+        if encoder is not None:
+            if words is None:
+                raise ValueError("a contextual run needs the words of new pairs (see prepare_pairs)")
+            if encoder.trainable_layers:  # the model runs the (fine-tuned) encoder itself
+                batch["a_pieces"], batch["b_pieces"] = encoder.pieces(words[0]), encoder.pieces(words[1])
+            else:
+                batch["a_states"], batch["b_states"] = encoder.batch_states(words[0]), encoder.batch_states(words[1])
+            encoder.report("input")
+        return batch
 
     def tokenize(self, name: str, pairs: Sequence[Pair], quiet: bool = False) -> list[tuple[list[str], list[str]]]:
         tok = self.tokenizer
@@ -470,7 +521,7 @@ class PairDataModule(pl.LightningDataModule):
             return
         started = time.perf_counter()
         entry = self._cache_entry(wanted)
-        hit = corpus_cache.load(entry) if entry else None
+        hit = corpus_cache.load(entry) if entry and self._states_cached(wanted) else None
         if hit is not None:
             words, splits = hit
             if self.vocab is None:
@@ -479,6 +530,7 @@ class PairDataModule(pl.LightningDataModule):
             sizes = ", ".join(f"{k} {len(self.splits[k]):,}" for k in wanted)
             log.info("%s loaded from cache in %.1fs: %s pairs (%s)", self.task.name, time.perf_counter() - started,
                      sizes, entry)  # fmt: skip
+            self._attach_states(wanted)
             return
         built_vocab = self.vocab is None
         raw = {}
@@ -505,6 +557,53 @@ class PairDataModule(pl.LightningDataModule):
 
         if entry:
             corpus_cache.save(entry, self.vocab.words if built_vocab else None, {k: self.splits[k] for k in wanted})
+        self._attach_states(wanted)
+
+    def _states_key(self, name: str) -> dict[str, Any]:
+        """What a split's contextual states depend on besides the encoder: its file, slice and text preparation."""
+        split = self.task.splits[name]
+        where = resolve_path(split.path, self.data_dir)
+        return {
+            "task": self.task.name, "split": name, "file": file_stamp(where) or str(where),
+            "slice": (split.start, split.stop),
+            "train_questions": self.task.train_questions if name == "train" else None,
+            "text": [self.tokenizer.lowercase, self.task.text_settings(), self.max_length],
+            "labels": self.labels, "on_bad": self.on_bad_example,
+        }  # fmt: skip
+
+    def _states_folder(self) -> Path:
+        return Path(self.cache_dir if self.cache_dir is not None else "data/cache") / "contextual"
+
+    def _states_cached(self, names: Sequence[str]) -> bool:
+        """Whether the splits can come from the corpus cache: yes without a contextual embedder; with a frozen one,
+        when their states are cached too (building them needs the words); never with a fine-tuned one."""
+        encoder = self.contextual
+        if encoder is None:
+            return True
+        if encoder.trainable_layers:
+            return False
+        folder = self._states_folder()
+        return all(
+            cached_states(encoder, self._states_key(n), folder, f"{self.task.name}-{n}", check_only=True) for n in names
+        )
+
+    def _attach_states(self, names: Sequence[str]) -> None:
+        """Frozen contextual embedder: give each split its cached word states (encoded now where missing) and drop
+        its words; otherwise drop the words unless the fine-tuned encoder needs them per batch."""
+        encoder = self.contextual
+        for name in names:
+            split = self.splits[name]
+            if encoder is not None and not encoder.trainable_layers and split.states is None:
+                key, label = self._states_key(name), f"{self.task.name}-{name}"
+                split.states = cached_states(encoder, key, self._states_folder(), label, len(split))
+                if split.states is None:
+                    split.states = encode_states(encoder, key, self._states_folder(), label, *split.words)
+            if encoder is None or not encoder.trainable_layers:
+                split.words = None
+            else:  # fine-tuned: the model encodes every batch; say now what the windows and pieces will do
+                for side in split.words:
+                    encoder.pieces.pieces(side)
+                encoder.report(f"{self.task.name}-{name}")
 
     def _build_vocabulary(self, raw: Mapping[str, tuple[Sequence[Pair], list[tuple[list[str], list[str]]]]]):
         vocab = Vocabulary.build((t for ab in raw["train"][1] for t in ab), self.oov_buckets)
@@ -553,7 +652,7 @@ class PairDataModule(pl.LightningDataModule):
         return DataLoader(
             data,
             batch_sampler=sampler,
-            collate_fn=PadCollator(data),
+            collate_fn=PadCollator(data, self.contextual),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )

