@@ -14,6 +14,7 @@ import os
 import threading
 import time
 import warnings
+from abc import abstractmethod
 from dataclasses import asdict, dataclass
 from multiprocessing.managers import SyncManager
 from queue import Empty, Queue
@@ -34,7 +35,7 @@ from pydantic import BaseModel, ConfigDict
 from matching.data.readers import Pair
 from matching.report import option_name
 from matching.runs import RunError, TrainedRun, load_trained
-from matching.system import match_margin
+from matching.system import label_probabilities, match_margin
 
 #: What each endpoint expects, quoted by the error messages.
 EXPECTED = {
@@ -321,20 +322,19 @@ class _ModelAPI(litserve.LitAPI):
         return output
 
     def predict(self, requests: list) -> list:
-        wanted = [r for r in requests if not isinstance(r, Rejected)]
-        pairs = [p for r in wanted for p in r]
-        logits = self.run.logits(pairs, "request") if pairs else torch.empty(0)
-        answers, start = [], 0
-        for r in requests:
-            if isinstance(r, Rejected):
-                answers.append(r)
-            else:
-                answers.append(self.answer(r, logits[start : start + len(r)]))
-                start += len(r)
-        return answers
+        accepted = iter(self.answer([r for r in requests if not isinstance(r, Rejected)]))
+        return [r if isinstance(r, Rejected) else next(accepted) for r in requests]
 
-    def answer(self, pairs: list[Pair], logits: torch.Tensor) -> dict:
-        raise NotImplementedError
+    @abstractmethod
+    def answer(self, requests: list[list[Pair]]) -> list[dict]:
+        """The answers of the accepted requests of a batch (each a list of pairs), in their order."""
+
+    def logits_per_request(self, requests: list[list[Pair]]) -> list[torch.Tensor]:
+        """The logits of each request's pairs, all of a batch's pairs run through one TrainedRun.logits call."""
+        if not requests:
+            return []
+        logits = self.run.logits([p for r in requests for p in r], "request")
+        return list(logits.split([len(r) for r in requests]))
 
     def encode_response(self, output: dict | Rejected) -> Response:
         """The finished HTTP answer, JSON encoded here in the worker: the front passes a Response through as it is
@@ -343,13 +343,8 @@ class _ModelAPI(litserve.LitAPI):
             return error_response(output.status, output.message)
         return Response(json.dumps(output, ensure_ascii=False).encode(), media_type="application/json")
 
-    def _label_probs(self, logits: torch.Tensor) -> list[dict]:
-        labels = self.run.labels
-        out = []
-        for row in torch.softmax(logits, dim=-1).tolist():
-            best = max(range(len(labels)), key=row.__getitem__)
-            out.append({"label": labels[best], "probs": dict(zip(labels, row, strict=True))})
-        return out
+    def label_probs(self, logits: torch.Tensor) -> list[dict]:
+        return [{"label": label, "probs": probs} for label, probs in label_probabilities(logits, self.run.labels)]
 
 
 class ClassifyAPI(_ModelAPI):
@@ -362,8 +357,8 @@ class ClassifyAPI(_ModelAPI):
         )
         return refused or [Pair(p.a, p.b, "", None, i + 1) for i, p in enumerate(request.pairs)]
 
-    def answer(self, pairs: list[Pair], logits: torch.Tensor) -> dict:
-        return {"predictions": self._label_probs(logits)}
+    def answer(self, requests: list[list[Pair]]) -> list[dict]:
+        return [{"predictions": self.label_probs(logits)} for logits in self.logits_per_request(requests)]
 
 
 class RankAPI(_ModelAPI):
@@ -384,7 +379,12 @@ class RankAPI(_ModelAPI):
         )
         return refused or [Pair(request.query, c, "", None, i) for i, c in enumerate(request.candidates)]
 
-    def answer(self, pairs: list[Pair], logits: torch.Tensor) -> dict:
+    def answer(self, requests: list[list[Pair]]) -> list[dict]:
+        answers = zip(requests, self.logits_per_request(requests), strict=True)
+        return [self.ranking(pairs, logits) for pairs, logits in answers]
+
+    @staticmethod
+    def ranking(pairs: list[Pair], logits: torch.Tensor) -> dict:
         scores, p_match = match_margin(logits).tolist(), torch.softmax(logits, dim=-1)[:, 1].tolist()
         order = sorted(range(len(pairs)), key=lambda i: (-scores[i], i))
         return {
@@ -401,16 +401,17 @@ class AlignAPI(_ModelAPI):
         refused = self._check_texts([("a", request.a), ("b", request.b)])
         return refused or [Pair(request.a, request.b, "", None, 1)]
 
-    def answer(self, pairs: list[Pair], logits: torch.Tensor) -> dict:
-        from matching.visualize import alignment  # matplotlib stays out of the other endpoints' workers
+    def answer(self, requests: list[list[Pair]]) -> list[dict]:
+        """One forward pass per pair gives both the prediction and the matrices."""
+        from matching.visualize import alignment_output  # matplotlib stays out of the other endpoints' workers
 
-        tokens_a, tokens_b, matrices = alignment(self.run, pairs[0].a, pairs[0].b)
-        return {
-            **self._label_probs(logits)[0],
-            "a_tokens": tokens_a,
-            "b_tokens": tokens_b,
-            "matrices": {name: m.round(6).tolist() for name, m in matrices.items()},
-        }
+        answers = []
+        for (pair,) in requests:  # decode_request makes one pair per request
+            tokens_a, tokens_b, out = alignment_output(self.run, pair.a, pair.b)
+            matrices = {name: m[0].float().cpu().numpy().round(6).tolist() for name, m in out.matrices.items()}
+            label = self.label_probs(out.logits.float().cpu())[0]
+            answers.append({**label, "a_tokens": tokens_a, "b_tokens": tokens_b, "matrices": matrices})
+        return answers
 
 
 def model_info(run: TrainedRun, limits: Limits) -> dict:

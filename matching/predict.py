@@ -34,7 +34,7 @@ from matching.cli import command
 from matching.data.readers import DataFormatError, Pair
 from matching.files import existing, open_binary
 from matching.runs import RunError, TrainedRun, load_trained
-from matching.system import match_margin
+from matching.system import label_probabilities, match_margin
 
 log = logging.getLogger(__name__)
 
@@ -144,11 +144,9 @@ def predict(run: TrainedRun, pairs: Iterable[Pair], out: IO[str], batch_size: in
 
     if run.kind == "classify":
         for batch, logits in batches:
-            probs = torch.softmax(logits, dim=-1)
-            for p, row in zip(batch, probs.tolist(), strict=True):
-                best = max(range(len(labels)), key=row.__getitem__)
-                record = {"line": p.line, "a": p.a, "b": p.b, "label": labels[best],
-                          "probs": {label: round(v, 6) for label, v in zip(labels, row, strict=True)}}  # fmt: skip
+            for p, (label, probs) in zip(batch, label_probabilities(logits, labels), strict=True):
+                record = {"line": p.line, "a": p.a, "b": p.b, "label": label,
+                          "probs": {k: round(v, 6) for k, v in probs.items()}}  # fmt: skip
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
             count += len(batch)
         return count

@@ -33,6 +33,16 @@ def match_margin(logits: torch.Tensor) -> torch.Tensor:
     return logits[:, 1] - logits[:, 0]
 
 
+def label_probabilities(logits: torch.Tensor, labels: Sequence[str]) -> list[tuple[str, dict[str, float]]]:
+    """Each row of (N, C) logits as its most probable label and every label's probability (the softmax): the
+    classification answer of `predict` and of the server."""
+    answers = []
+    for row in torch.softmax(logits, dim=-1).tolist():
+        best = max(range(len(labels)), key=row.__getitem__)
+        answers.append((labels[best], dict(zip(labels, row, strict=True))))
+    return answers
+
+
 class MatchingSystem(pl.LightningModule):
     """Cross-entropy training of `model` (called as model(a_ids, b_ids) -> MatchOutput), optionally
     weighted per class (`class_weights`, e.g. inverse class frequencies for WikiQA's 5 % positives).

@@ -26,6 +26,7 @@ from matching.data.readers import Pair
 from matching.data.vocab import NULL
 from matching.extras import require
 from matching.files import write_json
+from matching.model import MatchOutput
 from matching.report import option_name
 from matching.runs import RunError, TrainedRun, load_trained
 
@@ -48,17 +49,22 @@ def _save(fig, out: Path, title: str) -> Path:
     return out
 
 
-def alignment(run: TrainedRun, a: str, b: str) -> tuple[list[str], list[str], dict[str, np.ndarray]]:
-    """Tokens of both sides (with NULL when the model uses it) and the (La, Lb) matrices for one pair."""
+def alignment_output(run: TrainedRun, a: str, b: str) -> tuple[list[str], list[str], MatchOutput]:
+    """Tokens of both sides (with NULL when the model uses it) and the model's whole output for one pair."""
     pair = Pair(a, b, "")
     ((tokens_a, tokens_b),) = run.data.tokenize("input", [pair], quiet=True)
     if not tokens_a or not tokens_b:
         raise RunError("both texts need at least one token to draw an alignment")
     out = run.predict(run.batch([pair]))
-    matrices = {k: v[0].float().cpu().numpy() for k, v in out.matrices.items()}
     if run.model.null_token:
         tokens_a, tokens_b = [NULL, *tokens_a], [NULL, *tokens_b]
-    return tokens_a, tokens_b, matrices
+    return tokens_a, tokens_b, out
+
+
+def alignment(run: TrainedRun, a: str, b: str) -> tuple[list[str], list[str], dict[str, np.ndarray]]:
+    """Tokens of both sides (with NULL when the model uses it) and the (La, Lb) matrices for one pair."""
+    tokens_a, tokens_b, out = alignment_output(run, a, b)
+    return tokens_a, tokens_b, {k: v[0].float().cpu().numpy() for k, v in out.matrices.items()}
 
 
 def draw_heatmaps(
