@@ -138,7 +138,7 @@ def main() -> None:
     served = compose_config("serve", [f"ckpt={args.ckpt}", *args.overrides])  # the server's own settings
     batch, worker_threads = int(served.max_batch_size), int(served.threads) or torch.get_num_threads()
 
-    run = load_trained(args.ckpt)
+    run = load_trained(args.ckpt, served)  # with the overrides the server gets (data.batch_tokens=..., say)
     pairs = load_pairs(args.pairs, run.vocab.words, args.requests)
     label_names = run.labels
     expected = torch.softmax(run.logits(pairs), dim=-1)
