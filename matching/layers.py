@@ -1,7 +1,8 @@
 """Building blocks shared by the model and the aligners: the feed-forward net and masked reductions.
 
 Masks are boolean, True on real tokens. Padding is removed by multiplying with the mask, never by filling
-with huge negative numbers, so every function here is safe in half precision (bf16/fp16).
+with huge finite negative numbers (they overflow in half precision): the masked softmax uses −inf, which is exact,
+and only where a slice has a valid entry. Every function here is safe in bf16/fp16.
 """
 
 from __future__ import annotations
@@ -31,15 +32,15 @@ def pair_mask(mask_a: Tensor, mask_b: Tensor) -> Tensor:
 def masked_softmax(scores: Tensor, mask: Tensor, dim: int) -> Tensor:
     """Softmax over `dim` restricted to positions where `mask` (broadcastable to `scores`) is True.
 
-    Masked positions get exactly 0; a slice with no valid position is all zeros (not NaN). The max used for
-    numerical stability is taken over valid entries only, so no fill value ever reaches `exp`.
+    Masked positions get exactly 0; a slice with no valid position is all zeros (not NaN). Invalid entries are set
+    to −inf only in slices that have a valid entry, so `exp` never sees a fill value that could overflow (−inf is
+    exact in every precision and gives exactly 0); a slice with no valid entry keeps its raw scores, and the final
+    multiplication by the mask zeroes it and its gradient. Four kernels, where a hand-written max/exp/sum takes a
+    dozen: a training step calls this four times (twice forward, twice backward) for every softmax aligner.
     """
     mask = mask.expand_as(scores)
-    valid_any = mask.any(dim, keepdim=True)
-    shift = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).amax(dim, keepdim=True)
-    shift = torch.where(valid_any, shift, torch.zeros_like(shift)).detach()
-    exp = torch.exp((scores - shift).masked_fill(~mask, 0.0)) * mask
-    return exp / exp.sum(dim, keepdim=True).clamp_min(torch.finfo(scores.dtype).tiny)
+    fill = ~mask & mask.any(dim, keepdim=True)
+    return torch.softmax(scores.masked_fill(fill, float("-inf")), dim) * mask
 
 
 def masked_mean(values: Tensor, mask: Tensor, dims: tuple[int, ...]) -> Tensor:
@@ -49,6 +50,10 @@ def masked_mean(values: Tensor, mask: Tensor, dims: tuple[int, ...]) -> Tensor:
     return total / mask.sum(dims, keepdim=True).clamp_min(1.0)
 
 
-def masked_sum(values: Tensor, mask: Tensor, dim: int) -> Tensor:
-    """Sum of (B, L, D) `values` over L, excluding padding; mask is (B, L)."""
-    return (values * mask.unsqueeze(-1).to(values.dtype)).sum(dim)
+def per_token(module: nn.Module, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """`module` (a position-wise net) applied to both (B, La, D) and (B, Lb, D) sides in one call: one kernel per
+    layer instead of two. Returns views of one (B, La + Lb, D') output."""
+    if isinstance(module, nn.Identity):
+        return a, b
+    out = module(torch.cat([a, b], dim=1))
+    return out[:, : a.shape[1]], out[:, a.shape[1] :]

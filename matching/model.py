@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from matching.aligners import Aligner
-from matching.layers import FeedForward, masked_sum
+from matching.layers import FeedForward
 
 PAD_ID = 0
 NULL_ID = 1
@@ -123,19 +123,24 @@ class DecomposableAttention(nn.Module):
         self.aggregate = FeedForward(2 * hidden, hidden, dropout)  # H
         self.classifier = nn.Linear(hidden, num_classes)
 
-    def _embed(self, ids: Tensor, states: Tensor | None = None, pieces: dict | None = None) -> tuple[Tensor, Tensor]:
-        if self.contextual:
-            x = self._states(ids, states, pieces)  # (B, L, E) float32
-            if self.null_token:
-                null = self.embedding.weight[NULL_ID].to(x.dtype).expand(len(ids), 1, -1)
-                x = torch.cat([null, x], dim=1)
+    def _embed_states(self, ids: Tensor, states: Tensor | None, pieces: dict | None) -> tuple[Tensor, Tensor]:
+        """A contextual model's projected word states of one side (NULL first when used) and its mask."""
+        x = self._states(ids, states, pieces)  # (B, L, E) float32
         if self.null_token:
-            null = torch.full_like(ids[:, :1], NULL_ID)
-            ids = torch.cat([null, ids], dim=1)
-        mask = ids != PAD_ID  # (B, L)
-        if not self.contextual:
-            x = self.embedding(ids)
-        return self.projection(x.to(self.projection.weight.dtype)), mask  # (B, L, H)
+            x = torch.cat([self.embedding.weight[NULL_ID].to(x.dtype).expand(len(ids), 1, -1), x], dim=1)
+            ids = torch.cat([torch.full_like(ids[:, :1], NULL_ID), ids], dim=1)
+        return self.projection(x.to(self.projection.weight.dtype)), ids != PAD_ID  # (B, L, H)
+
+    def _embed_pair(self, a_ids: Tensor, b_ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Both sides' projected vectors (views of one (B, La + Lb, H) tensor) and masks, with the NULL token."""
+        if self.null_token:
+            null = torch.full_like(a_ids[:, :1], NULL_ID)
+            a_ids, b_ids = torch.cat([null, a_ids], dim=1), torch.cat([null, b_ids], dim=1)
+        ids = torch.cat([a_ids, b_ids], dim=1)
+        mask = ids != PAD_ID  # (B, La + Lb)
+        x = self.projection(self.embedding(ids).to(self.projection.weight.dtype))
+        la = a_ids.shape[1]
+        return x[:, :la], x[:, la:], mask[:, :la], mask[:, la:]
 
     def _states(self, ids: Tensor, states: Tensor | None, pieces: dict | None) -> Tensor:
         """(B, L, E) the words' contextual states: given, or from the fine-tuned encoder; unit norm if asked."""
@@ -156,8 +161,11 @@ class DecomposableAttention(nn.Module):
                 a_pieces: dict | None = None, b_pieces: dict | None = None) -> MatchOutput:  # fmt: skip
         """a_ids (B, La), b_ids (B, Lb): token ids, 0-padded on the right. Contextual models also take the words'
         states (B, L, E), or the word pieces that their fine-tuned encoder turns into them."""
-        a, mask_a = self._embed(a_ids, a_states, a_pieces)
-        b, mask_b = self._embed(b_ids, b_states, b_pieces)
+        if self.contextual:
+            a, mask_a = self._embed_states(a_ids, a_states, a_pieces)
+            b, mask_b = self._embed_states(b_ids, b_states, b_pieces)
+        else:  # both sides through the vector table and the projection at once: (B, La + Lb, H)
+            a, b, mask_a, mask_b = self._embed_pair(a_ids, b_ids)
         matrices: dict[str, Tensor] = {}
         if self.intra is not None:
             a, intra_a = self.intra(a, mask_a)  # (B, La, 2H)
@@ -166,7 +174,10 @@ class DecomposableAttention(nn.Module):
             matrices |= {f"intra_b/{k}": v for k, v in intra_b.items()}
         beta, alpha, cross = self.aligner(a, b, mask_a, mask_b)
         matrices |= cross
-        v1 = masked_sum(self.compare(torch.cat([a, beta], dim=-1)), mask_a, dim=1)  # (B, H)
-        v2 = masked_sum(self.compare(torch.cat([b, alpha], dim=-1)), mask_b, dim=1)  # (B, H)
+        # G on [a_i; β_i] and [b_j; α_j] in one call over the tokens of both sides, then the two sums
+        compared = torch.cat([torch.cat([a, b], dim=1), torch.cat([beta, alpha], dim=1)], dim=-1)
+        v = self.compare(compared) * torch.cat([mask_a, mask_b], dim=1).unsqueeze(-1).to(compared.dtype)
+        la = a.shape[1]
+        v1, v2 = v[:, :la].sum(1), v[:, la:].sum(1)  # (B, H) each, padding excluded
         logits = self.classifier(self.aggregate(torch.cat([v1, v2], dim=-1)))  # (B, C)
         return MatchOutput(logits, matrices, mask_a, mask_b)

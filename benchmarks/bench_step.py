@@ -1,0 +1,131 @@
+"""The fixed cost of a training step: the real `matching.train` command against the same model in a plain loop.
+
+    python benchmarks/bench_step.py [--trainer cpu|gpu] [--aligners softmax,coda] [--pairs 32000] [--code DIR]
+                                    [--real-pairs 64000] [--skip-real] [overrides ...]
+
+1. Fixed cost. A tiny model (hidden 8, 8-d frozen random vectors) on an SNLI-shaped corpus at batch 64, so that
+   the arithmetic is negligible and what is left is the work done around it every step:
+   - command: one epoch through `python -m matching.train` (Lightning, the data module, logging, metrics,
+     checkpoint callbacks; EpochTimer, validation excluded), milliseconds per step;
+   - plain loop: the same model (built from the same composed config), the same batches (collated beforehand,
+     already on the device) and the same optimiser in a bare `for` loop: zero_grad, forward, cross-entropy,
+     backward, step;
+   - their ratio: the framework's overhead per step.
+2. Real size (hidden 200, 300-d vectors): training pairs/s of one epoch through the command, SNLI and WikiQA shapes.
+
+`--code DIR` times the command of another checkout as well (e.g. `git worktree add /tmp/before HEAD~3`), so a
+before/after is measured in one sitting. Run single-threaded on a CPU (OMP_NUM_THREADS=1) for stable figures.
+The last lines (HEADLINE) are what `make bench` quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_epoch import ROOT, corpus, steps_per_epoch, train_epoch  # noqa: E402
+
+TINY = ["model.hidden=8", "embeddings.dim=8"]
+
+
+def plain_loop_ms(work: Path, aligner: str, trainer: str, pairs: int, extra: list[str], repeats: int = 3) -> float:
+    """Median milliseconds per step of the model alone in a bare training loop (one epoch's batches)."""
+    from hydra.utils import instantiate
+
+    from matching.cli import compose_config
+    from matching.runs import build_datamodule, build_model
+
+    train, dev = corpus(work, "snli", pairs)
+    cfg = compose_config(
+        "train",
+        [f"aligner={aligner}", f"trainer={trainer}", "embeddings=random", "embeddings.freeze=true",
+         f"paths.data_dir={work / 'data'}", f"paths.cache_dir={work / 'cache'}", f"task.splits.train.path={train}",
+         f"task.splits.dev.path={dev}", "task.splits.test=null", "task.test_splits=[]", *TINY, *extra],
+    )  # fmt: skip
+    torch.manual_seed(cfg.seed)
+    dm = build_datamodule(cfg)
+    dm.setup("fit")
+    device = torch.device("cuda" if cfg.trainer.accelerator == "gpu" else "cpu")
+    model = build_model(cfg, dm.vectors.matrix(dm.vocab, cfg.seed, cfg.paths.cache_dir), len(dm.labels)).to(device)
+    optimizer = instantiate(cfg.optim)([p for p in model.parameters() if p.requires_grad])
+    batches = [{k: v.to(device) for k, v in b.items()} for b in dm.train_dataloader()]
+    autocast = torch.autocast("cuda", torch.bfloat16) if "bf16" in str(cfg.trainer.precision) else nullcontext()
+    model.train()
+
+    def epoch() -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for batch in batches:
+            optimizer.zero_grad()
+            with autocast:
+                logits = model(batch["a"], batch["b"]).logits
+                loss = F.cross_entropy(logits, batch["label"])
+            loss.backward()
+            optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return (time.perf_counter() - start) / len(batches) * 1000
+
+    epoch()  # warm-up
+    return statistics.median(epoch() for _ in range(repeats))
+
+
+def command_ms(work: Path, aligner: str, trainer: str, pairs: int, extra: list[str], code: Path, tag: str) -> float:
+    metrics = train_epoch(work, "snli", pairs, aligner, trainer, [*TINY, *extra], code, name=f"tiny-{tag}-{aligner}")
+    if metrics is None:
+        return float("nan")
+    return metrics["seconds_per_epoch_median"] / steps_per_epoch(pairs) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trainer", default="cpu")
+    parser.add_argument("--aligners", default="softmax,coda")
+    parser.add_argument("--pairs", type=int, default=32_000, help="training pairs of the tiny-model epoch")
+    parser.add_argument("--real-pairs", type=int, default=64_000, help="training pairs of the real-size epochs")
+    parser.add_argument("--skip-real", action="store_true")
+    parser.add_argument("--code", type=Path, default=None, help="another checkout whose command is timed as well")
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("extra", nargs="*", help="more overrides for every run")
+    args = parser.parse_args()
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-step-"))
+    codes = {"this": ROOT} | ({"other": args.code.resolve()} if args.code else {})
+    headline = []
+    print(f"1. fixed cost per step, tiny model, batch 64, {args.pairs:,} pairs, trainer={args.trainer}", flush=True)
+    for aligner in args.aligners.split(","):
+        loop = plain_loop_ms(work, aligner, args.trainer, args.pairs, args.extra)
+        row = [f"{aligner:<10} plain loop {loop:6.2f} ms"]
+        for tag, code in codes.items():
+            ms = command_ms(work, aligner, args.trainer, args.pairs, args.extra, code, tag)
+            row.append(f"command[{tag}] {ms:6.2f} ms ({ms / loop:.2f}x loop)")
+            if tag == "this":
+                headline.append(f"{aligner} {ms:.2f} ms/step = {ms / loop:.2f}x plain loop")
+        print("  " + ", ".join(row), flush=True)
+    if not args.skip_real:
+        print(f"2. real size (hidden 200, 300-d), batch 64, {args.real_pairs:,} pairs, trainer={args.trainer}")
+        for shape in ("snli", "wikiqa"):
+            for aligner in args.aligners.split(","):
+                row = [f"{shape:<7}{aligner:<10}"]
+                for tag, code in codes.items():
+                    metrics = train_epoch(work, shape, args.real_pairs, aligner, args.trainer, args.extra, code,
+                                          name=f"real-{tag}-{shape}-{aligner}")  # fmt: skip
+                    seconds = metrics["seconds_per_epoch_median"] if metrics else float("nan")
+                    row.append(f"command[{tag}] {seconds:6.1f} s/epoch {args.real_pairs / seconds:8,.0f} pairs/s")
+                    if tag == "this":
+                        headline.append(f"{shape} {aligner} {args.real_pairs / seconds:,.0f} pairs/s")
+                print("  " + ", ".join(row), flush=True)
+    print(f"HEADLINE bench_step trainer={args.trainer}: " + "; ".join(headline))
+
+
+if __name__ == "__main__":
+    main()
