@@ -21,6 +21,7 @@ import torch
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
 from lightning.fabric.utilities.apply_func import move_data_to_device
+from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
@@ -158,8 +159,12 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None) -> PairDa
 
 
 def build_callbacks(cfg: DictConfig) -> dict[str, pl.Callback]:
-    """The configured callbacks (`callbacks.<name>`: a `_target_` node, or null to leave it out)."""
-    return {name: build(node) for name, node in (cfg.get("callbacks") or {}).items() if node is not None}
+    """The configured callbacks (`callbacks.<name>`: a `_target_` node, or null to leave it out); a progress bar
+    only while `trainer.enable_progress_bar` is on (Lightning refuses one otherwise)."""
+    built = {name: build(node) for name, node in (cfg.get("callbacks") or {}).items() if node is not None}
+    if not cfg.get("trainer", {}).get("enable_progress_bar", True):
+        built = {name: c for name, c in built.items() if not isinstance(c, ProgressBar)}
+    return built
 
 
 def build_model(

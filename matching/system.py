@@ -84,7 +84,8 @@ class MatchingSystem(pl.LightningModule):
         self.ranking = nn.ModuleDict(
             {p: RankingMetrics() for p in self.val_prefixes + self.test_prefixes} if kind == "rank" else {}
         )
-        self.train_acc = MulticlassAccuracy(n, average="micro")
+        # Training labels are the data module's own label ids: no per-step argument checks (each one a device sync).
+        self.train_acc = MulticlassAccuracy(n, average="micro", validate_args=False)
         prefixes = self.val_prefixes + self.test_prefixes
         self.eval_acc = nn.ModuleDict({p: MulticlassAccuracy(n, average="micro") for p in prefixes})
         # A metric object (not a plain per-process mean) so that the loss is exact over all processes.
@@ -101,11 +102,18 @@ class MatchingSystem(pl.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         logits = self.predict_step(batch).logits
         loss = F.cross_entropy(logits, batch["label"], weight=self.class_weights)
-        size = len(batch["label"])
-        self.train_acc(logits, batch["label"])
-        self.log("train/loss", loss, prog_bar=True, batch_size=size)
-        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, batch_size=size)
+        # Nothing here waits for an accelerator: the accuracy accumulates on the device and is logged once an
+        # epoch; the step loss is logged on the steps whose metrics the loggers write (log_every_n_steps) and on
+        # an epoch's first step (so that even an epoch shorter than that interval shows one).
+        self.train_acc.update(logits.detach(), batch["label"])
+        every = self.trainer.log_every_n_steps
+        if batch_idx == 0 or (every > 0 and (self.global_step + 1) % every == 0):
+            self.log("train/loss", loss.detach(), prog_bar=True, batch_size=len(batch["label"]))
         return loss
+
+    def on_train_epoch_end(self) -> None:
+        self.log("train/acc", self.train_acc.compute())
+        self.train_acc.reset()
 
     def _eval_step(self, batch: dict[str, Any], prefix: str) -> None:
         logits = self.predict_step(batch).logits

@@ -61,22 +61,60 @@ class NonFiniteLossError(ValueError):
 
 class FiniteLossGuard(pl.Callback):
     """Stops the run at the first non-finite training loss, naming the step; checkpoints already written
-    (the last completed epoch) are kept."""
+    (the last completed epoch) are kept.
+
+    Reading a loss on the host waits for the device, so the first bad step is recorded on the loss's device
+    (no wait) and read: on a CPU at every step, before backward, so the weights in memory are never touched by
+    the bad loss; on an accelerator every `log_every_n_steps` steps and always before validation, the end of an
+    epoch and the end of training, i.e. before any checkpoint could be written from weights the bad loss reached.
+    """
+
+    def __init__(self) -> None:
+        self._first: torch.Tensor | None = None  # global step of the first non-finite loss, −1 while none
+        self._loss: torch.Tensor | None = None  # that loss
+        self._where: dict[int, tuple[int, int]] = {}  # global step -> (epoch, batch) since the last check
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self._batch_idx = batch_idx
+        self._where[trainer.global_step] = (trainer.current_epoch, batch_idx)
 
     def on_before_backward(self, trainer, pl_module, loss) -> None:
-        # Before backward and the optimizer step, so the weights in memory are never touched by the bad loss.
-        batch_idx = self._batch_idx
-        if not torch.isfinite(loss).all():
-            last = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt" if trainer.checkpoint_callback else None
-            kept = f"the last good checkpoint is {last}" if last and last.exists() else "no checkpoint was written yet"
-            raise NonFiniteLossError(
-                f"training loss became {loss.item()} at global step {trainer.global_step} "
-                f"(epoch {trainer.current_epoch}, batch {batch_idx}); {kept}. "
-                "Lower optim.lr, set trainer.gradient_clip_val, or check the data."
-            )
+        loss = loss.detach()
+        if self._first is None or self._first.device != loss.device:
+            self._first, self._loss = torch.full((), -1, device=loss.device), torch.zeros((), device=loss.device)
+        new = ~torch.isfinite(loss) & (self._first < 0)
+        self._first = torch.where(new, trainer.global_step, self._first)
+        self._loss = torch.where(new, loss.float(), self._loss)
+        if loss.device.type == "cpu":  # free to read: checked before backward and the optimizer step
+            self._check(trainer)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        every = trainer.log_every_n_steps
+        if every > 0 and trainer.global_step % every == 0:
+            self._check(trainer)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._check(trainer)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._check(trainer)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._check(trainer)
+
+    def _check(self, trainer) -> None:
+        if self._first is None:
+            return
+        step = int(self._first)
+        if step < 0:
+            self._where.clear()
+            return
+        epoch, batch_idx = self._where.get(step, (trainer.current_epoch, -1))
+        last = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt" if trainer.checkpoint_callback else None
+        kept = f"the last good checkpoint is {last}" if last and last.exists() else "no checkpoint was written yet"
+        raise NonFiniteLossError(
+            f"training loss became {float(self._loss)} at global step {step} (epoch {epoch}, batch {batch_idx}); "
+            f"{kept}. Lower optim.lr, set trainer.gradient_clip_val, or check the data."
+        )
 
 
 def _resume_config(resume: str) -> tuple[DictConfig, Path]:
