@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from matching.layers import FeedForward, masked_softmax, pair_mask, per_token
+from matching.layers import Dropout, FeedForward, masked_softmax, pair_mask, per_token
 
 
 class Alignment(NamedTuple):
@@ -72,7 +72,7 @@ def _projection(dim: int, hidden: int, dropout: float, kind: str) -> tuple[nn.Mo
     if kind == "parikh":
         return FeedForward(dim, hidden, dropout), hidden
     if kind == "linear":
-        return nn.Sequential(nn.Dropout(dropout), nn.Linear(dim, hidden, bias=False)), hidden
+        return nn.Sequential(Dropout(dropout), nn.Linear(dim, hidden, bias=False)), hidden
     if kind == "none":
         return nn.Identity(), dim
     raise ValueError(f"unknown projection {kind!r}; choose one of {list(PROJECTIONS)}")
@@ -235,7 +235,7 @@ class ConflictAligner(Aligner):
         if score not in self.SCORES:
             raise ValueError(f"unknown conflict score {score!r}; choose one of {list(self.SCORES)}")
         self.score_kind = score
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.project_a = nn.Linear(dim, hidden)  # W_u
         self.project_b = nn.Linear(dim, hidden)  # W_v
         self.score = nn.Linear(hidden, 1, bias=False)  # w_s

@@ -11,6 +11,26 @@ import torch
 from torch import Tensor, nn
 
 
+class Dropout(nn.Dropout):
+    """nn.Dropout, with a faster mask on a CPU: one 64-bit random number for four elements.
+
+    PyTorch's CPU dropout draws one Mersenne-Twister number per element in a serial loop (its vectorised MKL path
+    is taken on Intel processors only): about 12 ns an element on an AMD EPYC, a third of the step of a small
+    model. Here each element compares a 16-bit slice of full-range `random_()` int64s with round(p · 2¹⁶): it is
+    dropped with probability p' = round(p · 2¹⁶) / 2¹⁶ (0.2 → 0.19999695) and kept ones are scaled by
+    1 / (1 − p'), so the expectation is exact. The numbers come from PyTorch's generator, so seeding and
+    checkpointed random states work as with nn.Dropout. On other devices (CUDA's fused kernel) this is nn.Dropout.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0 or x.device.type != "cpu" or self.p >= 1.0:
+            return super().forward(x)
+        threshold = round(self.p * 65536)
+        words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), None)  # all 64 bits
+        keep = words.view(torch.int16)[: x.numel()].view(x.shape) >= threshold - 32768
+        return x * torch.where(keep, 65536 / (65536 - threshold), 0.0).to(x.dtype)
+
+
 class FeedForward(nn.Sequential):
     """Parikh et al.'s F, G and H: `layers` × (dropout → linear → ReLU)."""
 
@@ -19,7 +39,7 @@ class FeedForward(nn.Sequential):
             raise ValueError(f"FeedForward needs positive sizes, got in_dim={in_dim} hidden={hidden} layers={layers}")
         blocks: list[nn.Module] = []
         for i in range(layers):
-            blocks += [nn.Dropout(dropout), nn.Linear(in_dim if i == 0 else hidden, hidden), nn.ReLU()]
+            blocks += [Dropout(dropout), nn.Linear(in_dim if i == 0 else hidden, hidden), nn.ReLU()]
         super().__init__(*blocks)
         self.in_dim, self.out_dim = in_dim, hidden
 
