@@ -72,9 +72,69 @@ class EncodedSplit(Dataset):
     def lengths(self) -> np.ndarray:
         return self.sides().sum(1)
 
+    def packed(self, device: torch.device | str = "cpu") -> PackedSplit:
+        """The split as a few flat tensors on `device` (built once per device), from which a batch is gathered."""
+        device = torch.device(device)
+        cache = self.__dict__.setdefault("_packed", {})
+        if device not in cache:
+            cpu = cache.get(torch.device("cpu")) or PackedSplit.of(self)
+            cache[device] = cpu.to(device)
+        return cache[device]
+
     def sides(self) -> np.ndarray:
         """(N, 2) token counts of both texts."""
         return pair_sides(self.a, self.b)
+
+
+@dataclass(frozen=True)
+class PackedSide:
+    """The texts of one side one after another: text i is ids[start[i] : start[i] + length[i]]."""
+
+    ids: torch.Tensor  # (total,) int64
+    start: torch.Tensor  # (N,) int64
+    length: torch.Tensor  # (N,) int64
+    host_length: np.ndarray  # (N,) the same lengths on the host, where a batch's width is read without a sync
+
+    @classmethod
+    def of(cls, texts: Sequence[np.ndarray]) -> PackedSide:
+        length = np.fromiter(map(len, texts), np.int64, len(texts))
+        start = np.zeros(len(texts), np.int64)
+        np.cumsum(length[:-1], out=start[1:])
+        ids = np.concatenate(texts).astype(np.int64) if len(texts) else np.zeros(0, np.int64)
+        return cls(torch.from_numpy(ids), torch.from_numpy(start), torch.from_numpy(length), length)
+
+    def to(self, device: torch.device) -> PackedSide:
+        return PackedSide(self.ids.to(device), self.start.to(device), self.length.to(device), self.host_length)
+
+    def batch(self, host: np.ndarray, index: torch.Tensor) -> torch.Tensor:
+        """(B, longest) ids of the texts `index` (the same indices on the host: `host`), 0-padded on the right."""
+        width = torch.arange(int(self.host_length[host].max()), device=self.ids.device)  # (L,)
+        position = self.start[index].unsqueeze(1) + width  # (B, L)
+        inside = width < self.length[index].unsqueeze(1)
+        return torch.where(inside, self.ids[position.clamp_max(len(self.ids) - 1)], 0)
+
+
+@dataclass(frozen=True)
+class PackedSplit:
+    """An EncodedSplit as flat tensors, so that a batch is a few gathers (on the training device, when the split
+    lives there) instead of a Python loop over its pairs and a copy of each tensor to the device."""
+
+    a: PackedSide
+    b: PackedSide
+    labels: torch.Tensor  # (N,) int64
+    groups: torch.Tensor  # (N,) int64
+
+    @classmethod
+    def of(cls, split: EncodedSplit) -> PackedSplit:
+        labels, groups = torch.as_tensor(split.labels, dtype=torch.int64), torch.as_tensor(split.groups)
+        return cls(PackedSide.of(split.a), PackedSide.of(split.b), labels, groups)
+
+    def to(self, device: torch.device) -> PackedSplit:
+        return PackedSplit(self.a.to(device), self.b.to(device), self.labels.to(device), self.groups.to(device))
+
+    @property
+    def device(self) -> torch.device:
+        return self.labels.device
 
 
 def pair_sides(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> np.ndarray:
@@ -348,24 +408,31 @@ class BucketBatchSampler(Sampler[list[int]]):
 class PadCollator:
     """Gathers a batch of indices from an EncodedSplit and pads both sides to the batch's own maximum; with a
     contextual embedder, adds the word states of both sides (frozen: read from the split's cache) or the encoder's
-    inputs (fine-tuned: `a_pieces`, `b_pieces`, run by the model)."""
+    inputs (fine-tuned: `a_pieces`, `b_pieces`, run by the model).
 
-    def __init__(self, split: EncodedSplit, encoder: ContextualEncoder | None = None):
+    With a `device` (a GPU, in the loading process) the split's ids live there and the batch is gathered there:
+    one small copy of the indices per batch instead of one per tensor.
+    """
+
+    def __init__(self, split: EncodedSplit, encoder: ContextualEncoder | None = None, device=None):
         self.split, self.encoder = split, encoder
+        self.device = torch.device(device or "cpu")
 
     def __call__(self, indices: list[int]) -> dict[str, Any]:
         s = self.split
-        a, b = [s.a[i] for i in indices], [s.b[i] for i in indices]
+        packed = s.packed(self.device)
+        host = np.asarray(indices, dtype=np.int64)
+        index = torch.from_numpy(host).to(self.device, non_blocking=True)
         batch = {
-            "a": pad_batch(a),
-            "b": pad_batch(b),
-            "label": torch.from_numpy(s.labels[indices]),
-            "group": torch.from_numpy(s.groups[indices]),
-            "index": torch.as_tensor(indices),
+            "a": packed.a.batch(host, index),
+            "b": packed.b.batch(host, index),
+            "label": packed.labels[index],
+            "group": packed.groups[index],
+            "index": index,
         }
         if s.states is not None:
-            batch["a_states"] = s.states.gather(s.states.a_start[indices], [len(x) for x in a])
-            batch["b_states"] = s.states.gather(s.states.b_start[indices], [len(x) for x in b])
+            batch["a_states"] = s.states.gather(s.states.a_start[host], packed.a.host_length[host].tolist())
+            batch["b_states"] = s.states.gather(s.states.b_start[host], packed.b.host_length[host].tolist())
         elif self.encoder is not None and s.words is not None:
             batch["a_pieces"] = self.encoder.pieces([s.words[0][i] for i in indices])
             batch["b_pieces"] = self.encoder.pieces([s.words[1][i] for i in indices])
@@ -649,10 +716,12 @@ class PairDataModule(pl.LightningDataModule):
             sides.sum(1), size, shuffle=train, seed=self.seed, bucket_batches=self.bucket_batches,
             num_replicas=replicas, rank=rank, groups=data.groups, sides=sides, budget=self.budget,
         )  # fmt: skip
+        # Without loader processes, a GPU run keeps the split's ids on the GPU and gathers each batch there.
+        device = trainer.strategy.root_device if trainer is not None and self.num_workers == 0 else None
         return DataLoader(
             data,
             batch_sampler=sampler,
-            collate_fn=PadCollator(data, self.contextual),
+            collate_fn=PadCollator(data, self.contextual, device if device and device.type == "cuda" else None),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
