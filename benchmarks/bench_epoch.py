@@ -92,7 +92,7 @@ def train_epoch(
     """metrics.json of one epoch through the real command run from the checkout `code`; None if it failed."""
     name = name or f"{shape}-{aligner}"
     cmd = train_command(work, shape, pairs, aligner, trainer, extra, name)
-    env = {**os.environ, "PYTHONPATH": str(code)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(cmd, cwd=code, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         print(f"{aligner}: failed\n{done.stderr[-3000:]}", flush=True)

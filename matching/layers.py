@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.compiler import is_compiling
 
 
 class Dropout(nn.Dropout):
@@ -19,11 +20,12 @@ class Dropout(nn.Dropout):
     model. Here each element compares a 16-bit slice of full-range `random_()` int64s with round(p · 2¹⁶): it is
     dropped with probability p' = round(p · 2¹⁶) / 2¹⁶ (0.2 → 0.19999695) and kept ones are scaled by
     1 / (1 − p'), so the expectation is exact. The numbers come from PyTorch's generator, so seeding and
-    checkpointed random states work as with nn.Dropout. On other devices (CUDA's fused kernel) this is nn.Dropout.
+    checkpointed random states work as with nn.Dropout. On other devices (CUDA's fused kernel) and in a compiled
+    model (the compiler's own generator) this is nn.Dropout.
     """
 
     def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0.0 or x.device.type != "cpu" or self.p >= 1.0:
+        if not self.training or self.p == 0.0 or x.device.type != "cpu" or self.p >= 1.0 or is_compiling():
             return super().forward(x)
         threshold = round(self.p * 65536)
         words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), None)  # all 64 bits

@@ -155,7 +155,8 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None) -> PairDa
     with `vocab` too: new text is encoded with it."""
     task = build_task(cfg)
     vectors = build(cfg.embeddings) if vocab is None or is_contextual(cfg) else None
-    return build(cfg.data, task=task, vocab=vocab, vectors=vectors)
+    pad_to = cfg.data.get("pad_to") or (8 if cfg.get("compile") else 1)
+    return build(cfg.data, task=task, vocab=vocab, vectors=vectors, pad_to=pad_to)
 
 
 def build_callbacks(cfg: DictConfig) -> dict[str, pl.Callback]:

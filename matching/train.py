@@ -170,6 +170,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         rows = len(dm.vocab) if dm.contextual is None else 2  # a contextual model's table: padding and NULL
         vectors = torch.zeros(rows, cfg.embeddings.dim if dm.contextual is None else dm.contextual.dim)
     model = build_model(cfg, vectors, num_classes=len(dm.labels), contextual=dm.contextual)
+    if cfg.get("compile"):
+        model.compile(mode=str(cfg.get("compile_mode") or "default"))  # in place: checkpoint keys stay the same
     system = build_system(cfg, model, dm)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("model: %s aligner, %s trainable parameters", type(model.aligner).__name__, f"{trainable:,}")

@@ -20,6 +20,7 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
 
@@ -106,9 +107,10 @@ class PackedSide:
     def to(self, device: torch.device) -> PackedSide:
         return PackedSide(self.ids.to(device), self.start.to(device), self.length.to(device), self.host_length)
 
-    def batch(self, host: np.ndarray, index: torch.Tensor) -> torch.Tensor:
-        """(B, longest) ids of the texts `index` (the same indices on the host: `host`), 0-padded on the right."""
-        width = torch.arange(int(self.host_length[host].max()), device=self.ids.device)  # (L,)
+    def batch(self, host: np.ndarray, index: torch.Tensor, pad_to: int = 1) -> torch.Tensor:
+        """(B, longest) ids of the texts `index` (the same indices on the host: `host`), 0-padded on the right;
+        the width is rounded up to a multiple of `pad_to`."""
+        width = torch.arange(-(-int(self.host_length[host].max()) // pad_to) * pad_to, device=self.ids.device)
         position = self.start[index].unsqueeze(1) + width  # (B, L)
         inside = width < self.length[index].unsqueeze(1)
         return torch.where(inside, self.ids[position.clamp_max(len(self.ids) - 1)], 0)
@@ -411,12 +413,14 @@ class PadCollator:
     inputs (fine-tuned: `a_pieces`, `b_pieces`, run by the model).
 
     With a `device` (a GPU, in the loading process) the split's ids live there and the batch is gathered there:
-    one small copy of the indices per batch instead of one per tensor.
+    one small copy of the indices per batch instead of one per tensor. `pad_to` rounds the batch's lengths up to a
+    multiple (compiled models see fewer shapes).
     """
 
-    def __init__(self, split: EncodedSplit, encoder: ContextualEncoder | None = None, device=None):
+    def __init__(self, split: EncodedSplit, encoder: ContextualEncoder | None = None, device=None, pad_to: int = 1):
         self.split, self.encoder = split, encoder
         self.device = torch.device(device or "cpu")
+        self.pad_to = pad_to
 
     def __call__(self, indices: list[int]) -> dict[str, Any]:
         s = self.split
@@ -424,15 +428,16 @@ class PadCollator:
         host = np.asarray(indices, dtype=np.int64)
         index = torch.from_numpy(host).to(self.device, non_blocking=True)
         batch = {
-            "a": packed.a.batch(host, index),
-            "b": packed.b.batch(host, index),
+            "a": packed.a.batch(host, index, self.pad_to),
+            "b": packed.b.batch(host, index, self.pad_to),
             "label": packed.labels[index],
             "group": packed.groups[index],
             "index": index,
         }
         if s.states is not None:
-            batch["a_states"] = s.states.gather(s.states.a_start[host], packed.a.host_length[host].tolist())
-            batch["b_states"] = s.states.gather(s.states.b_start[host], packed.b.host_length[host].tolist())
+            for side, ids, start in (("a", batch["a"], s.states.a_start), ("b", batch["b"], s.states.b_start)):
+                states = s.states.gather(start[host], getattr(packed, side).host_length[host].tolist())
+                batch[f"{side}_states"] = F.pad(states, (0, 0, 0, ids.shape[1] - states.shape[1]))
         elif self.encoder is not None and s.words is not None:
             batch["a_pieces"] = self.encoder.pieces([s.words[0][i] for i in indices])
             batch["b_pieces"] = self.encoder.pieces([s.words[1][i] for i in indices])
@@ -461,6 +466,7 @@ class PairDataModule(pl.LightningDataModule):
         max_length: texts longer than this many tokens are cut (counted and reported); None keeps them whole.
         batch_cells, batch_tokens: the memory Budget of every batch (alignment cells B · La · Lb, padded tokens
             B · (La + Lb)); None leaves a limit out.
+        pad_to: round each batch's lengths up to a multiple of this (a compiled model then sees few shapes).
     """
 
     def __init__(
@@ -482,6 +488,7 @@ class PairDataModule(pl.LightningDataModule):
         vectors: PretrainedVectors | RandomVectors | None = None,
         batch_cells: int | None = 16_777_216,
         batch_tokens: int | None = 65_536,
+        pad_to: int = 1,
     ):
         super().__init__()
         self.task, self.data_dir, self.cache_dir = task, data_dir, cache_dir
@@ -490,13 +497,14 @@ class PairDataModule(pl.LightningDataModule):
         self.tokenizer = Tokenizer(lowercase, keep_tokens=task.keep_tokens)
         for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
                             ("max_length", max_length), ("batch_cells", batch_cells),
-                            ("batch_tokens", batch_tokens)):  # fmt: skip
+                            ("batch_tokens", batch_tokens), ("pad_to", pad_to)):  # fmt: skip
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"data.{name} must be a positive whole number, got {value!r}")
         if on_bad_example not in ("error", "skip"):
             raise ValueError(f"data.on_bad_example must be 'error' or 'skip', got {on_bad_example!r}")
         self.max_length, self.oov_buckets = max_length, oov_buckets
         self.budget = Budget(batch_cells, batch_tokens)
+        self.pad_to = pad_to
         self.vocab = vocab
         self.on_bad_example = on_bad_example
         self.use_cache = cache
@@ -721,7 +729,9 @@ class PairDataModule(pl.LightningDataModule):
         return DataLoader(
             data,
             batch_sampler=sampler,
-            collate_fn=PadCollator(data, self.contextual, device if device and device.type == "cuda" else None),
+            collate_fn=PadCollator(
+                data, self.contextual, device if device and device.type == "cuda" else None, self.pad_to
+            ),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
