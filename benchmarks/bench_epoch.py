@@ -79,7 +79,7 @@ def train_command(
     train, dev = corpus(work, shape, pairs)
     return [
         sys.executable, "-m", "matching.train", f"task={shape}", f"aligner={aligner}", f"trainer={trainer}",
-        "trainer.max_epochs=1", "embeddings=random", "embeddings.freeze=true", f"paths.data_dir={work / 'data'}",
+        "embeddings=random", "embeddings.freeze=true", f"paths.data_dir={work / 'data'}",
         f"paths.cache_dir={work / 'cache'}", f"task.splits.train.path={train}", f"task.splits.dev.path={dev}",
         "task.splits.test=null", "task.test_splits=[]", "~logger", "trainer.enable_progress_bar=false",
         f"hydra.run.dir={work / 'runs' / name}", *extra,
@@ -91,7 +91,8 @@ def train_epoch(
 ) -> dict | None:
     """metrics.json of one epoch through the real command run from the checkout `code`; None if it failed."""
     name = name or f"{shape}-{aligner}"
-    cmd = train_command(work, shape, pairs, aligner, trainer, extra, name)
+    cmd = train_command(work, shape, pairs, aligner, trainer, extra if any("max_epochs" in e for e in extra) else
+                        ["trainer.max_epochs=1", *extra], name)  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(cmd, cwd=code, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -111,16 +112,18 @@ def main() -> None:
     parser.add_argument("--trainer", default="gpu")
     parser.add_argument("--aligners", default="softmax,coda,conflict,softmax_conflict")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--epochs", type=int, default=1, help="epochs per run; the last one is timed")
     parser.add_argument("--code", type=Path, default=ROOT, help="the checkout whose command is timed")
     parser.add_argument("extra", nargs="*", help="more overrides for every run, e.g. trainer.devices=2")
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-epoch-"))
     rows = []
     for aligner in args.aligners.split(","):
-        metrics = train_epoch(work, args.shape, args.pairs, aligner, args.trainer, args.extra, args.code.resolve())
+        extra = [f"trainer.max_epochs={args.epochs}", *args.extra]
+        metrics = train_epoch(work, args.shape, args.pairs, aligner, args.trainer, extra, args.code.resolve())
         if metrics is None:
             continue
-        seconds = metrics["seconds_per_epoch_median"]
+        seconds = metrics.get("seconds_last_epoch", metrics["seconds_per_epoch_median"])
         rows.append((aligner, seconds, args.pairs / seconds))
         print(f"{aligner:<17} {seconds:8.1f} s/epoch  {args.pairs / seconds:10,.0f} pairs/s", flush=True)
     print(f"HEADLINE {args.shape} trainer={args.trainer} {' '.join(args.extra)}: " +

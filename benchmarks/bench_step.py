@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from bench_epoch import ROOT, corpus, steps_per_epoch, train_epoch  # noqa: E402
 
 TINY = ["model.hidden=8", "embeddings.dim=8"]

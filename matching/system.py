@@ -89,7 +89,8 @@ class MatchingSystem(pl.LightningModule):
         prefixes = self.val_prefixes + self.test_prefixes
         self.eval_acc = nn.ModuleDict({p: MulticlassAccuracy(n, average="micro") for p in prefixes})
         # A metric object (not a plain per-process mean) so that the loss is exact over all processes.
-        self.eval_loss = nn.ModuleDict({p: MeanMetric() for p in prefixes})
+        # No NaN check per update (each one would wait for the device); a NaN loss shows in the mean all the same.
+        self.eval_loss = nn.ModuleDict({p: MeanMetric(nan_strategy="disable") for p in prefixes})
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> MatchOutput:
         return self.model(a, b)

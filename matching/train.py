@@ -194,6 +194,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     }
     if timer.seconds:
         metrics["seconds_per_epoch_median"] = statistics.median(timer.seconds)
+        metrics["seconds_last_epoch"] = timer.seconds[-1]
     if trainer.fast_dev_run or not checkpoint.best_model_path:
         metrics |= _floats(trainer.callback_metrics)
     else:

@@ -426,7 +426,9 @@ class PadCollator:
         s = self.split
         packed = s.packed(self.device)
         host = np.asarray(indices, dtype=np.int64)
-        index = torch.from_numpy(host).to(self.device, non_blocking=True)
+        index = torch.from_numpy(host)
+        if self.device.type == "cuda":  # from pinned memory: a copy from pageable memory waits for the GPU
+            index = index.pin_memory().to(self.device, non_blocking=True)
         batch = {
             "a": packed.a.batch(host, index, self.pad_to),
             "b": packed.b.batch(host, index, self.pad_to),
