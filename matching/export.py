@@ -1,13 +1,18 @@
-"""`matching-export ckpt=<path> format=onnx|torchscript [out=<dir>]` (conf/export.yaml): a model for serving.
+"""`matching-export ckpt=<path> format=onnx|torchscript|hub [out=<dir>]` (conf/export.yaml): a model to serve or share.
 
-Writes into `out` (default `<run dir>/export/`) the model (`model.onnx` or `model.pt`), a copy of `vocab.txt`,
-`tokenizer.json` (the tokenisation as a Hugging Face `tokenizers` file, usable from Python, Rust or JavaScript)
-and `serving.json` (labels, task kind, and every step of the text preparation: tokenizer, OOV hashing, maximum
-length, trimming), so that a client needs nothing of this package. The exported model takes two int64 tensors
-of token ids, a (batch, len_a) and b (batch, len_b), 0-padded on the right, with batch and both lengths
-dynamic, and returns class probabilities `probs` and `logits` (batch, classes); a ranking model ranks
+`format=onnx|torchscript` writes into `out` (default `<run dir>/export/`) the model (`model.onnx` or `model.pt`), a
+copy of `vocab.txt`, `tokenizer.json` (the tokenisation as a Hugging Face `tokenizers` file, usable from Python,
+Rust or JavaScript) and `serving.json` (labels, task kind, and every step of the text preparation: tokenizer, OOV
+hashing, maximum length, trimming), so that a client needs nothing of this package. The exported model takes two
+int64 tensors of token ids, a (batch, len_a) and b (batch, len_b), 0-padded on the right, with batch and both
+lengths dynamic, and returns class probabilities `probs` and `logits` (batch, classes); a ranking model ranks
 candidates by logits[:, 1] − logits[:, 0].
 Export needs the `export` extra for ONNX: `pip install -e ".[export]"`.
+
+`format=hub` writes a shared model folder (default `<run dir>/hub/`; see matching.hub): config, vocabulary,
+weights as safetensors, tokenizer.json, serving.json and a model card, which `Matcher.load(folder)` loads without
+unpickling anything; `push_to_hub=true repo_id=<owner/name>` uploads it to the Hugging Face hub. A contextual run's
+folder names its encoder by hub id (`encoder=`, `encoder_revision=` when the run used a local folder).
 """
 
 from __future__ import annotations
@@ -25,11 +30,13 @@ from matching.cli import command
 from matching.data.tasks import describe
 from matching.data.vocab import hf_tokenizer
 from matching.files import write_json
+from matching.hub import push, write_folder
+from matching.matcher import REPO_ID
 from matching.runs import RunError, TrainedRun, is_contextual, load_trained
 
 log = logging.getLogger(__name__)
 
-FORMATS = {"onnx": "model.onnx", "torchscript": "model.pt"}
+FORMATS = {"onnx": "model.onnx", "torchscript": "model.pt", "hub": "model.safetensors"}
 
 
 class ServingModel(nn.Module):
@@ -82,9 +89,14 @@ def contextual_refusal(ckpt: str) -> RunError:
     )
 
 
-def export(run: TrainedRun, fmt: str, out_dir: Path) -> Path:
+def export(
+    run: TrainedRun, fmt: str, out_dir: Path, encoder: str | None = None, encoder_revision: str | None = None
+) -> Path:
+    """Write the run in `fmt` into `out_dir`; returns the model file's path."""
     if fmt not in FORMATS:
         raise RunError(f"format must be one of {sorted(FORMATS)}, got {fmt!r}")
+    if fmt == "hub":
+        return write_folder(run, out_dir, encoder, encoder_revision) / FORMATS[fmt]
     if run.data.contextual is not None:
         raise contextual_refusal(str(run.checkpoint))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -114,10 +126,16 @@ def export(run: TrainedRun, fmt: str, out_dir: Path) -> Path:
         program.save(str(path))
     shutil.copy(run.run_dir / "vocab.txt", out_dir / "vocab.txt")
     hf_tokenizer(run.data.tokenizer, run.vocab).save(str(out_dir / "tokenizer.json"))
+    write_json(out_dir / "serving.json", serving_spec(run, fmt, path.name))
+    return path
+
+
+def serving_spec(run: TrainedRun, fmt: str, model_file: str, encoder: tuple[str, str | None] | None = None) -> dict:
+    """serving.json: the model file, its inputs and outputs, the labels and every step of the text preparation."""
     cfg = run.cfg
     spec = {
         "format": fmt,
-        "model": path.name,
+        "model": model_file,
         "inputs": {"a": "int64 (batch, len_a) token ids, 0 = padding", "b": "int64 (batch, len_b)"},
         "outputs": {"probs": "float32 (batch, classes) probabilities", "logits": "float32 (batch, classes)"},
         "ranking_score": "logits[:, 1] - logits[:, 0] (rank candidates by it; probabilities saturate at 1.0)"
@@ -143,21 +161,39 @@ def export(run: TrainedRun, fmt: str, out_dir: Path) -> Path:
         "max_length_rule": "each text's ids are cut to the first max_length (null: no cut)",
         "trim_a": describe(run.task.trim_a),
         "trim_a_rule": "applied to the first text's tokens before ids (see matching.data.tasks); null: none",
-        "checkpoint": str(run.checkpoint),
     }
-    write_json(out_dir / "serving.json", spec)
-    return path
+    if fmt == "hub":  # weights for matching itself (Matcher.load), not a model a runtime runs
+        spec["inputs"] = spec["outputs"] = None
+        spec["loader"] = "from matching import Matcher; Matcher.load(<this folder>)"
+    else:
+        spec["checkpoint"] = str(run.checkpoint)
+    if encoder is not None:
+        spec["encoder"] = {"hub_id": encoder[0], "revision": encoder[1], "weights_sha256": run.data.contextual.weights}
+    return spec
 
 
 def export_command(cfg: DictConfig) -> Path:
     """The `export` command on a composed config (conf/export.yaml over the run's saved config)."""
-    if cfg.format not in FORMATS:
-        raise RunError(f"format must be one of {sorted(FORMATS)}, got {cfg.format!r}")
-    if is_contextual(cfg):  # before the encoder is loaded
+    fmt = cfg.format
+    if fmt not in FORMATS:
+        raise RunError(f"format must be one of {sorted(FORMATS)}, got {fmt!r}")
+    if cfg.push_to_hub and (fmt != "hub" or not cfg.repo_id or not REPO_ID.match(str(cfg.repo_id))):
+        raise RunError(
+            "push_to_hub=true uploads a shared folder: give format=hub and repo_id=<owner/name> (your user or "
+            f"organisation on huggingface.co, then the model's name); got format={fmt} repo_id={cfg.repo_id}"
+        )
+    if fmt != "hub" and is_contextual(cfg):  # before the encoder is loaded
         raise contextual_refusal(str(cfg.ckpt))
     run = load_trained(cfg.ckpt, cfg)
-    path = export(run, str(cfg.format), Path(cfg.out or run.run_dir / "export"))
-    print(f"wrote {path} (with vocab.txt, tokenizer.json and serving.json beside it)")
+    out = Path(cfg.out or run.run_dir / ("hub" if fmt == "hub" else "export"))
+    path = export(run, str(fmt), out, cfg.encoder, cfg.encoder_revision)
+    if fmt == "hub":
+        print(f"wrote the shared model folder {out} (config.yaml, vocab.txt, {path.name}, README.md, ...)")
+        if cfg.push_to_hub:
+            url = push(out, str(cfg.repo_id), bool(cfg.private))
+            print(f"uploaded to https://huggingface.co/{cfg.repo_id} ({url})")
+    else:
+        print(f"wrote {path} (with vocab.txt, tokenizer.json and serving.json beside it)")
     return path
 
 

@@ -86,13 +86,22 @@ class Matcher:
         `data.batch_cells`). `overrides`: other keys of the run's config, e.g. `{"data.max_length": 128}`.
         Offline, a shared folder or a run directory needs nothing else; a shared folder is read from safetensors
         and YAML only, never unpickled."""
+        from matching import hub  # safetensors and huggingface_hub only when a shared folder is used
+
         settings = dict(overrides or {})
         for key, value in (("data.batch_tokens", batch_tokens), ("data.batch_cells", batch_cells)):
             if value is not None:
                 settings[key] = value
         device = _device(device)
-        checkpoint = find_checkpoint(Path(path).expanduser())
-        run = load_trained(checkpoint, configured(saved_config(checkpoint), settings, device))
+        folder = Path(path).expanduser()
+        if not folder.exists() and REPO_ID.match(str(path)) and not str(path).startswith("."):
+            folder = hub.download(str(path), revision)
+        if hub.is_shared_folder(folder):
+            run = hub.load_shared(folder, settings, device)
+        else:
+            checkpoint = find_checkpoint(folder)
+            cfg = saved_config(checkpoint)
+            run = load_trained(checkpoint, configured(cfg, settings, device))
         if device != "cpu":
             run.system.to(device)
         return cls(run)
