@@ -126,8 +126,8 @@ class DecomposableAttention(nn.Module):
     def _embed(self, ids: Tensor, states: Tensor | None = None, pieces: dict | None = None) -> tuple[Tensor, Tensor]:
         if self.contextual:
             x = self._states(ids, states, pieces)  # (B, L, E) float32
-            if self.null_token:
-                null = self.embedding.weight[NULL_ID].to(x.dtype).expand(len(ids), 1, -1)
+            if self.null_token:  # ids.shape[0], not len(ids): a dynamic batch in ONNX
+                null = self.embedding.weight[NULL_ID].to(x.dtype).expand(ids.shape[0], 1, -1)
                 x = torch.cat([null, x], dim=1)
         if self.null_token:
             null = torch.full_like(ids[:, :1], NULL_ID)
