@@ -179,9 +179,8 @@ def export(
     if contextual and fmt == "torchscript":
         raise contextual_refusal(str(run.checkpoint))
     out_dir.mkdir(parents=True, exist_ok=True)
-    serving = ServingModel(run.model)
-    args = example_inputs(len(run.vocab))
     path = out_dir / FORMATS[fmt]
+    serving, args = ServingModel(run.model), example_inputs(len(run.vocab))  # the token-id model (static vectors)
     if contextual:
         _require_onnx()
         _export_contextual_onnx(run, path)

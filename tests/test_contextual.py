@@ -323,7 +323,7 @@ def test_a_run_refuses_an_encoder_with_other_weights(contextual_run, tmp_path):
         load_trained(run_dir / "checkpoints/best.ckpt", cfg)
 
 
-def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder):
+def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder, tmp_path, fake_hub):
     cfg = contextual(make_cfg, tiny_encoder, "embeddings.trainable_layers=1", "trainer.max_epochs=1")
     train(cfg)
     state = torch.load(Path(cfg.paths.output_dir) / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)
@@ -339,6 +339,20 @@ def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder):
     run = load_trained(Path(cfg.paths.output_dir) / "checkpoints/last.ckpt")
     logits = run.logits([Pair("a cat sat", "the cat sat on the mat", "entailment")])
     assert torch.isfinite(logits).all()
+    # Exported, the fine-tuned encoder goes along: in model.onnx, and in the shared folder's safetensors
+    from matching import Matcher
+    from matching.export import contextual_inputs, export
+    from matching.hub import write_folder
+
+    ort = pytest.importorskip("onnxruntime")
+    pairs = [("a cat sat", "the cat sat on the mat"), ("dogs", "a dog barks loudly at the small cat"), ("a", "b")]
+    expected = Matcher(run).logits(pairs)
+    session = ort.InferenceSession(str(export(run, "onnx", tmp_path / "onnx")), providers=["CPUExecutionProvider"])
+    _, logits = session.run(None, {k: v.numpy() for k, v in contextual_inputs(run, pairs).items()})
+    np.testing.assert_allclose(logits, expected, atol=1e-4)
+    fake_hub.encoders["tiny/bert"] = tiny_encoder
+    shared = Matcher.load(write_folder(run, tmp_path / "shared", encoder="tiny/bert"))
+    assert shared.logits(pairs).tobytes() == expected.tobytes()
 
 
 def test_a_missing_encoder_is_one_paragraph_saying_what_to_install(tmp_path):
