@@ -238,7 +238,8 @@ def download(repo_id: str, revision: str | None = None) -> Path:
         folder = Path(hub.snapshot_download(repo_id, revision=revision))
     except Exception as err:  # offline and not cached, unknown name, no permission
         raise RunError(
-            f"cannot get the model {repo_id!r}{f' at revision {revision}' if revision else ''} from the Hugging Face "
+            f"no folder {repo_id} here, and cannot get the model {repo_id!r}"
+            f"{f' at revision {revision}' if revision else ''} from the Hugging Face "
             f"hub ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). Check the name (owner/name), "
             "the network and your login for a private model; offline, a model loads only once it is in the hub "
             "cache, or from a local folder: Matcher.load('/path/to/folder')"

@@ -1,5 +1,6 @@
 """Shared test helpers: compose the real Hydra configs pointed at the fixtures (no network, tiny model)."""
 
+import inspect
 import os
 import pickle
 import shutil
@@ -134,15 +135,15 @@ class FakeHub:
     def HfApi(self, *args, **kwargs):  # noqa: N802 (the name it stands in for)
         return self
 
-    def create_repo(self, repo_id, exist_ok=False, private=False, **kwargs):
+    def create_repo(self, repo_id, *, exist_ok=False, private=None, **kwargs):
         (self.root / repo_id).mkdir(parents=True, exist_ok=exist_ok)
 
-    def upload_folder(self, folder_path, repo_id, commit_message="", **kwargs):
+    def upload_folder(self, *, repo_id, folder_path, commit_message=None, **kwargs):
         shutil.copytree(folder_path, self.root / repo_id, dirs_exist_ok=True)
         self.uploads.append(repo_id)
         return SimpleNamespace(commit_url=f"https://huggingface.co/{repo_id}/commit/{len(self.uploads)}")
 
-    def snapshot_download(self, repo_id, revision=None, **kwargs):
+    def snapshot_download(self, repo_id, *, revision=None, **kwargs):
         self.downloads.append((repo_id, revision))
         if repo_id in self.encoders:
             return str(self.encoders[repo_id])
@@ -158,6 +159,12 @@ def fake_hub(tmp_path, monkeypatch):
     import huggingface_hub
 
     hub = FakeHub(tmp_path)
+    for fake, real in ((FakeHub.create_repo, huggingface_hub.HfApi.create_repo),
+                       (FakeHub.upload_folder, huggingface_hub.HfApi.upload_folder),
+                       (FakeHub.snapshot_download, huggingface_hub.snapshot_download)):  # fmt: skip
+        ours, theirs = inspect.signature(fake).parameters, inspect.signature(real).parameters
+        named = [n for n, p in ours.items() if n != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+        assert all(n in theirs and ours[n].kind == theirs[n].kind for n in named), fake  # called as the real one
     monkeypatch.setattr(huggingface_hub, "HfApi", hub.HfApi)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", hub.snapshot_download)
     return hub

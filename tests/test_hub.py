@@ -84,7 +84,7 @@ def test_push_to_hub_and_load_by_repo_id(snli_run, tmp_path, fake_hub, capsys):
     assert "uploaded to https://huggingface.co/alice/snli-softmax" in capsys.readouterr().out
     downloaded = Matcher.load("alice/snli-softmax")
     assert downloaded.run.run_dir != folder and downloaded.predict(PAIRS) == Matcher.load(folder).predict(PAIRS)
-    with pytest.raises(RunError, match="cannot get the model 'alice/missing'.*Repository Not Found"):
+    with pytest.raises(RunError, match="no folder alice/missing here, and cannot get the model 'alice/missing'.*404"):
         Matcher.load("alice/missing")
 
 
