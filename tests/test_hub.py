@@ -54,6 +54,7 @@ def test_loading_a_shared_folder_never_unpickles(snli_run, tmp_path, request):
     "edit, words",
     [(lambda cfg: OmegaConf.update(cfg, "aligner._target_", "os.system"), "names 'os.system'"),
      (lambda cfg: OmegaConf.update(cfg, "model._target_", "matching.files.write_json"), "matching.files.write_json"),
+     (lambda cfg: OmegaConf.update(cfg, "aligner._target_", "matching.aligners.NoSuchAligner"), "NoSuchAligner"),
      (lambda cfg: OmegaConf.update(cfg, "task.trim_a", {"_target_": "subprocess.run", "args": ["ls"]}), "subprocess"),
      (lambda cfg: OmegaConf.update(cfg, "data.max_length", "${oc.env:HOME}"), "data.max_length is an interpolation")],
 )  # fmt: skip
