@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import functools
 import gc
+import itertools
 import json
 import multiprocessing
 import os
@@ -33,9 +34,9 @@ from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict
 
 from matching.data.readers import Pair
+from matching.matcher import Matcher, ranking
 from matching.report import option_name
 from matching.runs import RunError, TrainedRun, load_trained
-from matching.system import label_probabilities, match_margin
 
 #: What each endpoint expects, quoted by the error messages.
 EXPECTED = {
@@ -272,6 +273,7 @@ class _ModelAPI(litserve.LitAPI):
                 max_batch_size=max_batch_size, batch_timeout=batch_timeout, api_path=self.path, loop=WaitingBatchLoop()
             )
         self.ckpt, self.config, self.limits, self.threads = ckpt, config, limits, threads
+        self.matcher: Matcher | None = None
         self.run: TrainedRun | None = None
 
     async def authorize(self) -> None:
@@ -282,7 +284,8 @@ class _ModelAPI(litserve.LitAPI):
         _watch_parent(os.getppid())
         if self.threads:
             torch.set_num_threads(self.threads)
-        self.run = load_trained(self.ckpt, OmegaConf.create(self.config))
+        self.matcher = Matcher(load_trained(self.ckpt, OmegaConf.create(self.config)))
+        self.run = self.matcher.run
         self.run.data.tokenizer = RecentTexts(self.run.data.tokenizer)
         gc.collect()
         gc.freeze()  # the model, vocabulary and imports stay; full collections need not walk them on every request
@@ -329,12 +332,13 @@ class _ModelAPI(litserve.LitAPI):
     def answer(self, requests: list[list[Pair]]) -> list[dict]:
         """The answers of the accepted requests of a batch (each a list of pairs), in their order."""
 
-    def logits_per_request(self, requests: list[list[Pair]]) -> list[torch.Tensor]:
-        """The logits of each request's pairs, all of a batch's pairs run through one TrainedRun.logits call."""
+    def answers_per_request(self, requests: list[list[Pair]]) -> list[list[dict]]:
+        """`Matcher.predict`'s answers to each request's pairs, all of a batch's pairs run through one call."""
         if not requests:
             return []
-        logits = self.run.logits([p for r in requests for p in r], "request")
-        return list(logits.split([len(r) for r in requests]))
+        answers = self.matcher.predict([p for r in requests for p in r], "request")
+        ends = list(itertools.accumulate(len(r) for r in requests))
+        return [answers[end - len(r) : end] for r, end in zip(requests, ends, strict=True)]
 
     def encode_response(self, output: dict | Rejected) -> Response:
         """The finished HTTP answer, JSON encoded here in the worker: the front passes a Response through as it is
@@ -342,9 +346,6 @@ class _ModelAPI(litserve.LitAPI):
         if isinstance(output, Rejected):
             return error_response(output.status, output.message)
         return Response(json.dumps(output, ensure_ascii=False).encode(), media_type="application/json")
-
-    def label_probs(self, logits: torch.Tensor) -> list[dict]:
-        return [{"label": label, "probs": probs} for label, probs in label_probabilities(logits, self.run.labels)]
 
 
 class ClassifyAPI(_ModelAPI):
@@ -358,7 +359,7 @@ class ClassifyAPI(_ModelAPI):
         return refused or [Pair(p.a, p.b, "", None, i + 1) for i, p in enumerate(request.pairs)]
 
     def answer(self, requests: list[list[Pair]]) -> list[dict]:
-        return [{"predictions": self.label_probs(logits)} for logits in self.logits_per_request(requests)]
+        return [{"predictions": answers} for answers in self.answers_per_request(requests)]
 
 
 class RankAPI(_ModelAPI):
@@ -380,16 +381,8 @@ class RankAPI(_ModelAPI):
         return refused or [Pair(request.query, c, "", None, i) for i, c in enumerate(request.candidates)]
 
     def answer(self, requests: list[list[Pair]]) -> list[dict]:
-        answers = zip(requests, self.logits_per_request(requests), strict=True)
-        return [self.ranking(pairs, logits) for pairs, logits in answers]
-
-    @staticmethod
-    def ranking(pairs: list[Pair], logits: torch.Tensor) -> dict:
-        scores, p_match = match_margin(logits).tolist(), torch.softmax(logits, dim=-1)[:, 1].tolist()
-        order = sorted(range(len(pairs)), key=lambda i: (-scores[i], i))
-        return {
-            "ranking": [{"index": i, "candidate": pairs[i].b, "score": scores[i], "p_match": p_match[i]} for i in order]
-        }
+        answers = zip(requests, self.answers_per_request(requests), strict=True)
+        return [{"ranking": ranking([p.b for p in pairs], scores)} for pairs, scores in answers]
 
 
 class AlignAPI(_ModelAPI):
@@ -402,15 +395,12 @@ class AlignAPI(_ModelAPI):
         return refused or [Pair(request.a, request.b, "", None, 1)]
 
     def answer(self, requests: list[list[Pair]]) -> list[dict]:
-        """One forward pass per pair gives both the prediction and the matrices."""
-        from matching.visualize import alignment_output  # matplotlib stays out of the other endpoints' workers
-
+        """`Matcher.align`: one forward pass per pair gives both the prediction and the matrices."""
         answers = []
         for (pair,) in requests:  # decode_request makes one pair per request
-            tokens_a, tokens_b, out = alignment_output(self.run, pair.a, pair.b)
-            matrices = {name: m[0].float().cpu().numpy().round(6).tolist() for name, m in out.matrices.items()}
-            label = self.label_probs(out.logits.float().cpu())[0]
-            answers.append({**label, "a_tokens": tokens_a, "b_tokens": tokens_b, "matrices": matrices})
+            aligned = self.matcher.align(pair.a, pair.b)
+            aligned["matrices"] = {name: m.round(6).tolist() for name, m in aligned["matrices"].items()}
+            answers.append(aligned)
         return answers
 
 

@@ -126,8 +126,8 @@ class DecomposableAttention(nn.Module):
     def _embed_states(self, ids: Tensor, states: Tensor | None, pieces: dict | None) -> tuple[Tensor, Tensor]:
         """A contextual model's projected word states of one side (NULL first when used) and its mask."""
         x = self._states(ids, states, pieces)  # (B, L, E) float32
-        if self.null_token:
-            x = torch.cat([self.embedding.weight[NULL_ID].to(x.dtype).expand(len(ids), 1, -1), x], dim=1)
+        if self.null_token:  # ids.shape[0], not len(ids): a dynamic batch in ONNX
+            x = torch.cat([self.embedding.weight[NULL_ID].to(x.dtype).expand(ids.shape[0], 1, -1), x], dim=1)
             ids = torch.cat([torch.full_like(ids[:, :1], NULL_ID), ids], dim=1)
         return self.projection(x.to(self.projection.weight.dtype)), ids != PAD_ID  # (B, L, H)
 

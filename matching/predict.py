@@ -27,40 +27,18 @@ from itertools import islice
 from pathlib import Path
 from typing import IO
 
-import torch
 from omegaconf import DictConfig
 
 from matching.cli import command
-from matching.data.readers import DataFormatError, Pair
+from matching.data.readers import FIELD_ALIASES, GROUP_ALIASES, DataFormatError, Pair, pair_from_mapping
 from matching.files import existing, open_binary
-from matching.runs import RunError, TrainedRun, load_trained
-from matching.system import label_probabilities, match_margin
+from matching.matcher import Matcher, ranking
+from matching.runs import RunError, load_trained
 
 log = logging.getLogger(__name__)
 
-FIELD_ALIASES = [("a", "b"), ("sentence1", "sentence2"), ("premise", "hypothesis"), ("question", "answer"),
-                 ("context", "response")]  # fmt: skip
-GROUP_ALIASES = ("group", "qid", "question_id", "id")
-
-
 #: Input formats: auto (by suffix, else by the first non-blank line: `{` JSON Lines, `[` a JSON array, else TSV).
 INPUT_FORMATS = ("auto", "tsv", "jsonl", "json")
-
-
-def _from_json(obj: object, where: str, line: int) -> Pair:
-    if not isinstance(obj, dict):
-        raise DataFormatError(f"{where}: expected a JSON object with the two texts, got {obj!r:.60}")
-    for ka, kb in FIELD_ALIASES:
-        if ka in obj and kb in obj:
-            if not isinstance(obj[ka], str) or not isinstance(obj[kb], str):
-                raise DataFormatError(
-                    f"{where}: {ka!r} and {kb!r} must be strings, got {obj[ka]!r:.40}, {obj[kb]!r:.40}"
-                )
-            group = next((obj[k] for k in GROUP_ALIASES if obj.get(k) is not None), None)
-            return Pair(obj[ka], obj[kb], "", None if group is None else str(group), line)
-    raise DataFormatError(
-        f"{where}: no pair of text fields among {[list(p) for p in FIELD_ALIASES]}; found keys {sorted(obj)}"
-    )
 
 
 def read_input(stream: IO, source: str, fmt: str = "auto") -> Iterator[Pair]:
@@ -117,10 +95,11 @@ def _parse_input(stream: IO, source: str, fmt: str) -> Iterator[Pair]:
             if not isinstance(items, list):
                 raise DataFormatError(f"{source}: expected a JSON array of objects, got a {type(items).__name__}")
             for index, obj in enumerate(items, start=1):
-                yield _from_json(obj, f"{source}, element {index} of the array", index)
+                yield pair_from_mapping(obj, f"{source}, element {index} of the array", index)
             return
         if fmt == "jsonl":
-            yield _from_json(_json(text, source, number, "one object per line"), f"{source}, line {number}", number)
+            obj = _json(text, source, number, "one object per line")
+            yield pair_from_mapping(obj, f"{source}, line {number}", number)
             continue
         cols = text.split("\t")
         if first and _is_header(cols):
@@ -135,39 +114,38 @@ def _parse_input(stream: IO, source: str, fmt: str) -> Iterator[Pair]:
         yield Pair(cols[0], cols[1], "", cols[2] if len(cols) == 3 else None, number)
 
 
-def predict(run: TrainedRun, pairs: Iterable[Pair], out: IO[str], batch_size: int = 256, source: str = "input") -> int:
+def predict(matcher: Matcher, pairs: Iterable[Pair], out: IO[str], batch_size: int = 256, source: str = "input") -> int:
     """Write predictions as JSON Lines; returns the number of pairs. The input is read `batch_size` pairs at a time
-    and run in batches within the run's memory budget (see TrainedRun.logits)."""
-    labels, count = run.labels, 0
+    and answered by `Matcher.predict` (in batches within the run's memory budget)."""
+    count = 0
     stream = iter(pairs)
-    batches = ((chunk, run.logits(chunk, source)) for chunk in iter(lambda: list(islice(stream, batch_size)), []))
+    batches = ((chunk, matcher.predict(chunk, source)) for chunk in iter(lambda: list(islice(stream, batch_size)), []))
 
-    if run.kind == "classify":
-        for batch, logits in batches:
-            for p, (label, probs) in zip(batch, label_probabilities(logits, labels), strict=True):
-                record = {"line": p.line, "a": p.a, "b": p.b, "label": label,
-                          "probs": {k: round(v, 6) for k, v in probs.items()}}  # fmt: skip
+    if matcher.kind == "classify":
+        for batch, answers in batches:
+            for p, answer in zip(batch, answers, strict=True):
+                record = {"line": p.line, "a": p.a, "b": p.b, "label": answer["label"],
+                          "probs": {k: round(v, 6) for k, v in answer["probs"].items()}}  # fmt: skip
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
             count += len(batch)
         return count
 
     done: set[str] = set()
-    current: list[tuple[Pair, float, float]] = []
+    current: list[tuple[Pair, dict]] = []
 
     def flush() -> None:
         if current:
             group = current[0][0].group or current[0][0].a
-            ranked = sorted(current, key=lambda item: (-item[1], item[0].line))
+            ranked = ranking([p for p, _ in current], [answer for _, answer in current])
             record = {"group": group, "a": current[0][0].a,
-                      "ranking": [{"line": p.line, "b": p.b, "score": round(s, 6), "p_match": round(pm, 6)}
-                                  for p, s, pm in ranked]}  # fmt: skip
+                      "ranking": [{"line": r["candidate"].line, "b": r["candidate"].b, "score": round(r["score"], 6),
+                                   "p_match": round(r["p_match"], 6)} for r in ranked]}  # fmt: skip
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
             done.add(group)
             current.clear()
 
-    for batch, scores in batches:
-        margins, p_match = match_margin(scores).tolist(), torch.softmax(scores, dim=-1)[:, 1].tolist()
-        for p, score, pm in zip(batch, margins, p_match, strict=True):
+    for batch, answers in batches:
+        for p, answer in zip(batch, answers, strict=True):
             group = p.group or p.a
             if current and group != (current[0][0].group or current[0][0].a):
                 flush()
@@ -176,7 +154,7 @@ def predict(run: TrainedRun, pairs: Iterable[Pair], out: IO[str], batch_size: in
                     f"line {p.line}: group {group!r} appeared earlier and was already ranked; give the candidates of "
                     f"each group on consecutive lines (sort the input by group)"
                 )
-            current.append((p, score, pm))
+            current.append((p, answer))
         count += len(batch)
     flush()
     return count
@@ -192,7 +170,7 @@ def predict_command(cfg: DictConfig) -> int:
     path = None if source == "-" else existing(source)
     if source != "-" and (path is None or path.is_dir()):
         raise RunError(f"input={source}: {'a folder' if path else 'no such file'}; give a file of pairs or -")
-    run = load_trained(cfg.ckpt, cfg)
+    matcher = Matcher(load_trained(cfg.ckpt, cfg))
     with ExitStack() as stack:
         if path is None:
             source, stream = "<stdin>", sys.stdin.buffer
@@ -203,7 +181,8 @@ def predict_command(cfg: DictConfig) -> int:
             suffixes = set(Path(source).suffixes)
             fmt = "jsonl" if ".jsonl" in suffixes else "tsv" if ".tsv" in suffixes else "auto"
         out = sys.stdout if cfg.output == "-" else stack.enter_context(open(cfg.output, "w", encoding="utf-8"))
-        count = predict(run, read_input(stream, source, fmt), out, int(cfg.batch_size), source)
+        count = predict(matcher, read_input(stream, source, fmt), out, int(cfg.batch_size), source)
+    run = matcher.run
     cut = f"; {run.truncated} had a text cut to data.max_length={run.data.max_length} tokens" if run.truncated else ""
     print(f"predicted {count} pairs{cut}", file=sys.stderr)
     return count

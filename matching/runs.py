@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import logging
@@ -331,9 +332,48 @@ def check_checkpoint(checkpoint: str | os.PathLike) -> Path:
     return checkpoint
 
 
+def find_checkpoint(path: str | os.PathLike) -> Path:
+    """The checkpoint that `path` names: the file itself, or a run directory's checkpoints/best.ckpt."""
+    path = Path(path)
+    if path.is_dir():
+        best = path / "checkpoints" / "best.ckpt"
+        if best.is_file():
+            return best
+        found = sorted(p.name for p in (path / "checkpoints").glob("*.ckpt"))
+        raise RunError(
+            f"{path} is not a run directory with checkpoints/best.ckpt"
+            + (f" (checkpoints there: {found}; give one of them)" if found else "")
+            + ", nor a shared model folder (config.yaml, vocab.txt, model.safetensors); give a run directory, a "
+            "checkpoint file, a folder written by matching-export format=hub, or a hub repository id owner/name"
+        )
+    if not path.exists():
+        raise RunError(
+            f"no run directory, checkpoint or shared model folder at {path}; give a run directory "
+            "(outputs/runs/<task>/<aligner>/<time>), a checkpoint file, a folder written by matching-export "
+            "format=hub, or a hub repository id owner/name"
+        )
+    return check_checkpoint(path)
+
+
 def saved_config(checkpoint: str | os.PathLike) -> DictConfig:
     """The saved config of the run a checkpoint belongs to."""
     return OmegaConf.load(find_run_dir(check_checkpoint(checkpoint)) / "config.yaml")
+
+
+def configured(cfg: DictConfig, settings: dict[str, Any], device: str | None = None) -> DictConfig:
+    """A copy of a run's config with `settings` (dotted keys of the config: `{"data.batch_tokens": 4096}`) applied;
+    a key the config does not have is a RunError. `device`: where a contextual run's encoder runs."""
+    cfg = copy.deepcopy(cfg)
+    for key, value in settings.items():
+        if OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
+            raise RunError(f"the run's config has no key {key!r} to set; its keys are in config.yaml beside the model")
+        OmegaConf.update(cfg, key, value)
+    if device is not None and is_contextual(cfg):
+        cfg.embeddings.device = device
+    return cfg
+
+
+_ABSENT = object()
 
 
 def load_trained(checkpoint: str | os.PathLike, cfg: DictConfig | None = None) -> TrainedRun:
@@ -355,11 +395,20 @@ def load_trained(checkpoint: str | os.PathLike, cfg: DictConfig | None = None) -
             f"cannot read checkpoint {checkpoint} ({type(err).__name__}: {err}); the file is corrupt or not a "
             f"checkpoint of matching. Use another one from {checkpoint.parent} (e.g. last.ckpt) or retrain."
         ) from err
+    return assemble_run(run_dir, checkpoint, cfg, vocab, weights, state.get("matching", {}))
+
+
+def assemble_run(
+    run_dir: Path, checkpoint: Path, cfg: DictConfig, vocab: Vocabulary, weights: dict[str, torch.Tensor], meta: dict
+) -> TrainedRun:
+    """A TrainedRun from its parts, checked against each other: the config, the vocabulary, the `weights` (the
+    system's state dict: keys `model.*`) and what the checkpoint says about itself (`meta`: task, labels, kind,
+    encoder; see MatchingSystem.on_save_checkpoint). `checkpoint` names the weights' file in messages."""
+    vocab_file = run_dir / "vocab.txt"
     try:
         data = build_datamodule(cfg, vocab=vocab)
     except (InstantiationException, TypeError) as err:  # e.g. a config key this version no longer has
         raise _another_version(run_dir, err) from err
-    meta = state.get("matching", {})
     labels = data.labels
     if meta.get("task") not in (None, data.task.name):
         raise RunError(

@@ -22,11 +22,9 @@ import numpy as np
 from omegaconf import DictConfig
 
 from matching.cli import command
-from matching.data.readers import Pair
-from matching.data.vocab import NULL
 from matching.extras import require
 from matching.files import write_json
-from matching.model import MatchOutput
+from matching.matcher import Matcher
 from matching.report import option_name
 from matching.runs import RunError, TrainedRun, load_trained
 
@@ -47,24 +45,6 @@ def _save(fig, out: Path, title: str) -> Path:
     fig.savefig(out, dpi=120)
     _plt().close(fig)
     return out
-
-
-def alignment_output(run: TrainedRun, a: str, b: str) -> tuple[list[str], list[str], MatchOutput]:
-    """Tokens of both sides (with NULL when the model uses it) and the model's whole output for one pair."""
-    pair = Pair(a, b, "")
-    ((tokens_a, tokens_b),) = run.data.tokenize("input", [pair], quiet=True)
-    if not tokens_a or not tokens_b:
-        raise RunError("both texts need at least one token to draw an alignment")
-    out = run.predict(run.batch([pair]))
-    if run.model.null_token:
-        tokens_a, tokens_b = [NULL, *tokens_a], [NULL, *tokens_b]
-    return tokens_a, tokens_b, out
-
-
-def alignment(run: TrainedRun, a: str, b: str) -> tuple[list[str], list[str], dict[str, np.ndarray]]:
-    """Tokens of both sides (with NULL when the model uses it) and the (La, Lb) matrices for one pair."""
-    tokens_a, tokens_b, out = alignment_output(run, a, b)
-    return tokens_a, tokens_b, {k: v[0].float().cpu().numpy() for k, v in out.matrices.items()}
 
 
 def draw_heatmaps(
@@ -139,10 +119,12 @@ def visualize(cfg: DictConfig) -> Path:
         raise RunError(f"mode must be heatmap or histogram, got {cfg.mode!r}")
     if cfg.mode == "heatmap" and (cfg.a is None or cfg.b is None):
         raise RunError('heat-map mode needs both texts: a="..." b="..."')
-    run = load_trained(cfg.ckpt, cfg)
+    matcher = Matcher(load_trained(cfg.ckpt, cfg))
+    run = matcher.run
     aligner = option_name(run.cfg, "aligner")
     if cfg.mode == "heatmap":
-        tokens_a, tokens_b, matrices = alignment(run, str(cfg.a), str(cfg.b))
+        aligned = matcher.align(str(cfg.a), str(cfg.b))
+        tokens_a, tokens_b, matrices = aligned["a_tokens"], aligned["b_tokens"], aligned["matrices"]
         if not cfg.show_intra:
             matrices = {k: v for k, v in matrices.items() if not k.startswith("intra_")}
         out = Path(cfg.out or run.run_dir / "alignment.png")

@@ -1,7 +1,11 @@
 """Shared test helpers: compose the real Hydra configs pointed at the fixtures (no network, tiny model)."""
 
+import inspect
 import os
+import pickle
+import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -118,3 +122,64 @@ def save_tiny_encoder(folder: Path, seed: int = 0, positions: int = 32) -> Path:
 @pytest.fixture(scope="session")
 def tiny_encoder(tmp_path_factory) -> Path:
     return save_tiny_encoder(tmp_path_factory.mktemp("tiny-bert"))
+
+
+class FakeHub:
+    """A local, file-based stand-in for the Hugging Face hub: `HfApi().create_repo/upload_folder` copy a folder into
+    `root/<owner>/<name>`, and `snapshot_download` copies a repository into a cache folder and returns it, as the
+    real one does. `encoders` maps hub ids to local folders (a contextual run's encoder)."""
+
+    def __init__(self, root: Path):
+        self.root, self.cache, self.encoders, self.uploads, self.downloads = root / "hub", root / "cache", {}, [], []
+
+    def HfApi(self, *args, **kwargs):  # noqa: N802 (the name it stands in for)
+        return self
+
+    def create_repo(self, repo_id, *, exist_ok=False, private=None, **kwargs):
+        (self.root / repo_id).mkdir(parents=True, exist_ok=exist_ok)
+
+    def upload_folder(self, *, repo_id, folder_path, commit_message=None, **kwargs):
+        shutil.copytree(folder_path, self.root / repo_id, dirs_exist_ok=True)
+        self.uploads.append(repo_id)
+        return SimpleNamespace(commit_url=f"https://huggingface.co/{repo_id}/commit/{len(self.uploads)}")
+
+    def snapshot_download(self, repo_id, *, revision=None, **kwargs):
+        self.downloads.append((repo_id, revision))
+        if repo_id in self.encoders:
+            return str(self.encoders[repo_id])
+        if not (self.root / repo_id).is_dir():
+            raise FileNotFoundError(f"404 Client Error: Repository Not Found for url: https://huggingface.co/{repo_id}")
+        target = self.cache / repo_id.replace("/", "--") / (revision or "main")
+        shutil.copytree(self.root / repo_id, target, dirs_exist_ok=True)
+        return str(target)
+
+
+@pytest.fixture
+def fake_hub(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    hub = FakeHub(tmp_path)
+    for fake, real in ((FakeHub.create_repo, huggingface_hub.HfApi.create_repo),
+                       (FakeHub.upload_folder, huggingface_hub.HfApi.upload_folder),
+                       (FakeHub.snapshot_download, huggingface_hub.snapshot_download)):  # fmt: skip
+        ours, theirs = inspect.signature(fake).parameters, inspect.signature(real).parameters
+        named = [n for n, p in ours.items() if n != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+        assert all(n in theirs and ours[n].kind == theirs[n].kind for n in named), fake  # called as the real one
+    monkeypatch.setattr(huggingface_hub, "HfApi", hub.HfApi)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", hub.snapshot_download)
+    return hub
+
+
+@pytest.fixture
+def no_unpickling(monkeypatch):
+    """Every way to unpickle fails the test: pickle's load, loads and Unpickler, and torch.load (whatever its
+    weights_only, which is itself an unpickler)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("something was unpickled")
+
+    import torch
+
+    for name in ("load", "loads", "Unpickler"):
+        monkeypatch.setattr(pickle, name, refuse)
+    monkeypatch.setattr(torch, "load", refuse)

@@ -2,6 +2,7 @@
 
 The encoder is a tiny BERT saved to a temporary folder (conftest.save_tiny_encoder): nothing is downloaded."""
 
+import json
 import logging
 import subprocess
 import sys
@@ -172,22 +173,145 @@ def test_contextual_run_predicts_and_visualizes_from_its_directory(contextual_ru
     out = run.predict(run.batch(pairs))
     assert out.mask_a.shape[1] == 1 + 4  # NULL + the words: alignment stays word-level
     assert next(iter(out.matrices.values())).shape[1:] == (1 + 4, 1 + 5)
-    from matching.visualize import alignment, matrix_values
+    from matching.matcher import Matcher
+    from matching.visualize import matrix_values
 
-    tokens_a, tokens_b, matrices = alignment(run, "what is a cat", "a cat is an animal")
+    aligned = Matcher(run).align("what is a cat", "a cat is an animal")
+    tokens_a, matrices = aligned["a_tokens"], aligned["matrices"]
     assert tokens_a[1:] == ["what", "is", "a", "cat"] and all(m.shape == (5, 6) for m in matrices.values())
     assert all(np.isfinite(v).all() for v in matrix_values(run, "dev", max_pairs=20).values())  # heat-map values
 
 
-def test_export_refuses_a_contextual_run_in_one_paragraph(contextual_run, tmp_path):
+def test_torchscript_export_refuses_a_contextual_run_in_one_paragraph(contextual_run, tmp_path):
     run_dir, _ = contextual_run
     proc = subprocess.run(
-        [sys.executable, "-m", "matching.export", f"ckpt={run_dir / 'checkpoints/best.ckpt'}", f"out={tmp_path}"],
+        [sys.executable, "-m", "matching.export", f"ckpt={run_dir / 'checkpoints/best.ckpt'}", "format=torchscript",
+         f"out={tmp_path}"],
         capture_output=True, text=True, cwd=ROOT, env=SUBPROCESS_ENV,
     )  # fmt: skip
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.startswith("error:") and "contextual run" in proc.stderr and "matching-predict" in proc.stderr
+    assert proc.stderr.startswith("error:") and "contextual run" in proc.stderr and "format=onnx" in proc.stderr
     assert not list(tmp_path.iterdir())
+
+
+QUERY = "what is a cat"
+CANDIDATES = ["a cat is an animal", "dogs bark at night", "the cat",  # the next one needs several windows of pieces
+              "a cat is a small furry animal that many people keep at home as a friendly pet"]  # fmt: skip
+
+
+def _predicted_ranking(run_dir, tmp_path, capsys) -> list[dict]:
+    from matching.predict import main as predict_main
+
+    file = tmp_path / "pairs.jsonl"
+    file.write_text("".join(json.dumps({"question": QUERY, "answer": c}) + "\n" for c in CANDIDATES))
+    capsys.readouterr()
+    assert predict_main([f"ckpt={run_dir / 'checkpoints/best.ckpt'}", f"input={file}"]) == 0
+    (record,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    return sorted(record["ranking"], key=lambda r: r["line"])
+
+
+def test_the_python_api_scores_a_contextual_run_as_predict_does(contextual_run, tmp_path, capsys):
+    from matching import Matcher
+
+    run_dir, _ = contextual_run
+    expected = _predicted_ranking(run_dir, tmp_path, capsys)
+    matcher = Matcher.load(run_dir)
+    answers = matcher.predict([{"question": QUERY, "answer": c} for c in CANDIDATES])
+    ranked = sorted(matcher.rank(QUERY, CANDIDATES), key=lambda r: r["index"])
+    for answer, rank, record in zip(answers, ranked, expected, strict=True):
+        assert answer["score"] == pytest.approx(record["score"], abs=1e-6) == rank["score"]
+        assert answer["p_match"] == pytest.approx(record["p_match"], abs=1e-6) == rank["p_match"]
+
+
+CLIENT = r'''
+"""A client of a contextual run's ONNX export that knows nothing of `matching`: onnxruntime, tokenizers, numpy."""
+import json, sys
+from pathlib import Path
+import numpy as np, onnxruntime
+from tokenizers import Tokenizer
+
+folder, pairs = Path(sys.argv[1]), json.loads(sys.argv[2])
+spec = json.loads((folder / "serving.json").read_text())
+ctx = spec["contextual"]
+words_tokenizer = Tokenizer.from_file(str(folder / spec["tokenizer"]["file"]))
+piece_tokenizer = Tokenizer.from_file(str(folder / ctx["piece_tokenizer"]))
+
+def words(text):
+    normal = words_tokenizer.normalizer.normalize_str(text)
+    out = [w for w, _ in words_tokenizer.pre_tokenizer.pre_tokenize_str(normal)]
+    return out[: spec["max_length"]] if spec["max_length"] else out
+
+def padded(rows, fill=0):
+    out = np.full((len(rows), max(map(len, rows))), fill, dtype=np.int64)
+    for r, row in enumerate(rows):
+        out[r, : len(row)] = row
+    return out
+
+def side(texts, name):
+    rows, word_rows, windows = [], [], []
+    for t, text in enumerate(texts):
+        encoding = piece_tokenizer.encode(text, is_pretokenized=True, add_special_tokens=False)
+        ids, which, n, width = encoding.ids, encoding.word_ids, len(encoding.ids), ctx["window"]
+        starts = [0] if n <= width else sorted({*range(0, n - width, ctx["step"]), n - width})
+        for s in starts:
+            rows.append([ctx["cls_id"], *ids[s : s + width], ctx["sep_id"]])
+            word_rows.append([-1, *which[s : s + width], -1])
+            windows.append(t)
+    return {f"{name}": padded([[1] * len(t) for t in texts]), f"{name}_pieces": padded(rows, ctx["pad_id"]),
+            f"{name}_piece_mask": padded([[1] * len(r) for r in rows]), f"{name}_piece_word": padded(word_rows, -1),
+            f"{name}_piece_row": np.array(windows, dtype=np.int64)}
+
+session = onnxruntime.InferenceSession(str(folder / spec["model"]), providers=["CPUExecutionProvider"])
+inputs = side([words(a) for a, _ in pairs], "a") | side([words(b) for _, b in pairs], "b")
+probs, logits = session.run(None, inputs)
+assert "matching" not in sys.modules and "torch" not in sys.modules
+print(json.dumps({"probs": probs.tolist(), "score": (logits[:, 1] - logits[:, 0]).tolist()}))
+'''
+
+
+def test_a_contextual_run_exported_to_onnx_scores_like_predict_without_matching(contextual_run, tmp_path, capsys):
+    """The encoder, word pooling and model in one ONNX file: with onnxruntime and tokenizers alone (a subprocess
+    that never imports matching or torch), the scores of `predict` to 1e-4, a text of several windows included."""
+    pytest.importorskip("onnxruntime")
+    from matching.export import main as export_main
+
+    run_dir, _ = contextual_run
+    out = tmp_path / "onnx"
+    assert export_main([f"ckpt={run_dir / 'checkpoints/best.ckpt'}", "format=onnx", f"out={out}"]) == 0
+    assert {"model.onnx", "tokenizer.json", "encoder_tokenizer.json", "serving.json"} <= {p.name for p in out.iterdir()}
+    expected = _predicted_ranking(run_dir, tmp_path, capsys)
+    pairs = [[QUERY, c] for c in CANDIDATES]
+    done = subprocess.run([sys.executable, "-c", CLIENT, str(out), json.dumps(pairs)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout)
+    assert got["score"] == pytest.approx([r["score"] for r in expected], abs=1e-4)
+    assert [p[1] for p in got["probs"]] == pytest.approx([r["p_match"] for r in expected], abs=1e-4)
+
+
+def test_a_contextual_hub_folder_names_its_encoder_by_hub_id(contextual_run, tiny_encoder, tmp_path, fake_hub,
+                                                            request, capsys):  # fmt: skip
+    from matching import Matcher
+    from matching.export import main as export_main
+
+    run_dir, _ = contextual_run
+    ckpt, folder = run_dir / "checkpoints/best.ckpt", tmp_path / "shared"
+    assert export_main([f"ckpt={ckpt}", "format=hub", f"out={folder}"]) == 2  # trained from a local folder
+    assert "give encoder=<owner/name>" in capsys.readouterr().err
+    assert export_main([f"ckpt={ckpt}", "format=hub", f"out={folder}", "encoder=tiny/bert", "encoder_revision=v1"]) == 0
+    cfg = OmegaConf.load(folder / "config.yaml")
+    assert (cfg.embeddings.model, cfg.embeddings.revision) == ("tiny/bert", "v1")
+    assert str(tiny_encoder) not in (folder / "config.yaml").read_text()
+    assert "[tiny/bert](https://huggingface.co/tiny/bert) at revision `v1`" in (folder / "README.md").read_text()
+    fake_hub.encoders["tiny/bert"] = tiny_encoder
+    expected = Matcher.load(run_dir).logits([(QUERY, c) for c in CANDIDATES])
+    request.getfixturevalue("no_unpickling")
+    shared = Matcher.load(folder)
+    assert ("tiny/bert", "v1") in fake_hub.downloads
+    assert shared.logits([(QUERY, c) for c in CANDIDATES]).tobytes() == expected.tobytes()
+    fake_hub.encoders["tiny/bert"] = save_tiny_encoder(tmp_path / "other", seed=5)  # other weights under that name
+    with pytest.raises(RunError, match="trained with the encoder"):
+        Matcher.load(folder)
 
 
 def test_a_run_refuses_an_encoder_with_other_weights(contextual_run, tmp_path):
@@ -199,7 +323,7 @@ def test_a_run_refuses_an_encoder_with_other_weights(contextual_run, tmp_path):
         load_trained(run_dir / "checkpoints/best.ckpt", cfg)
 
 
-def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder):
+def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder, tmp_path, fake_hub):
     cfg = contextual(make_cfg, tiny_encoder, "embeddings.trainable_layers=1", "trainer.max_epochs=1")
     train(cfg)
     state = torch.load(Path(cfg.paths.output_dir) / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)
@@ -215,6 +339,20 @@ def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder):
     run = load_trained(Path(cfg.paths.output_dir) / "checkpoints/last.ckpt")
     logits = run.logits([Pair("a cat sat", "the cat sat on the mat", "entailment")])
     assert torch.isfinite(logits).all()
+    # Exported, the fine-tuned encoder goes along: in model.onnx, and in the shared folder's safetensors
+    from matching import Matcher
+    from matching.export import contextual_inputs, export
+    from matching.hub import write_folder
+
+    ort = pytest.importorskip("onnxruntime")
+    pairs = [("a cat sat", "the cat sat on the mat"), ("dogs", "a dog barks loudly at the small cat"), ("a", "b")]
+    expected = Matcher(run).logits(pairs)
+    session = ort.InferenceSession(str(export(run, "onnx", tmp_path / "onnx")), providers=["CPUExecutionProvider"])
+    _, logits = session.run(None, {k: v.numpy() for k, v in contextual_inputs(run, pairs).items()})
+    np.testing.assert_allclose(logits, expected, atol=1e-4)
+    fake_hub.encoders["tiny/bert"] = tiny_encoder
+    shared = Matcher.load(write_folder(run, tmp_path / "shared", encoder="tiny/bert"))
+    assert shared.logits(pairs).tobytes() == expected.tobytes()
 
 
 def test_a_missing_encoder_is_one_paragraph_saying_what_to_install(tmp_path):

@@ -65,7 +65,7 @@ def test_onnx_parity(run_name, request, tmp_path):
 def test_unknown_format_is_a_clear_error(snli_run, capsys):
     run_dir, _ = snli_run
     assert main([f"ckpt={run_dir / 'checkpoints' / 'best.ckpt'}", "format=tflite"]) == 2
-    assert "format must be one of ['onnx', 'torchscript']" in capsys.readouterr().err
+    assert "format must be one of ['hub', 'onnx', 'torchscript']" in capsys.readouterr().err
 
 
 CLIENT = r'''

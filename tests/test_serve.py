@@ -22,11 +22,11 @@ httpx = pytest.importorskip("httpx", reason="the serve extra: pip install -e '.[
 pytest.importorskip("litserve", reason="the serve extra: pip install -e '.[serve]'")
 
 from matching.data.readers import Pair  # noqa: E402
+from matching.matcher import Matcher  # noqa: E402
 from matching.predict import predict  # noqa: E402
 from matching.runs import load_trained  # noqa: E402
 from matching.serve import free_port, serving  # noqa: E402
 from matching.serve import main as serve_main  # noqa: E402
-from matching.visualize import alignment  # noqa: E402
 
 LIMITS = ["limits.max_pairs=6", "limits.max_candidates=5", "limits.max_text_tokens=30",
           "limits.max_request_bytes=20000", "threads=1"]  # fmt: skip
@@ -53,8 +53,7 @@ def servers(snli_run, wikiqa_run):
 
 def _predict(run_dir, pairs: list[tuple[str, str]]) -> list[dict]:
     out = io.StringIO()
-    predict(load_trained(run_dir / "checkpoints" / "best.ckpt"), [Pair(a, b, "", None, i + 1) for i, (a, b) in
-            enumerate(pairs)], out)  # fmt: skip
+    predict(Matcher.load(run_dir), [Pair(a, b, "", None, i + 1) for i, (a, b) in enumerate(pairs)], out)
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
@@ -92,8 +91,8 @@ def test_align_returns_what_visualize_draws(servers, wikiqa_run):
     answer = _post(servers["wikiqa"], "/align", {"a": QUERY, "b": CANDIDATES[0]})
     assert answer.status_code == 200, answer.text
     body = answer.json()
-    tokens_a, tokens_b, matrices = alignment(load_trained(wikiqa_run[0] / "checkpoints" / "best.ckpt"), QUERY,
-                                             CANDIDATES[0])  # fmt: skip
+    aligned = Matcher.load(wikiqa_run[0]).align(QUERY, CANDIDATES[0])
+    tokens_a, tokens_b, matrices = aligned["a_tokens"], aligned["b_tokens"], aligned["matrices"]
     assert body["a_tokens"] == tokens_a and body["b_tokens"] == tokens_b
     assert set(body["matrices"]) == set(matrices)
     for name, m in matrices.items():

@@ -5,8 +5,9 @@ import struct
 
 import pytest
 
+from matching.matcher import Matcher
 from matching.runs import load_trained
-from matching.visualize import alignment, main, matrix_values
+from matching.visualize import main, matrix_values
 
 
 def _png_size(path):
@@ -23,9 +24,8 @@ def test_heatmap_for_coda_shows_affinity_gate_and_m(wikiqa_run, tmp_path, capsys
     assert code == 0 and f"wrote {out}" in capsys.readouterr().out
     width, height = _png_size(out)
     assert width > 300 and height > 200
-    tokens_a, tokens_b, matrices = alignment(
-        load_trained(run / "checkpoints" / "best.ckpt"), "how big is the moon", "the moon is large ."
-    )
+    aligned = Matcher.load(run).align("how big is the moon", "the moon is large .")
+    tokens_a, tokens_b, matrices = aligned["a_tokens"], aligned["b_tokens"], aligned["matrices"]
     assert set(matrices) == {"affinity", "gate", "M"}
     assert matrices["M"].shape == (len(tokens_a), len(tokens_b)) == (5, 5)
 
@@ -36,7 +36,8 @@ def test_heatmap_for_softmax_labels_tokens_with_null(make_cfg, tmp_path):
     cfg = make_cfg("trainer.max_epochs=1", "model.null_token=true", "intra=softmax")
     train(cfg)
     run = load_trained(f"{cfg.paths.output_dir}/checkpoints/best.ckpt")
-    tokens_a, tokens_b, matrices = alignment(run, "A dog runs.", "An animal moves")
+    aligned = Matcher(run).align("A dog runs.", "An animal moves")
+    tokens_a, tokens_b, matrices = aligned["a_tokens"], aligned["b_tokens"], aligned["matrices"]
     assert tokens_a[0] == tokens_b[0] == "<null>" and tokens_a[1:] == ["a", "dog", "runs", "."]
     assert {"softmax_a", "softmax_b", "intra_a/softmax_a"} <= set(matrices)
     assert matrices["softmax_a"].sum(1) == pytest.approx([1.0] * len(tokens_a), abs=1e-5)

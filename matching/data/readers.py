@@ -73,6 +73,31 @@ class DataFormatError(ValueError):
     """A corpus file is malformed. The message names the file, the 1-based line number and what to do."""
 
 
+#: The field names of a pair's two texts in JSON objects (predict's input, `Matcher.predict`'s dicts), and of its
+#: group (question) id.
+FIELD_ALIASES = [("a", "b"), ("sentence1", "sentence2"), ("premise", "hypothesis"), ("question", "answer"),
+                 ("context", "response")]  # fmt: skip
+GROUP_ALIASES = ("group", "qid", "question_id", "id")
+
+
+def pair_from_mapping(obj: object, where: str, line: int = 0) -> Pair:
+    """A new pair (no label) from a JSON object or dict: its two texts under one of FIELD_ALIASES, and an optional
+    group id under one of GROUP_ALIASES; DataFormatError naming `where` otherwise."""
+    if not isinstance(obj, dict):
+        raise DataFormatError(f"{where}: expected a JSON object with the two texts, got {obj!r:.60}")
+    for ka, kb in FIELD_ALIASES:
+        if ka in obj and kb in obj:
+            if not isinstance(obj[ka], str) or not isinstance(obj[kb], str):
+                raise DataFormatError(
+                    f"{where}: {ka!r} and {kb!r} must be strings, got {obj[ka]!r:.40}, {obj[kb]!r:.40}"
+                )
+            group = next((obj[k] for k in GROUP_ALIASES if obj.get(k) is not None), None)
+            return Pair(obj[ka], obj[kb], "", None if group is None else str(group), line)
+    raise DataFormatError(
+        f"{where}: no pair of text fields among {[list(p) for p in FIELD_ALIASES]}; found keys {sorted(obj)}"
+    )
+
+
 # --------------------------------------------------------------------------------------------- opening
 
 
