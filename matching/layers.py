@@ -30,7 +30,7 @@ class Dropout(nn.Dropout):
         threshold = round(self.p * 65536)
         words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), None)  # all 64 bits
         keep = words.view(torch.int16)[: x.numel()].view(x.shape) >= threshold - 32768
-        return x * torch.where(keep, 65536 / (65536 - threshold), 0.0).to(x.dtype)
+        return x * keep.to(x.dtype).mul_(65536 / (65536 - threshold))
 
 
 class FeedForward(nn.Sequential):
