@@ -52,13 +52,17 @@ test: install  ## run the default (fast) test suite
 test-slow: install  ## run the slow tests too
 	$(BIN)/python -m pytest -q -m "slow or not slow"
 
-bench: install  ## speed and memory benchmarks (prints figures; ~20 min on 2 cores)
+BENCH_TRAINER ?= cpu
+
+bench: install  ## speed and memory benchmarks (prints figures; ~25 min on 2 cores); BENCH_TRAINER=gpu on a GPU
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_step.py --trainer $(BENCH_TRAINER)
 	$(BIN)/python benchmarks/bench_training.py
 	$(BIN)/python benchmarks/bench_data.py
 	$(BIN)/python benchmarks/bench_vectors.py
 	$(BIN)/python benchmarks/bench_long_inputs.py
 
 bench-quick: install  ## a fast pass over the benchmarks (fewer steps, smaller files)
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_step.py --trainer $(BENCH_TRAINER) --pairs 8000 --skip-real
 	$(BIN)/python benchmarks/bench_training.py --quick
 	$(BIN)/python benchmarks/bench_data.py --pairs 50000 --repeats 1
 	$(BIN)/python benchmarks/bench_vectors.py --words 200000 --vocab 4000 --repeats 1

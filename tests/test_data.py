@@ -7,7 +7,14 @@ import pytest
 import torch
 from conftest import FIXTURE_VECTORS
 
-from matching.data.datamodule import BucketBatchSampler, LabelError, PairDataModule, split_prefix
+from matching.data.datamodule import (
+    BucketBatchSampler,
+    LabelError,
+    PadCollator,
+    PairDataModule,
+    pad_batch,
+    split_prefix,
+)
 from matching.data.readers import read_snli_jsonl
 from matching.data.sources import CorpusNotFoundError
 from matching.data.tasks import Task
@@ -76,6 +83,31 @@ def test_batches_are_padded_to_their_own_maximum(make_cfg):
         assert batch["a"].shape[1] == lengths_a.max()
         assert batch["b"].shape[1] == (batch["b"] != PAD_ID).sum(1).max()
         assert batch["label"].dtype == torch.int64
+
+
+def test_batches_gathered_from_the_packed_split_equal_padding_each_pair(make_cfg):
+    dm = build_datamodule(make_cfg())
+    dm.setup("fit")
+    split = dm.splits["train"]
+    indices = [5, 0, 11, 3, 9]
+    batch = PadCollator(split)(indices)
+    assert torch.equal(batch["a"], pad_batch([split.a[i] for i in indices]))
+    assert torch.equal(batch["b"], pad_batch([split.b[i] for i in indices]))
+    assert batch["label"].tolist() == split.labels[indices].tolist()
+    assert batch["index"].tolist() == indices and batch["group"].tolist() == split.groups[indices].tolist()
+
+
+def test_pad_to_rounds_batch_lengths_up_and_changes_nothing_else(make_cfg):
+    dm = build_datamodule(make_cfg("compile=true"))  # data.pad_to: null means 8 when compiled
+    assert dm.pad_to == 8
+    dm.setup("fit")
+    plain = build_datamodule(make_cfg())
+    plain.setup("fit")
+    for rounded, exact in zip(dm.train_dataloader(), plain.train_dataloader(), strict=True):
+        for side in "ab":
+            assert rounded[side].shape[1] % 8 == 0 and rounded[side].shape[1] - exact[side].shape[1] < 8
+            assert torch.equal(rounded[side][:, : exact[side].shape[1]], exact[side])
+            assert not rounded[side][:, exact[side].shape[1] :].any()
 
 
 def _words(dm, split):

@@ -5,7 +5,10 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
+from conftest import evaluate
 
+from matching.runs import build_callbacks
 from matching.train import train
 
 ALIGNERS = ["softmax", "coda", "conflict", "softmax_conflict"]
@@ -106,3 +109,35 @@ def test_same_seed_gives_identical_metrics(make_cfg, tmp_path):
     first = train(make_cfg("trainer.max_epochs=2", "deterministic=true"))
     second = train(make_cfg("trainer.max_epochs=2", "deterministic=true"))
     assert first["val/loss"] == second["val/loss"]
+
+
+def test_training_logs_the_step_loss_on_logging_steps_and_the_accuracy_once_an_epoch(make_cfg):
+    import csv
+
+    cfg = make_cfg("trainer.max_epochs=2", "trainer.log_every_n_steps=2", "logger=csv")
+    train(cfg)
+    rows = list(csv.DictReader(open(next(Path(cfg.paths.output_dir).rglob("metrics.csv")))))
+    losses = [r for r in rows if r.get("train/loss")]
+    accuracies = [r for r in rows if r.get("train/acc")]
+    assert losses and all((int(r["step"]) + 1) % 2 == 0 for r in losses)  # written on every 2nd step only
+    assert [int(r["epoch"]) for r in accuracies] == [0, 1]  # once an epoch
+    assert all(0.0 <= float(r["train/acc"]) <= 1.0 for r in accuracies)
+
+
+def test_the_progress_bar_is_redrawn_every_few_steps_and_left_out_when_disabled(make_cfg):
+    from lightning.pytorch.callbacks import TQDMProgressBar
+
+    shown = build_callbacks(make_cfg("trainer.enable_progress_bar=true"))
+    assert isinstance(shown["progress_bar"], TQDMProgressBar) and shown["progress_bar"].refresh_rate == 10
+    assert "progress_bar" not in build_callbacks(make_cfg())  # the tests run with trainer.enable_progress_bar=false
+
+
+@pytest.mark.slow
+def test_a_compiled_model_trains_and_its_checkpoint_loads_uncompiled(make_cfg):
+    cfg = make_cfg("compile=true", "trainer.max_epochs=1")
+    metrics = train(cfg)
+    assert math.isfinite(metrics["val/loss"])
+    best = Path(cfg.paths.output_dir) / "checkpoints" / "best.ckpt"
+    state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
+    assert not any("_orig_mod" in key for key in state)  # compiled in place: the keys of an eager model
+    assert evaluate(best)["val/loss"] == pytest.approx(metrics["val/loss"], rel=1e-4)
