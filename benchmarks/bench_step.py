@@ -1,7 +1,7 @@
 """The fixed cost of a training step: the real `matching.train` command against the same model in a plain loop.
 
     python benchmarks/bench_step.py [--trainer cpu|gpu] [--aligners softmax,coda] [--pairs 32000] [--code DIR]
-                                    [--real-pairs 64000] [--skip-real] [overrides ...]
+                                    [--real-pairs 64000] [--skip-real | --skip-tiny] [overrides ...]
 
 1. Fixed cost. A tiny model (hidden 8, 8-d frozen random vectors) on an SNLI-shaped corpus at batch 64, so that
    the arithmetic is negligible and what is left is the work done around it every step:
@@ -93,7 +93,8 @@ def main() -> None:
     parser.add_argument("--aligners", default="softmax,coda")
     parser.add_argument("--pairs", type=int, default=32_000, help="training pairs of the tiny-model epoch")
     parser.add_argument("--real-pairs", type=int, default=64_000, help="training pairs of the real-size epochs")
-    parser.add_argument("--skip-real", action="store_true")
+    parser.add_argument("--skip-real", action="store_true", help="only the fixed cost (part 1)")
+    parser.add_argument("--skip-tiny", action="store_true", help="only the real-size epochs (part 2)")
     parser.add_argument("--code", type=Path, default=None, help="another checkout whose command is timed as well")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("extra", nargs="*", help="more overrides for every run")
@@ -101,8 +102,9 @@ def main() -> None:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-step-"))
     codes = {"this": ROOT} | ({"other": args.code.resolve()} if args.code else {})
     headline = []
-    print(f"1. fixed cost per step, tiny model, batch 64, {args.pairs:,} pairs, trainer={args.trainer}", flush=True)
-    for aligner in args.aligners.split(","):
+    if not args.skip_tiny:
+        print(f"1. fixed cost per step, tiny model, batch 64, {args.pairs:,} pairs, trainer={args.trainer}", flush=True)
+    for aligner in [] if args.skip_tiny else args.aligners.split(","):
         loop = plain_loop_ms(work, aligner, args.trainer, args.pairs, args.extra)
         row = [f"{aligner:<10} plain loop {loop:6.2f} ms"]
         for tag, code in codes.items():
