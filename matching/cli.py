@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -156,6 +157,25 @@ class OverrideError(ValueError):
     """A command-line override that Hydra cannot apply."""
 
 
+class SweepJobError(ValueError):
+    """A job of a sweep run by another process (submitit) failed; the message carries its error and its logs."""
+
+
+def sweep_job_error(err: Exception) -> SweepJobError:
+    """submitit's report of a failed job (its error stream, or why it has no result) as one paragraph: the job's
+    own `error:` paragraph when it has one, and where its logs are."""
+    text = str(err)
+    first = text.splitlines()[0] if text else type(err).__name__
+    job = re.search(r"with path (\S+)", first)
+    logs = f" Its logs: {Path(job.group(1)).parent}/." if job else ""
+    said = [line.removeprefix("error: ") for line in text.splitlines() if line.startswith("error: ")]
+    why = said[-1] if said else first
+    return SweepJobError(
+        f"a sweep job failed: {why}.{logs} Fix it and relaunch the same command: complete runs are skipped, "
+        "interrupted ones continue"
+    )
+
+
 def report_error(err: BaseException) -> int:
     """Print a user's mistake as one paragraph on stderr; the exit status is 2."""
     if os.environ.get("MATCHING_DEBUG"):
@@ -216,6 +236,10 @@ def command(
             return report_error(OverrideError(_override_message(config_name, overrides, err)))
         except USER_ERRORS as err:  # Hydra's own argument checks (e.g. --cfg with -m)
             return report_error(err)
+        except Exception as err:
+            if type(err).__module__.startswith("submitit"):  # a job of hydra/launcher=slurm or submitit_local
+                return report_error(sweep_job_error(err))
+            raise
         except SystemExit as done:  # --help, a Hydra error (status 1) or a user error (status 2)
             return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
         finally:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,24 @@ _LOCATION_KEYS = ("paths.", "trainer.enable_progress_bar")
 def is_sweep_job() -> bool:
     """Whether this process runs one job of a Hydra multirun (`-m`)."""
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def check_sweep_processes(cfg: DictConfig) -> None:
+    """A sweep job cannot start DDP processes itself: Lightning starts them by running the command line again,
+    which for a sweep is the whole sweep. Processes started for it (SLURM's tasks, torchrun) are fine."""
+    trainer = cfg.get("trainer") or {}
+    devices = trainer.get("devices", 1)
+    several = devices not in (1, "1") and not (isinstance(devices, (list, ListConfig)) and len(devices) == 1)
+    external = any(key in os.environ for key in ("SLURM_NTASKS", "LOCAL_RANK"))
+    if str(trainer.get("strategy", "")) == "ddp" and several and not external:
+        from matching.runs import RunError
+
+        raise RunError(
+            f"trainer=ddp with trainer.devices={devices} in a sweep job: Lightning would start the other processes by "
+            "running the whole sweep again. Sweep with one process per job (each job on its own device: "
+            "trainer=gpu, or the ray launcher's num_gpus), or on SLURM let it start them: "
+            "hydra.launcher.tasks_per_node=<devices>"
+        )
 
 
 @dataclass(frozen=True)

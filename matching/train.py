@@ -43,7 +43,7 @@ from matching.runs import (
     check_writable,
     find_run_dir,
 )
-from matching.sweeps import is_sweep_job, prior_run
+from matching.sweeps import check_sweep_processes, is_sweep_job, prior_run
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +195,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         with open_dict(cfg):
             cfg.choices = config_choices()
         if is_sweep_job():  # a relaunched sweep finishes what an interrupted one left
+            check_sweep_processes(cfg)
             prior = prior_run(cfg, run_dir)
             if prior.state == "complete":
                 log.info("sweep run %s: skipped, complete (its metrics.json is for this config)", run_dir)

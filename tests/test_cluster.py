@@ -152,6 +152,13 @@ def test_a_relaunched_sweep_skips_finished_runs_resumes_interrupted_ones_and_sta
     assert _files(first / "checkpoints") == kept
 
 
+def test_a_sweep_job_that_would_start_ddp_processes_itself_is_a_clear_error(tmp_path, capsys):
+    assert _sweep(tmp_path, tmp_path / "sweep", "trainer=ddp", "trainer.devices=2") == 2
+    err = capsys.readouterr().err
+    assert "running the whole sweep again" in err and "tasks_per_node" in err
+    assert not list((tmp_path / "sweep").glob("*/checkpoints"))
+
+
 def _write_run(folder: Path, seed: int, aligner: str, value: float | None) -> None:
     (folder / ".hydra").mkdir(parents=True)
     config = {"task": {"name": "snli", "report_metrics": ["acc"], "monitor": "val/acc"}, "seed": seed,
@@ -317,3 +324,18 @@ def test_two_nodes_of_one_process_each_match_a_single_process_evaluation(tmp_pat
         assert distributed[key] == pytest.approx(single[key], abs=1e-6), key
     print(f"\n2 nodes x 1 process {distributed['val/map']:.6f}/{distributed['val/mrr']:.6f} vs single "
           f"{single['val/map']:.6f}/{single['val/mrr']:.6f} over {int(single['val/questions'])} questions")  # fmt: skip
+
+
+def test_a_failed_submitit_job_is_one_paragraph_with_its_error_and_logs():
+    from matching.cli import sweep_job_error
+
+    class UncompletedJobError(RuntimeError):  # as submitit raises it when a job exits without a result
+        __module__ = "submitit.core.utils"
+
+    err = UncompletedJobError(
+        "Job 11729 (task: 0) with path /s/.submitit/11729/11729_0_result.pkl\nhas not produced any output (state: "
+        "FINISHED)\nError stream produced:\n----\nerror: optim.lr='abc': expected a number (the default is 0.001)\n"
+    )
+    message = str(sweep_job_error(err))
+    assert message.startswith("a sweep job failed: optim.lr='abc': expected a number")
+    assert "Its logs: /s/.submitit/11729/." in message and "\n" not in message
