@@ -93,7 +93,8 @@ class StopCheckpoint(pl.Callback):
     own: it stops at the end of the current step and calls `on_exception`. SIGUSR1 and SIGUSR2 (SLURM's warning
     before a time limit: `--signal`, submitit's and Lightning's requeue signal) are caught here: at the end of the
     current step the checkpoint is written, then the handler that was there before runs (submitit's or Lightning's
-    requeue of the job; by default, the signal ends the process as it would have)."""
+    requeue of the job; by default, the signal ends the process as it would have). Under DDP the processes agree
+    every `log_every_n_steps` steps whether one was signalled; then all write and stop at that same step."""
 
     SIGNALS = ("SIGUSR1", "SIGUSR2")
 
@@ -124,6 +125,12 @@ class StopCheckpoint(pl.Callback):
         self._pending = signum  # acted on at the end of the current step, when the weights are whole
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.world_size > 1:  # all processes stop at the same step (the signal may reach them a step apart),
+            # agreed every log_every_n_steps steps, not at every step: the agreement waits for the device
+            if trainer.global_step % max(1, trainer.log_every_n_steps):
+                return
+            got = trainer.strategy.reduce(torch.tensor(self._pending or 0), reduce_op="max")
+            self._pending = int(got) or None
         if self._pending is not None:
             self._save(trainer, f"received {signal.Signals(self._pending).name}")
             self._deliver()

@@ -247,6 +247,17 @@ def test_ray_sweep_on_a_local_cluster_equals_the_basic_launchers(basic_sweep, tm
     print(f"\nRay sweep of 4 runs on a local 2-CPU cluster: {time.perf_counter() - started:.0f} s")
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_RAY, reason="ray not installed (the ray extra: pip install -e '.[ray]')")
+def test_a_ray_job_with_a_users_mistake_fails_the_sweep_with_its_message(tmp_path):
+    cmd = [sys.executable, "-m", "matching.train", "-m", "seed=1", "optim.lr=abc", "hydra/launcher=ray",
+           "hydra.launcher.init.num_cpus=1", f"hydra.sweep.dir={tmp_path}/sweep", *cli_overrides(tmp_path)]  # fmt: skip
+    done = subprocess.run(cmd, cwd=ROOT, env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2  # not retried by Ray as a lost worker, not a traceback
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: sweep job #0 (") and "failed: optim.lr='abc': expected a number" in last
+
+
 def _big_snli(path: Path, copies: int) -> Path:
     lines = (FIXTURES / "snli" / "snli_1.0_train.jsonl").read_text().splitlines()
     path.write_text("\n".join(lines * copies) + "\n")

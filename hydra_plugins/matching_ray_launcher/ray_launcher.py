@@ -12,7 +12,9 @@ when a sweep is launched, so without the ray extra the error names it.
 
 from __future__ import annotations
 
+import io
 import logging
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,23 +32,45 @@ class JobStopped(ValueError):
     """A sweep job ended with an exit status (a user's mistake, already printed by the job, or a signal)."""
 
 
+class _Tee(io.TextIOBase):
+    """A stream that writes to `stream` and keeps a copy (a job's stderr: its `error:` paragraph goes back to the
+    launching process in the job's result, not only in Ray's log stream)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.copy = stream, io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.copy.write(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
 def _run_job(hydra_context: HydraContext, config: DictConfig, task_function: TaskFunction, singletons: Any) -> Any:
     """One sweep job in a Ray worker: Hydra's own `run_job`, as the basic launcher calls it."""
     setup_globals()
     Singleton.set_state(singletons)
+    stderr = sys.stderr = _Tee(sys.stderr)
     try:
         return run_job(hydra_context=hydra_context, task_function=task_function, config=config,
                        job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")  # fmt: skip
-    except SystemExit as stop:  # a user's mistake (printed above by the job) or a signal: a failed job, not a
-        # dead worker that Ray would retry
+    except SystemExit as stop:  # a user's mistake (printed by the job) or a signal: a failed job, not a dead worker
+        # that Ray would retry
+        said = [
+            line.removeprefix("error: ") for line in stderr.copy.getvalue().splitlines() if line.startswith("error: ")
+        ]
+        why = (
+            said[-1] if said else f"stopped with exit status {stop.code} (its output is in its run folder's train.log)"
+        )
         ret = JobReturn(overrides=list(config.hydra.overrides.task), cfg=config, status=JobStatus.FAILED)
-        run_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
         ret.return_value = JobStopped(
-            f"sweep job #{config.hydra.job.num} ({' '.join(filter_overrides(ret.overrides))}) stopped with exit "
-            f"status {stop.code}; its message is above and in {run_dir}. Fix it and relaunch the same command: "
-            "complete runs are skipped, interrupted ones continue"
+            f"sweep job #{config.hydra.job.num} ({' '.join(filter_overrides(ret.overrides))}) failed: {why}. Fix it "
+            "and relaunch the same command: complete runs are skipped, interrupted ones continue"
         )
         return ret
+    finally:
+        sys.stderr = stderr.stream
 
 
 class RayLauncher(Launcher):
