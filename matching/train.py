@@ -53,12 +53,14 @@ class EpochTimer(pl.Callback):
 
     def __init__(self) -> None:
         self.seconds: list[float] = []
+        self._start: float | None = None  # None in an epoch resumed from a mid-epoch checkpoint: not timed
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._start = time.perf_counter()
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        self.seconds.append(time.perf_counter() - self._start)
+        if self._start is not None:
+            self.seconds.append(time.perf_counter() - self._start)
 
 
 class NonFiniteLossError(ValueError):

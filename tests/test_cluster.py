@@ -107,6 +107,7 @@ def test_a_signalled_run_writes_last_ckpt_at_that_step_then_stops(make_cfg, name
     state = torch.load(last, weights_only=False)
     assert state["global_step"] == 2 and state["epoch"] == 0
     assert not (Path(cfg.paths.output_dir) / "metrics.json").exists()
+    assert train_module.train(make_cfg(f"resume={cfg.paths.output_dir}"))["epochs"] == 3  # continues from that step
 
 
 # A grid sweep in this process (the basic launcher), relaunched as a user would after an interruption.
@@ -350,3 +351,42 @@ def test_a_failed_submitit_job_is_one_paragraph_with_its_error_and_logs():
     message = str(sweep_job_error(err))
     assert message.startswith("a sweep job failed: optim.lr='abc': expected a number")
     assert "Its logs: /s/.submitit/11729/." in message and "\n" not in message
+
+
+@pytest.mark.slow
+def test_a_signal_to_one_ddp_process_stops_both_at_the_same_step_with_last_ckpt_written(tmp_path):
+    """SLURM's warning may reach the processes of a job a step apart: they agree at the next check, write one
+    last.ckpt of that step, and both stop (none is left waiting for the other); resume= then finishes the run."""
+    train_file = _big_snli(tmp_path / "train.jsonl", copies=100)  # 1,200 pairs: 150 steps per process and epoch
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "matching.train", *cli_overrides(tmp_path), f"hydra.run.dir={run}",
+           f"task.splits.train.path={train_file}", "trainer=ddp", "trainer.devices=2", "trainer.max_epochs=3",
+           "trainer.log_every_n_steps=10", "callbacks.early_stopping=null"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=SUBPROCESS_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # fmt: skip
+    last = run / "checkpoints" / "last.ckpt"
+    deadline = time.time() + 600
+    while not last.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR1)  # rank 0 only
+    try:
+        err, _ = proc.communicate(timeout=120)  # stdout and stderr together
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == -signal.SIGUSR1, err[-3000:]
+    state = torch.load(last, weights_only=False)
+    assert state["global_step"] % 10 == 0 and state["global_step"] % 150 != 0, state["global_step"]  # mid-epoch
+    assert "received SIGUSR1: wrote" in err
+    for _ in range(100):  # the other process stops too (it is not waiting for rank 0 in a collective)
+        leftover = subprocess.run(["ps", "-o", "pid,stat,etime,cmd", "-s", str(proc.pid)], capture_output=True,
+                                  text=True).stdout.splitlines()[1:]  # fmt: skip
+        if not leftover:
+            break
+        time.sleep(0.1)
+    assert not leftover, leftover
+    resume = subprocess.run([sys.executable, "-m", "matching.train", f"resume={run}",
+                             f"hydra.run.dir={tmp_path / 'resume_log'}"],
+                            cwd=ROOT, env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert resume.returncode == 0, resume.stderr[-3000:]
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == 3
