@@ -31,6 +31,7 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -169,3 +170,22 @@ def planned_jobs(sweep_dir: Path) -> list[tuple[str, ...]] | None:
         log.warning("cannot tell which runs %s was meant to hold (%s); only the runs found are reported", multirun, err)
         return None
     return [tuple(job) for job in jobs]
+
+
+class SweepLog(Callback):
+    """Hydra callback of `train` (conf/train.yaml, hydra.callbacks): at the start of a sweep, where it writes and how
+    to finish it after an interruption; at its end, how many of its runs are complete and the report command."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = str(config.hydra.sweep.dir)
+        named = any(o.startswith("hydra.sweep.dir=") for o in config.hydra.overrides.hydra)
+        how = "relaunch this command" if named else f"relaunch this command with hydra.sweep.dir={sweep_dir} added"
+        log.info("sweep folder %s; if the sweep is interrupted, %s to finish it", sweep_dir, how)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        complete = len(list(sweep_dir.glob("*/metrics.json")))
+        planned = planned_jobs(sweep_dir)
+        of = f" of {len(planned)}" if planned else ""
+        log.info("sweep %s: %d%s runs complete; results: python -m matching.report runs=%s", sweep_dir, complete, of,
+                 sweep_dir)  # fmt: skip

@@ -124,6 +124,9 @@ def _files(folder: Path) -> dict[str, tuple[int, str]]:
 def test_a_relaunched_sweep_skips_finished_runs_resumes_interrupted_ones_and_starts_the_rest(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     assert _sweep(tmp_path, sweep) == 0
+    said = capsys.readouterr().out
+    assert f"sweep folder {sweep}; if the sweep is interrupted, relaunch this command to finish it" in said
+    assert f"sweep {sweep}: 2 of 2 runs complete; results: python -m matching.report runs={sweep}" in said
     first, second = sweep / "0_snli_softmax_seed1", sweep / "1_snli_coda_seed1"
     reference = json.loads(second.joinpath("metrics.json").read_text())
     kept = _files(first / "checkpoints")
