@@ -18,7 +18,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-EXTRAS ?= dev,hub,plots,formats,tensorboard,export,sweep,serve,contextual
+EXTRAS ?= dev,hub,plots,formats,tensorboard,export,sweep,serve,contextual,cluster
 
 $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/pip install --quiet -c constraints.txt torch
@@ -68,12 +68,12 @@ bench-quick: install  ## a fast pass over the benchmarks (fewer steps, smaller f
 	$(BIN)/python benchmarks/bench_vectors.py --words 200000 --vocab 4000 --repeats 1
 
 lint: install  ## ruff check and format check
-	$(BIN)/ruff check matching tests benchmarks
-	$(BIN)/ruff format --check matching tests benchmarks
+	$(BIN)/ruff check matching tests benchmarks hydra_plugins
+	$(BIN)/ruff format --check matching tests benchmarks hydra_plugins
 
 format: install  ## apply ruff fixes and formatting
-	$(BIN)/ruff check --fix matching tests benchmarks
-	$(BIN)/ruff format matching tests benchmarks
+	$(BIN)/ruff check --fix matching tests benchmarks hydra_plugins
+	$(BIN)/ruff format matching tests benchmarks hydra_plugins
 
 clean:  ## remove caches (keeps data/ and outputs/)
 	rm -rf .pytest_cache .ruff_cache **/__pycache__

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,22 @@ class UsageError(ValueError):
 #: (DataFormatError, VectorsError, LabelError, RunError and UsageError are ValueErrors; a missing corpus is a
 #: FileNotFoundError.)
 USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError)
+#: Options of config groups that a plugin provides, from an extra: (module, extra). Checked before Hydra composes
+#: anything, so that a missing plugin is named with the extra that installs it (Hydra would only say that the
+#: option or the plugin class cannot be found).
+PLUGIN_EXTRAS = {
+    "hydra/launcher=slurm": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
+    "hydra/launcher=submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
+    "hydra/launcher=submitit_local": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
+    "hydra/launcher=ray": ("ray", "ray"),
+    "hydra/launcher=joblib": ("hydra_plugins.hydra_joblib_launcher", "sweep"),
+    "sweep=optuna": ("hydra_plugins.hydra_optuna_sweeper", "sweep"),
+    "sweep=optuna_coda": ("hydra_plugins.hydra_optuna_sweeper", "sweep"),
+}
+# conf/hydra/launcher/submitit_local.yaml sets our defaults over the plugin's schema of the same name, which Hydra
+# validates it against (a typo in a key is an error) while warning that 1.1 deprecated this; hydra-core is pinned.
+warnings.filterwarnings("ignore", message=r"\n'hydra/launcher/submitit_local' is validated against ConfigStore schema")
+
 #: Arguments that ask Hydra about the command instead of running it (no checkpoint needed).
 _HYDRA_QUERIES = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion", "-sc")
 
@@ -58,6 +76,18 @@ def _checkpoint_argument(argv: Sequence[str]) -> str | None:
                 raise UsageError("ckpt= takes one checkpoint; run the command once per checkpoint")
             return str(override.value())
     return None
+
+
+def check_plugins(argv: Sequence[str]) -> None:
+    """A MissingExtraError naming the extra when an option on the command line needs a plugin that is not
+    installed (`hydra/launcher=slurm` without the cluster extra)."""
+    from matching.extras import check_installed
+
+    for arg in argv:
+        option = arg.lstrip("+").replace(" ", "")
+        if option in PLUGIN_EXTRAS:
+            module, extra = PLUGIN_EXTRAS[option]
+            check_installed(module, extra, option)
 
 
 def register_trained_run(argv: Sequence[str], required: bool) -> None:
@@ -127,6 +157,25 @@ class OverrideError(ValueError):
     """A command-line override that Hydra cannot apply."""
 
 
+class SweepJobError(ValueError):
+    """A job of a sweep run by another process (submitit) failed; the message carries its error and its logs."""
+
+
+def sweep_job_error(err: Exception) -> SweepJobError:
+    """submitit's report of a failed job (its error stream, or why it has no result) as one paragraph: the job's
+    own `error:` paragraph when it has one, and where its logs are."""
+    text = str(err)
+    first = text.splitlines()[0] if text else type(err).__name__
+    job = re.search(r"with path (\S+)", first)
+    logs = f" Its logs: {Path(job.group(1)).parent}/." if job else ""
+    said = [line.removeprefix("error: ") for line in text.splitlines() if line.startswith("error: ")]
+    why = said[-1] if said else first
+    return SweepJobError(
+        f"a sweep job failed: {why}.{logs} Fix it and relaunch the same command: complete runs are skipped, "
+        "interrupted ones continue"
+    )
+
+
 def report_error(err: BaseException) -> int:
     """Print a user's mistake as one paragraph on stderr; the exit status is 2."""
     if os.environ.get("MATCHING_DEBUG"):
@@ -171,6 +220,7 @@ def command(
     def main(argv: Sequence[str] | None = None) -> int:
         argv = quote_verbatim(sys.argv[1:] if argv is None else argv, verbatim)
         try:
+            check_plugins(argv)
             register_trained_run(argv, required=uses_run)
         except USER_ERRORS as err:
             return report_error(err)
@@ -186,6 +236,10 @@ def command(
             return report_error(OverrideError(_override_message(config_name, overrides, err)))
         except USER_ERRORS as err:  # Hydra's own argument checks (e.g. --cfg with -m)
             return report_error(err)
+        except Exception as err:
+            if type(err).__module__.startswith("submitit"):  # a job of hydra/launcher=slurm or submitit_local
+                return report_error(sweep_job_error(err))
+            raise
         except SystemExit as done:  # --help, a Hydra error (status 1) or a user error (status 2)
             return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
         finally:

@@ -3,14 +3,19 @@
 A run directory holds `config.yaml` (resolved), `vocab.txt`, `checkpoints/{best,last}.ckpt`,
 `metrics.json` (dev metrics of the best checkpoint, optional test metrics, timing) and the CSV log.
 Checkpoints are written atomically at the end of every epoch; `python -m matching.train resume=<run dir>`
-continues an interrupted run from its last completed epoch, with its own saved config.
+continues an interrupted run from its last completed epoch, with its own saved config. A job of a sweep (`-m`)
+does the same by itself: relaunched into the same sweep directory, it skips a complete run and continues an
+interrupted one (see matching/sweeps.py). A run told to stop (SIGTERM, or the SIGUSR1/SIGUSR2 that SLURM sends
+before a time limit or preemption) first writes `last.ckpt` at the end of the current training step.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +26,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from matching.cli import command
@@ -37,6 +43,7 @@ from matching.runs import (
     check_writable,
     find_run_dir,
 )
+from matching.sweeps import check_sweep_processes, is_sweep_job, prior_run
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +53,14 @@ class EpochTimer(pl.Callback):
 
     def __init__(self) -> None:
         self.seconds: list[float] = []
+        self._start: float | None = None  # None in an epoch resumed from a mid-epoch checkpoint: not timed
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._start = time.perf_counter()
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        self.seconds.append(time.perf_counter() - self._start)
+        if self._start is not None:
+            self.seconds.append(time.perf_counter() - self._start)
 
 
 class NonFiniteLossError(ValueError):
@@ -117,6 +126,81 @@ class FiniteLossGuard(pl.Callback):
         )
 
 
+class StopCheckpoint(pl.Callback):
+    """Writes `last.ckpt` before a run that is told to stop ends, so that a relaunch loses no finished step.
+
+    SIGTERM (what SLURM sends on preemption or `scancel`, Ray and Kubernetes when they stop a worker) is Lightning's
+    own: it stops at the end of the current step and calls `on_exception`. SIGUSR1 and SIGUSR2 (SLURM's warning
+    before a time limit: `--signal`, submitit's and Lightning's requeue signal) are caught here: at the end of the
+    current step the checkpoint is written, then the handler that was there before runs (submitit's or Lightning's
+    requeue of the job; by default, the signal ends the process as it would have). Under DDP the processes agree
+    every `log_every_n_steps` steps whether one was signalled; then all write and stop at that same step."""
+
+    SIGNALS = ("SIGUSR1", "SIGUSR2")
+
+    def __init__(self) -> None:
+        self._previous: dict[int, Any] = {}
+        self._pending: int | None = None
+
+    def _path(self, trainer: pl.Trainer) -> Path | None:
+        callback = trainer.checkpoint_callback
+        return Path(callback.dirpath) / "last.ckpt" if callback and callback.dirpath else None
+
+    def _save(self, trainer: pl.Trainer, why: str) -> None:
+        path = self._path(trainer)
+        if path is not None:
+            trainer.save_checkpoint(path)
+            if trainer.is_global_zero:
+                log.warning("%s: wrote %s (step %d); relaunch to continue from it", why, path, trainer.global_step)
+
+    def on_train_start(self, trainer, pl_module) -> None:  # after Lightning's own handlers, which ours then call
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers belong to the main thread
+        for name in self.SIGNALS:
+            signum = getattr(signal, name, None)
+            if signum is not None:
+                self._previous[signum] = signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self._pending = signum  # acted on at the end of the current step, when the weights are whole
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.world_size > 1:  # all processes stop at the same step (the signal may reach them a step apart),
+            # agreed every log_every_n_steps steps, not at every step: the agreement waits for the device
+            if trainer.global_step % max(1, trainer.log_every_n_steps):
+                return
+            got = trainer.strategy.reduce(torch.tensor(self._pending or 0), reduce_op="max")
+            self._pending = int(got) or None
+        if self._pending is not None:
+            self._save(trainer, f"received {signal.Signals(self._pending).name}")
+            self._deliver()
+
+    def _deliver(self) -> None:
+        """The pending signal, to the handler that was there before ours."""
+        signum, self._pending = self._pending, None
+        self._restore()
+        previous = signal.getsignal(signum)
+        if callable(previous):
+            previous(signum, None)
+        elif previous != signal.SIG_IGN:
+            signal.raise_signal(signum)  # the default action: the process ends as it would have
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if isinstance(exception, SIGTERMException) and trainer.state.fn == "fit":
+            self._save(trainer, "received SIGTERM")
+        self._restore()
+
+    def _restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self._pending is not None:  # signalled after the last step: the epoch-end checkpoints are written
+            self._deliver()
+        self._restore()
+
+
 def _resume_config(resume: str) -> tuple[DictConfig, Path]:
     """The saved config of the run to resume and its last checkpoint."""
     target = Path(resume)
@@ -153,12 +237,21 @@ def train(cfg: DictConfig) -> dict[str, float]:
         cfg, resume_from = _resume_config(str(cfg.resume))
         log.info("resuming %s from %s", cfg.paths.output_dir, resume_from)
     check_config(cfg)  # before any data is read
-    pl.seed_everything(cfg.seed, workers=True)
     run_dir = Path(cfg.paths.output_dir)
-    check_writable(run_dir)
     if resume_from is None:
         with open_dict(cfg):
             cfg.choices = config_choices()
+        if is_sweep_job():  # a relaunched sweep finishes what an interrupted one left
+            check_sweep_processes(cfg)
+            prior = prior_run(cfg, run_dir)
+            if prior.state == "complete":
+                log.info("sweep run %s: skipped, complete (its metrics.json is for this config)", run_dir)
+                return prior.metrics
+            resume_from = prior.checkpoint
+            log.info("sweep run %s: %s", run_dir, f"resumed from {resume_from}" if resume_from else "started")
+    pl.seed_everything(cfg.seed, workers=True)
+    check_writable(run_dir)
+    if resume_from is None:
         write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
         dm = build_datamodule(cfg)
         dm.setup("fit")
@@ -181,13 +274,16 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if not isinstance(checkpoint, ModelCheckpoint):
         raise RunError("callbacks.checkpoint must be a ModelCheckpoint: the run directory's best.ckpt comes from it")
     timer = EpochTimer()
-    callbacks: list[pl.Callback] = [*configured.values(), timer, FiniteLossGuard()]
+    callbacks: list[pl.Callback] = [*configured.values(), timer, FiniteLossGuard(), StopCheckpoint()]
     logger = instantiate(cfg.logger) if cfg.get("logger") else False
     trainer: pl.Trainer = instantiate(
         cfg.trainer, callbacks=callbacks, logger=logger, default_root_dir=run_dir, plugins=[AtomicCheckpointIO()]
     )
     started = time.perf_counter()
-    trainer.fit(system, datamodule=dm, ckpt_path=resume_from)
+    try:
+        trainer.fit(system, datamodule=dm, ckpt_path=resume_from)
+    except SIGTERMException:  # stopped, last.ckpt written (StopCheckpoint): a failure for the scheduler, not a success
+        raise SystemExit(128 + signal.SIGTERM) from None
     metrics: dict[str, float] = {
         "train_seconds": time.perf_counter() - started,
         "epochs": trainer.current_epoch,
