@@ -84,8 +84,9 @@ class MatchingSystem(pl.LightningModule):
         self.ranking = nn.ModuleDict(
             {p: RankingMetrics() for p in self.val_prefixes + self.test_prefixes} if kind == "rank" else {}
         )
-        # Training labels are the data module's own label ids: no per-step argument checks (each one a device sync).
-        self.train_acc = MulticlassAccuracy(n, average="micro", validate_args=False)
+        # Training accuracy: correct pairs counted on the device, summed over processes once an epoch.
+        self.register_buffer("train_correct", torch.zeros((), dtype=torch.long), persistent=False)
+        self.train_seen = 0
         prefixes = self.val_prefixes + self.test_prefixes
         self.eval_acc = nn.ModuleDict({p: MulticlassAccuracy(n, average="micro") for p in prefixes})
         # A metric object (not a plain per-process mean) so that the loss is exact over all processes.
@@ -106,15 +107,20 @@ class MatchingSystem(pl.LightningModule):
         # Nothing here waits for an accelerator: the accuracy accumulates on the device and is logged once an
         # epoch; the step loss is logged on the steps whose metrics the loggers write (log_every_n_steps) and on
         # an epoch's first step (so that even an epoch shorter than that interval shows one).
-        self.train_acc.update(logits.detach(), batch["label"])
+        self.train_correct += (logits.detach().argmax(-1) == batch["label"]).sum()
+        self.train_seen += len(batch["label"])
         every = self.trainer.log_every_n_steps
         if batch_idx == 0 or (every > 0 and (self.global_step + 1) % every == 0):
             self.log("train/loss", loss.detach(), prog_bar=True, batch_size=len(batch["label"]))
         return loss
 
     def on_train_epoch_end(self) -> None:
-        self.log("train/acc", self.train_acc.compute())
-        self.train_acc.reset()
+        counts = torch.stack([self.train_correct, self.train_correct.new_tensor(self.train_seen)])
+        correct, seen = self.trainer.strategy.reduce(counts, reduce_op="sum").tolist()
+        self.train_correct.zero_()
+        self.train_seen = 0
+        if seen:
+            self.log("train/acc", correct / seen)
 
     def _eval_step(self, batch: dict[str, Any], prefix: str) -> None:
         logits = self.predict_step(batch).logits

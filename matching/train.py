@@ -12,6 +12,7 @@ before a time limit or preemption) first writes `last.ckpt` at the end of the cu
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import statistics
 import sys
@@ -72,9 +73,9 @@ class FiniteLossGuard(pl.Callback):
     """Stops the run at the first non-finite training loss, naming the step; checkpoints already written
     (the last completed epoch) are kept.
 
-    Reading a loss on the host waits for the device, so the first bad step is recorded on the loss's device
-    (no wait) and read: on a CPU at every step, before backward, so the weights in memory are never touched by
-    the bad loss; on an accelerator every `log_every_n_steps` steps and always before validation, the end of an
+    On a CPU the loss is read at every step, before backward, so the weights in memory are never touched by the
+    bad loss. Reading it on the host would wait for an accelerator, so there the first bad step is recorded on
+    the device and read every `log_every_n_steps` steps and always before validation, the end of an
     epoch and the end of training, i.e. before any checkpoint could be written from weights the bad loss reached.
     """
 
@@ -87,14 +88,17 @@ class FiniteLossGuard(pl.Callback):
         self._where[trainer.global_step] = (trainer.current_epoch, batch_idx)
 
     def on_before_backward(self, trainer, pl_module, loss) -> None:
+        if loss.device.type == "cpu":  # free to read: checked now, before backward and the optimizer step
+            if not math.isfinite(value := float(loss)):
+                self._stop(trainer, trainer.global_step, value)
+            self._where.clear()
+            return
         loss = loss.detach()
         if self._first is None or self._first.device != loss.device:
             self._first, self._loss = torch.full((), -1, device=loss.device), torch.zeros((), device=loss.device)
         new = ~torch.isfinite(loss) & (self._first < 0)
         self._first = torch.where(new, trainer.global_step, self._first)
         self._loss = torch.where(new, loss.float(), self._loss)
-        if loss.device.type == "cpu":  # free to read: checked before backward and the optimizer step
-            self._check(trainer)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         every = trainer.log_every_n_steps
@@ -117,11 +121,14 @@ class FiniteLossGuard(pl.Callback):
         if step < 0:
             self._where.clear()
             return
+        self._stop(trainer, step, float(self._loss))
+
+    def _stop(self, trainer, step: int, loss: float) -> None:
         epoch, batch_idx = self._where.get(step, (trainer.current_epoch, -1))
         last = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt" if trainer.checkpoint_callback else None
         kept = f"the last good checkpoint is {last}" if last and last.exists() else "no checkpoint was written yet"
         raise NonFiniteLossError(
-            f"training loss became {float(self._loss)} at global step {step} (epoch {epoch}, batch {batch_idx}); "
+            f"training loss became {loss} at global step {step} (epoch {epoch}, batch {batch_idx}); "
             f"{kept}. Lower optim.lr, set trainer.gradient_clip_val, or check the data."
         )
 

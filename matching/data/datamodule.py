@@ -110,7 +110,13 @@ class PackedSide:
     def batch(self, host: np.ndarray, index: torch.Tensor, pad_to: int = 1) -> torch.Tensor:
         """(B, longest) ids of the texts `index` (the same indices on the host: `host`), 0-padded on the right;
         the width is rounded up to a multiple of `pad_to`."""
-        width = torch.arange(-(-int(self.host_length[host].max()) // pad_to) * pad_to, device=self.ids.device)
+        longest = -(-int(self.host_length[host].max()) // pad_to) * pad_to
+        if self.ids.device.type == "cpu":  # NumPy: a few microseconds where each torch call costs several
+            width = np.arange(longest)
+            inside = width < self.host_length[host, None]  # (B, L)
+            position = np.where(inside, self.start.numpy()[host, None] + width, 0)
+            return torch.from_numpy(np.where(inside, self.ids.numpy()[position], 0))
+        width = torch.arange(longest, device=self.ids.device)
         position = self.start[index].unsqueeze(1) + width  # (B, L)
         inside = width < self.length[index].unsqueeze(1)
         return torch.where(inside, self.ids[position.clamp_max(len(self.ids) - 1)], 0)
