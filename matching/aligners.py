@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from matching.layers import Dropout, FeedForward, masked_softmax, pair_mask, per_token
+from matching.layers import Dropout, FeedForward, masked_mean, masked_softmax, pair_mask, per_token
 
 
 class Alignment(NamedTuple):
@@ -183,12 +183,6 @@ class CoDAAligner(Aligner):
     def forward(self, a, b, mask_a, mask_b, score_bias=None):
         self._check(a, b, mask_a, mask_b)
         valid = pair_mask(mask_a, mask_b)  # (B, La, Lb)
-        weight = valid.float()  # float32 even under autocast: the cell counts and sums stay exact
-        cells = weight.sum((1, 2), keepdim=True).clamp_min(1.0)  # valid cells of each example's matrix
-
-        def centred(x: Tensor) -> Tensor:  # x − its mean over the valid cells
-            return x - (x * weight).sum((1, 2), keepdim=True) / cells
-
         fa, fb = per_token(self.project_e, a, b)
         e = torch.bmm(fa, fb.transpose(1, 2))  # (B, La, Lb)
         if self.alpha * self.scale != 1.0:
@@ -196,18 +190,18 @@ class CoDAAligner(Aligner):
         if score_bias is not None:
             e = e + score_bias
         if self.center_e:
-            e = centred(e)
+            e = e - masked_mean(e, valid, dims=(1, 2))
         na, nb = (fa, fb) if self.shared else per_token(self.project_n, a, b)
         # cdist(p=1) computes the L1 distances without a (B, La, Lb, d) intermediate.
         n = torch.cdist(na.contiguous(), nb.contiguous(), p=1) * (-self.beta * self.scale)  # (B, La, Lb)
         if self.gate == "center":
-            gate = self.phi_n(centred(n))
+            gate = self.phi_n(n - masked_mean(n, valid, dims=(1, 2)))
         elif self.gate == "scale":
             gate = 2.0 * self.phi_n(n)
         else:
             gate = self.phi_n(n)
         affinity = self.phi_e(e)
-        m = affinity * gate * weight.to(affinity.dtype)  # (B, La, Lb), exactly 0 on padding
+        m = affinity * gate * valid.to(affinity.dtype)  # (B, La, Lb), exactly 0 on padding
         a_aligned = torch.bmm(m, b)  # (B, La, D)
         b_aligned = torch.bmm(m.transpose(1, 2), a)  # (B, Lb, D)
         return Alignment(a_aligned, b_aligned, {"affinity": affinity, "gate": gate, "M": m})

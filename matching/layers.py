@@ -66,8 +66,9 @@ def masked_softmax(scores: Tensor, mask: Tensor, dim: int) -> Tensor:
 
 
 def masked_mean(values: Tensor, mask: Tensor, dims: tuple[int, ...]) -> Tensor:
-    """Mean of `values` over `dims`, counting only positions where `mask` is True (keepdim=True)."""
-    mask = mask.expand_as(values).to(values.dtype)
+    """Mean of `values` over `dims`, counting only positions where `mask` is True (keepdim=True); the sums are in
+    float32 at least, so the counts stay exact under autocast (bf16 counts whole numbers exactly only to 256)."""
+    mask = mask.expand_as(values).to(torch.promote_types(values.dtype, torch.float32))
     total = (values * mask).sum(dims, keepdim=True)
     return total / mask.sum(dims, keepdim=True).clamp_min(1.0)
 

@@ -140,10 +140,6 @@ class PackedSplit:
     def to(self, device: torch.device) -> PackedSplit:
         return PackedSplit(self.a.to(device), self.b.to(device), self.labels.to(device), self.groups.to(device))
 
-    @property
-    def device(self) -> torch.device:
-        return self.labels.device
-
 
 def pair_sides(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> np.ndarray:
     """(N, 2) int64 token counts of the two texts of N pairs."""
