@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent)]
-from bench_epoch import ROOT, train_command  # noqa: E402
+from bench_epoch import ROOT, command_env, train_command  # noqa: E402
 
 
 def main() -> None:
@@ -36,12 +35,11 @@ def main() -> None:
     rows = []
     for n in map(int, args.jobs.split(",")):
         sweep = work / f"sweep-{n}"
-        cmd = train_command(work, "snli", args.pairs, args.aligner, args.trainer, ["trainer.max_epochs=1"], "unused")
-        cmd = [*cmd[:3], "-m", *(c for c in cmd[3:] if not c.startswith("hydra.run.dir="))]
+        cmd = train_command(work, "snli", args.pairs, args.aligner, args.trainer, [], name=None)
+        cmd = [*cmd[:3], "-m", *cmd[3:]]
         cmd += [f"seed={','.join(str(s) for s in range(1, n + 1))}", "hydra/launcher=joblib",
                 f"hydra.launcher.n_jobs={n}", f"hydra.sweep.dir={sweep}", *args.extra]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        done = subprocess.run(cmd, cwd=ROOT, env=command_env(ROOT), capture_output=True, text=True)
         if done.returncode != 0:
             print(f"N={n}: failed\n{done.stderr[-2000:]}", flush=True)
             continue

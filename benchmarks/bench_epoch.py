@@ -73,27 +73,33 @@ def corpus(work: Path, shape: str, pairs: int) -> tuple[Path, Path]:
 
 
 def train_command(
-    work: Path, shape: str, pairs: int, aligner: str, trainer: str, extra: list[str], name: str
+    work: Path, shape: str, pairs: int, aligner: str, trainer: str, extra: list[str], name: str | None, epochs: int = 1
 ) -> list[str]:
-    """The `matching.train` command line of one benchmark epoch; its run directory is work/runs/<name>."""
+    """The `matching.train` command line of `epochs` benchmark epochs; its run directory is work/runs/<name>
+    (None: Hydra's, e.g. a sweep's)."""
     train, dev = corpus(work, shape, pairs)
     return [
         sys.executable, "-m", "matching.train", f"task={shape}", f"aligner={aligner}", f"trainer={trainer}",
-        "embeddings=random", "embeddings.freeze=true", f"paths.data_dir={work / 'data'}",
-        f"paths.cache_dir={work / 'cache'}", f"task.splits.train.path={train}", f"task.splits.dev.path={dev}",
-        "task.splits.test=null", "task.test_splits=[]", "~logger", "trainer.enable_progress_bar=false",
-        f"hydra.run.dir={work / 'runs' / name}", *extra,
+        f"trainer.max_epochs={epochs}", "embeddings=random", "embeddings.freeze=true",
+        f"paths.data_dir={work / 'data'}", f"paths.cache_dir={work / 'cache'}", f"task.splits.train.path={train}",
+        f"task.splits.dev.path={dev}", "task.splits.test=null", "task.test_splits=[]", "~logger",
+        "trainer.enable_progress_bar=false", *([f"hydra.run.dir={work / 'runs' / name}"] if name else []), *extra,
     ]  # fmt: skip
 
 
+def command_env(code: Path) -> dict[str, str]:
+    """The environment that runs the command of the checkout `code` (first on PYTHONPATH)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))}
+
+
 def train_epoch(
-    work: Path, shape: str, pairs: int, aligner: str, trainer: str, extra: list[str], code: Path = ROOT, name: str = ""
-) -> dict | None:
-    """metrics.json of one epoch through the real command run from the checkout `code`; None if it failed."""
+    work: Path, shape: str, pairs: int, aligner: str, trainer: str, extra: list[str], code: Path = ROOT,
+    name: str = "", epochs: int = 1,
+) -> dict | None:  # fmt: skip
+    """metrics.json of a run through the real command of the checkout `code`; None if it failed."""
     name = name or f"{shape}-{aligner}"
-    cmd = train_command(work, shape, pairs, aligner, trainer, extra if any("max_epochs" in e for e in extra) else
-                        ["trainer.max_epochs=1", *extra], name)  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))}
+    cmd = train_command(work, shape, pairs, aligner, trainer, extra, name, epochs)
+    env = command_env(code)
     done = subprocess.run(cmd, cwd=code, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         print(f"{aligner}: failed\n{done.stderr[-3000:]}", flush=True)
@@ -119,8 +125,9 @@ def main() -> None:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-epoch-"))
     rows = []
     for aligner in args.aligners.split(","):
-        extra = [f"trainer.max_epochs={args.epochs}", *args.extra]
-        metrics = train_epoch(work, args.shape, args.pairs, aligner, args.trainer, extra, args.code.resolve())
+        metrics = train_epoch(
+            work, args.shape, args.pairs, aligner, args.trainer, args.extra, args.code.resolve(), epochs=args.epochs
+        )
         if metrics is None:
             continue
         seconds = metrics.get("seconds_last_epoch", metrics["seconds_per_epoch_median"])
