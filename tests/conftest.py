@@ -30,6 +30,13 @@ def cli_overrides(tmp_path: Path) -> list[str]:
 SUBPROCESS_ENV = os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
+def big_snli(path: Path, copies: int) -> Path:
+    """The SNLI training fixture repeated, so that an epoch lasts long enough to be interrupted."""
+    lines = (FIXTURES / "snli" / "snli_1.0_train.jsonl").read_text().splitlines()
+    path.write_text("\n".join(lines * copies) + "\n")
+    return path
+
+
 def compose_train(tmp_path: Path, *overrides: str, small: bool = True) -> DictConfig:
     """The `train` config as the CLI would build it, with data, cache and outputs redirected for tests."""
     base = [

@@ -17,7 +17,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 import yaml
-from conftest import CONF, FIXTURES, ROOT, SUBPROCESS_ENV, cli_overrides, evaluate
+from conftest import CONF, ROOT, SUBPROCESS_ENV, big_snli, cli_overrides, evaluate
 from hydra import compose, initialize_config_dir
 
 from matching import report as report_module
@@ -262,15 +262,9 @@ def test_a_ray_job_with_a_users_mistake_fails_the_sweep_with_its_message(tmp_pat
     assert last.startswith("error: sweep job #0 (") and "failed: optim.lr='abc': expected a number" in last
 
 
-def _big_snli(path: Path, copies: int) -> Path:
-    lines = (FIXTURES / "snli" / "snli_1.0_train.jsonl").read_text().splitlines()
-    path.write_text("\n".join(lines * copies) + "\n")
-    return path
-
-
 @pytest.mark.slow
 def test_a_sigkilled_sweep_relaunched_with_the_same_command_completes_as_an_uninterrupted_one(tmp_path):
-    train_file = _big_snli(tmp_path / "train.jsonl", copies=80)  # 960 pairs: 240 steps per epoch
+    train_file = big_snli(tmp_path / "train.jsonl", copies=80)  # 960 pairs: 240 steps per epoch
     args = [f"task.splits.train.path={train_file}", "trainer.max_epochs=3", "callbacks.early_stopping=null"]
     straight = tmp_path / "straight"
     _run_sweep(tmp_path, straight, *args)
@@ -360,7 +354,7 @@ def test_a_failed_submitit_job_is_one_paragraph_with_its_error_and_logs():
 def test_a_signal_to_one_ddp_process_stops_both_at_the_same_step_with_last_ckpt_written(tmp_path):
     """SLURM's warning may reach the processes of a job a step apart: they agree at the next check, write one
     last.ckpt of that step, and both stop (none is left waiting for the other); resume= then finishes the run."""
-    train_file = _big_snli(tmp_path / "train.jsonl", copies=100)  # 1,200 pairs: 150 steps per process and epoch
+    train_file = big_snli(tmp_path / "train.jsonl", copies=100)  # 1,200 pairs: 150 steps per process and epoch
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "matching.train", *cli_overrides(tmp_path), f"hydra.run.dir={run}",
            f"task.splits.train.path={train_file}", "trainer=ddp", "trainer.devices=2", "trainer.max_epochs=3",

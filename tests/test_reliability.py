@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURES, ROOT, SUBPROCESS_ENV, cli_overrides, evaluate
+from conftest import ROOT, SUBPROCESS_ENV, big_snli, cli_overrides, evaluate
 
 from matching.data.datamodule import BucketBatchSampler
 from matching.runs import AtomicCheckpointIO, load_trained
@@ -30,16 +30,9 @@ def _cli(run_dir: Path, *overrides: str) -> list[str]:
     ]
 
 
-def _big_snli(path: Path, copies: int) -> Path:
-    """The SNLI training fixture repeated, so that an epoch lasts long enough to be interrupted."""
-    lines = (FIXTURES / "snli" / "snli_1.0_train.jsonl").read_text().splitlines()
-    path.write_text("\n".join(lines * copies) + "\n")
-    return path
-
-
 @pytest.mark.slow
 def test_sigkill_mid_epoch_then_resume_reaches_the_uninterrupted_metrics(tmp_path):
-    train_file = _big_snli(tmp_path / "train.jsonl", copies=250)  # 3,000 pairs: 750 steps per epoch
+    train_file = big_snli(tmp_path / "train.jsonl", copies=250)  # 3,000 pairs: 750 steps per epoch
     args = [f"task.splits.train.path={train_file}", "data.batch_size=4", "trainer.max_epochs=4",
             "deterministic=true", "seed=3", "callbacks.early_stopping=null"]  # fmt: skip
     straight = tmp_path / "straight"
