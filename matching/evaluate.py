@@ -22,6 +22,7 @@ from matching.data.datamodule import split_prefix
 from matching.data.tasks import Task
 from matching.files import write_json
 from matching.runs import RunError, TrainedRun, load_trained
+from matching.scores import write_recorded
 from matching.system import MatchingSystem
 
 log = logging.getLogger(__name__)
@@ -53,10 +54,12 @@ def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None) ->
     run.data.prepare_splits(names)
     prefixes = [split_prefix(s) for s in names]
     system = MatchingSystem(run.model, None, run.labels, kind=run.kind, val_prefixes=prefixes, test_prefixes=())
+    system.record_predictions = True
     metrics: dict[str, float] = {}
     loaders = [run.data.loader(s) for s in names]
     for result in evaluation_trainer(run.cfg).validate(system, dataloaders=loaders, verbose=False):
         metrics |= {k: float(v) for k, v in result.items()}
+    scores = write_recorded(run.run_dir, system.recorded, run.data, run.labels, run.kind)
     path = Path(out) if out else run.run_dir / f"eval_{split}.json"
     record = {
         "checkpoint": str(run.checkpoint),
@@ -69,7 +72,7 @@ def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None) ->
     print(f"{run.task.name} · {run.checkpoint}")
     for key in sorted(metrics):
         print(f"  {key:<{width}}  {metrics[key]:.4f}")
-    print(f"wrote {path}")
+    print(f"wrote {path} and the per-{'question' if run.kind == 'rank' else 'example'} scores in {scores[0].parent}")
     return metrics
 
 

@@ -64,7 +64,7 @@ class RankingMetrics(Metric):
         if len(scores) == 0:
             raise ValueError("RankingMetrics.compute() called before any update: the evaluation split was empty")
         # Unique rank scores encode the tie-breaking rule: score desc, then incorrect first, then file order.
-        order = np.lexsort((indices, targets, -scores))
+        order = ranking_order(scores, targets, indices)
         rank_score = np.empty(len(scores))
         rank_score[order] = np.arange(len(scores), 0, -1, dtype=np.float64)  # positive: torchmetrics needs > 0
 
@@ -95,6 +95,68 @@ class RankingMetrics(Metric):
         out["skipped_no_positive"] = torch.tensor(float(no_positive.sum()))
         out["skipped_all_positive"] = torch.tensor(float((no_negative & ~no_positive).sum()))
         return {k: v.float() for k, v in out.items()}
+
+
+class EvaluationRecord(Metric):
+    """Every evaluated pair's example index, label, group, predicted class and score (the ranking margin, or the
+    probability of the predicted class), gathered from all processes with duplicates dropped: what an evaluation
+    writes to the run directory (`matching.scores`) for paired significance tests and for reading the answers."""
+
+    full_state_update = False
+    FIELDS = ("indices", "targets", "groups", "predicted", "scores")
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        for name in self.FIELDS:
+            self.add_state(name, default=[], dist_reduce_fx="cat")
+
+    def update(self, indices: Tensor, targets: Tensor, groups: Tensor, predicted: Tensor, scores: Tensor) -> None:
+        for name, value in zip(self.FIELDS, (indices, targets, groups, predicted, scores), strict=True):
+            getattr(self, name).append(value.detach().flatten().float() if name == "scores" else value.detach().long())
+
+    def compute(self) -> dict[str, np.ndarray]:
+        def cat(state) -> np.ndarray:
+            return (state if isinstance(state, Tensor) else torch.cat(state)).cpu().numpy()
+
+        values = {name: cat(getattr(self, name)) for name in self.FIELDS}
+        _, first = np.unique(values["indices"], return_index=True)  # sorted by example index, each once
+        return {name: value[first] for name, value in values.items()}
+
+
+def ranking_order(scores: np.ndarray, targets: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """The candidates' order, best first, with the module doc's tie rule: score desc, incorrect first, file order."""
+    return np.lexsort((indices, targets, -scores))
+
+
+def question_scores(scores: np.ndarray, targets: np.ndarray, groups: np.ndarray, indices: np.ndarray) -> dict:
+    """Each question's own scores, whose means over questions are the split's metrics: `question` (the group id),
+    `candidates`, `positives`, `ap` and `rr` (0 for a question without a correct candidate, as in `map_raw`), and
+    `top1`, `top2`, `top5` (recall@k). The filtered protocol (`map`, `mrr`, `topk`) averages the questions with
+    0 < positives < candidates; `map_raw` and `mrr_raw` average them all. Ties as in `RankingMetrics`."""
+    order = ranking_order(scores, targets, indices)
+    question_ids, inverse = np.unique(groups[order], return_inverse=True)  # stable: each question keeps its order
+    by_question = np.argsort(inverse, kind="stable")
+    inverse, relevant = inverse[by_question], targets[order][by_question].astype(np.float64)
+    sizes = np.bincount(inverse, minlength=len(question_ids))
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    rank = np.arange(len(inverse)) - starts[inverse] + 1  # 1-based position within its question
+    positives = np.bincount(inverse, weights=relevant, minlength=len(question_ids))
+    hits_so_far = np.cumsum(relevant) - np.repeat(np.cumsum(positives) - positives, sizes)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ap = np.bincount(inverse, weights=relevant * hits_so_far / rank, minlength=len(question_ids)) / positives
+        first_hit = np.full(len(question_ids), np.inf)
+        np.minimum.at(first_hit, inverse[relevant > 0], rank[relevant > 0])
+        out = {
+            "question": question_ids,
+            "candidates": sizes,
+            "positives": positives.astype(np.int64),
+            "ap": np.nan_to_num(ap, nan=0.0),
+            "rr": 1.0 / first_hit,
+        }
+        for k in TOP_K:
+            found = np.bincount(inverse, weights=relevant * (rank <= k), minlength=len(question_ids))
+            out[f"top{k}"] = np.nan_to_num(found / positives, nan=0.0)
+    return out
 
 
 def describe(prefix: str, values: dict[str, Tensor]) -> str:

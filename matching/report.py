@@ -25,6 +25,7 @@ import io
 import json
 import logging
 import math
+import os
 import statistics
 import sys
 from collections import defaultdict
@@ -38,6 +39,8 @@ from omegaconf import DictConfig, ListConfig
 from matching.cli import command
 from matching.extras import MissingExtraError, require
 from matching.files import write_text_atomic
+from matching.scores import ranked_answers, unit_rows, unit_scores
+from matching.significance import paired_test, seed_mean
 from matching.sweeps import planned_jobs
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,7 @@ class Run:
     config: dict | None = None  # the resolved config.yaml
     variant: str = ""
     missing: str = ""  # why the run has no metrics (it failed or never started); "" for a finished run
+    cwd: str = ""  # the directory it was launched from (relative paths in its config are relative to it)
 
     @property
     def task_config(self) -> dict:
@@ -68,32 +72,74 @@ class Run:
 
 
 #: Overrides that never make a variant: the seed is what a row averages over; the rest name the task and aligner
-#: (already columns) or say where files are.
-_NOT_VARIANT = {"seed", "task", "aligner", "experiment", "trainer.enable_progress_bar"}
+#: (already columns), say where files are or how a run is shown, or are the score function F (`F=` of the variant).
+_NOT_VARIANT = {
+    "seed", "task", "aligner", "experiment", "aligner.projection", "logger", "trainer.enable_progress_bar",
+    "trainer.log_every_n_steps", "callbacks.progress_bar", "callbacks.progress_bar.refresh_rate", "data.num_workers",
+    "data.cache",
+}  # fmt: skip
 _NOT_VARIANT_PREFIXES = ("paths.", "hydra")
+_PATH_KEYS = ("path", "dir", "file", "folder")
 
 
-def _config_value(config: dict | None, key: str) -> str:
-    """The value at a dotted key of a resolved config, as JSON (comparable and hashable)."""
-    node: object = config or {}
-    for part in key.lstrip("+~").split("."):
+def _config_value(run: Run, key: str) -> str:
+    """The value at a dotted key of a run's resolved config, as JSON (comparable and hashable): a config group
+    (`embeddings=minilm`) by the option chosen, a file path made absolute against the directory the run was
+    launched from (a relative and an absolute path to the same file are the same value)."""
+    key = key.lstrip("+~")
+    config = run.config or {}
+    if "." not in key and (config.get("choices") or {}).get(key) is not None:
+        return json.dumps(config["choices"][key])
+    node: object = config
+    for part in key.split("."):
         node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, str) and key.rsplit(".", 1)[-1].endswith(_PATH_KEYS) and run.cwd:
+        node = os.path.normpath(os.path.join(run.cwd, os.path.expanduser(node)))
     return json.dumps(node, sort_keys=True, default=str)
 
 
+def score_function(config: Mapping | None) -> str:
+    """`F=<projection>` for an aligner with a score function F (aligner.projection), else ""."""
+    projection = ((config or {}).get("aligner") or {}).get("projection")
+    return f"F={projection}" if projection is not None else ""
+
+
 def _with_variants(runs: list[Run]) -> list[Run]:
-    """Each run's variant: the overridden keys whose resolved values are not the same across all the runs."""
-    keys = {o.split("=", 1)[0] for r in runs for o in r.overrides if "=" in o} - _NOT_VARIANT
+    """Each run's variant: its score function F, then the overridden keys whose values are not the same across all
+    the runs of its task."""
+    keys = {o.split("=", 1)[0].lstrip("+~") for r in runs for o in r.overrides if "=" in o} - _NOT_VARIANT
     keys = sorted(k for k in keys if not k.startswith(_NOT_VARIANT_PREFIXES))
-    varying = [k for k in keys if len({_config_value(r.config, k) for r in runs}) > 1]
+    by_task: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        by_task[run.task].append(run)
+    varying = {
+        task: [k for k in keys if len({_config_value(r, k) for r in members}) > 1] for task, members in by_task.items()
+    }
 
     def spelled(value: object) -> str:  # as on the command line: true/false/null, not Python's reprs
         return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
 
     def variant(run: Run) -> str:
-        return " ".join(f"{k.lstrip('+~')}={spelled(json.loads(_config_value(run.config, k)))}" for k in varying)
+        parts = [f"{k}={spelled(json.loads(_config_value(run, k)))}" for k in varying[run.task]]
+        return " ".join(filter(None, [score_function(run.config), *parts]))
 
     return [replace(r, variant=variant(r)) for r in runs]
+
+
+def wiring_reason(config: Mapping) -> str:
+    """Why a run is a wiring or debug run and not a result (`debug=fast`, one batch, ...), or ""."""
+    debug = (config.get("choices") or {}).get("debug")
+    if debug:
+        return f"debug={debug}"
+    trainer = config.get("trainer") or {}
+    if trainer.get("fast_dev_run"):
+        return "trainer.fast_dev_run"
+    if trainer.get("overfit_batches"):
+        return "trainer.overfit_batches"
+    for key in ("limit_train_batches", "limit_val_batches"):
+        if trainer.get(key) not in (None, 1.0):
+            return f"trainer.{key}={trainer[key]}"
+    return ""
 
 
 def _metric_key(split: str, metric: str) -> str:
@@ -112,16 +158,22 @@ def _read_run(run_dir: Path, missing: str = "") -> Run:
     metrics = {} if missing else json.loads((run_dir / "metrics.json").read_text())
     overrides_file = run_dir / ".hydra" / "overrides.yaml"
     overrides = tuple(yaml.safe_load(overrides_file.read_text()) or ()) if overrides_file.exists() else ()
-    return Run(run_dir, cfg["task"]["name"], aligner, int(cfg["seed"]), metrics, overrides, cfg, missing=missing)
+    hydra_file = run_dir / ".hydra" / "hydra.yaml"
+    cwd = ""
+    if hydra_file.exists():
+        cwd = str(((yaml.safe_load(hydra_file.read_text()) or {}).get("hydra") or {}).get("runtime", {}).get("cwd", ""))
+    return Run(run_dir, cfg["task"]["name"], aligner, int(cfg["seed"]), metrics, overrides, cfg, missing=missing,
+               cwd=cwd)  # fmt: skip
 
 
 UNFINISHED = "no metrics.json: failed or stopped before the end"
 NOT_STARTED = "not started"
 
 
-def find_runs(paths: list[Path]) -> list[Run]:
+def find_runs(paths: list[Path], left_out: list[Run] | None = None) -> list[Run]:
     """Every run directory below `paths`: finished ones, and (as missing) the ones without metrics and the jobs of a
-    grid sweep that never started."""
+    grid sweep that never started. Wiring and debug runs (`debug=fast`, ...: see `wiring_reason`) are no results:
+    they are left out, and added to `left_out` when it is given."""
     runs: list[Run] = []
     planned: list[Run] = []
     for root in paths:
@@ -149,7 +201,10 @@ def find_runs(paths: list[Path]) -> list[Run]:
             planned += _not_started(sweep_dir, [r for r in runs if r.path.is_relative_to(sweep_dir)])
     if not runs and not planned:
         raise FileNotFoundError(f"no run directories (metrics.json + config.yaml) under {', '.join(map(str, paths))}")
-    runs = _with_variants(runs)
+    wiring = [r for r in runs if wiring_reason(r.config or {})]
+    if left_out is not None:
+        left_out += wiring
+    runs = _with_variants([r for r in runs if r not in wiring])
     return runs + [_grouped_like_siblings(job, runs) for job in planned]
 
 
@@ -197,6 +252,11 @@ def option_name(cfg: Mapping, group: str) -> str:
     return chosen or str(cfg[group]["_target_"]).rsplit(".", 1)[-1]
 
 
+def _only_f(variant: str) -> bool:
+    """A variant that names nothing but the score function F: the paper's number for the aligner applies."""
+    return all(part.startswith("F=") for part in variant.split())
+
+
 def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
@@ -240,7 +300,7 @@ def summarise(runs: list[Run]) -> list[dict[str, object]]:
                         "std": round(std, 2),
                         "n": len(values),
                         "seeds": " ".join(map(str, sorted({h.seed for h in has}))),
-                        "paper_test": (paper.get(aligner) or {}).get(metric, "") if not variant else "",
+                        "paper_test": (paper.get(aligner) or {}).get(metric, "") if _only_f(variant) else "",
                         "planned": len(planned),
                         "missing": "; ".join(f"seed {seed} ({reason})" for seed, reason in sorted(why.items())),
                     }
@@ -248,48 +308,252 @@ def summarise(runs: list[Run]) -> list[dict[str, object]]:
     return rows
 
 
+def _prefix_and_name(split: str, metric: str) -> tuple[str, str]:
+    """("dev", "raw/map_raw") -> ("val_raw", "map_raw"): the score file's prefix and the metric's own name."""
+    return tuple(_metric_key("val" if split == "dev" else split, metric).split("/", 1))  # type: ignore[return-value]
+
+
+def _label(row: Mapping[str, object]) -> str:
+    return " ".join(filter(None, [str(row["aligner"]), str(row["variant"])]))
+
+
+def _baseline_row(row: dict, rows: list[dict], aligner: str, variant: str) -> tuple[dict | None, str]:
+    """The row `row` is compared with: the baseline aligner's row with the same variant, else the one named by the
+    baseline's own variant, else its only row; (None, why) when there is none or the choice is ambiguous."""
+    where = ("task", "split", "metric")
+    same = [r for r in rows if r["aligner"] == aligner and all(r[k] == row[k] for k in where) and r is not row]
+    for wanted in (row["variant"], variant):
+        chosen = [r for r in same if r["variant"] == wanted]
+        if chosen:
+            return chosen[0], ""
+    if len(same) == 1:
+        return same[0], ""
+    if not same:
+        return None, f"no {aligner} row for this task"
+    options = ", ".join(sorted(repr(f"{aligner} {r['variant']}".strip()) for r in same))
+    return None, f"several {aligner} rows; name one with baseline=<one of {options}>"
+
+
+def compare(rows: list[dict], runs: list[Run], baseline: str) -> list[dict]:
+    """Adds to each row its difference from the baseline aligner's row (`baseline`: an aligner, optionally with a
+    variant, e.g. "softmax" or "softmax F=parikh"): mean difference in points, 95 % bootstrap interval and paired
+    randomization p over the units (questions or examples) both were scored on, each unit's score averaged over
+    its seeds (`matching.significance`), from the runs' `scores/` files."""
+    aligner, _, variant = baseline.strip().partition(" ")
+    members: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
+    for run in runs:
+        if not run.missing:
+            members[(run.task, run.aligner, run.variant)].append(run)
+
+    def units(row: dict) -> tuple[dict[str, float] | None, int]:
+        prefix, name = _prefix_and_name(str(row["split"]), str(row["metric"]))
+        per_seed = [unit_scores(r.path, prefix, name) for r in members[(row["task"], row["aligner"], row["variant"])]]
+        have = [u for u in per_seed if u is not None]
+        return (seed_mean(have) if have else None), len(have)
+
+    compared = []
+    for row in rows:
+        extra = {"baseline": "", "diff": "", "ci_low": "", "ci_high": "", "p_value": "", "units": "", "note": ""}
+        if row["aligner"] == aligner and (not variant or row["variant"] == variant):
+            extra["note"] = "baseline"
+        elif row["n"]:
+            base, why = _baseline_row(row, rows, aligner, variant)
+            if base is None:
+                extra["note"] = why
+            else:
+                extra["baseline"] = _label(base)
+                (mine, mine_seeds), (theirs, their_seeds) = units(row), units(base)
+                test = paired_test(mine, theirs) if mine is not None and theirs is not None else None
+                if test is None:
+                    extra["note"] = (
+                        "no per-question scores (runs from before scores/ existed: evaluate their best.ckpt)"
+                    )
+                else:
+                    extra |= {
+                        "diff": round(100 * test.difference, 2), "ci_low": round(100 * test.low, 2),
+                        "ci_high": round(100 * test.high, 2), "p_value": float(f"{test.p_value:.3g}"),
+                        "units": test.units,
+                    }  # fmt: skip
+                    if mine_seeds < row["n"] or their_seeds < base["n"]:
+                        extra["note"] = f"scores of {mine_seeds} of {row['n']} and {their_seeds} of {base['n']} seeds"
+        compared.append(row | extra)
+    return compared
+
+
+def _ours(r: Mapping[str, object]) -> str:
+    if not r["n"]:
+        return "–"
+    return f"{r['mean']:.2f} ± {r['std']:.2f}" if int(r["n"]) > 1 else f"{r['mean']:.2f} (n = 1)"
+
+
+def _versus(r: Mapping[str, object]) -> tuple[str, str]:
+    if r.get("diff", "") == "":
+        return (r.get("note") or "–", "–") if r.get("note") != "baseline" else ("baseline", "–")
+    return f"{r['diff']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]", f"{r['p_value']:.3g}"
+
+
 def to_markdown(rows: list[dict[str, object]]) -> str:
-    """The table; a row short of seeds says so (`1 of 2`) and names the missing ones in its last column."""
-    lines = [
-        "| task | aligner | variant | split | metric | ours (mean ± std, %) | seeds | paper (test, %) | missing |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    """The table; a row short of seeds says so (`1 of 2`) and names the missing ones in its last column; with a
+    baseline, each row's difference from it (points, 95 % interval) and its p-value."""
+    compared = any("diff" in r for r in rows)
+    header = "| task | aligner | variant | split | metric | ours (mean ± std, %) | seeds | paper (test, %) |"
+    if compared:
+        header += " vs baseline: Δ [95 % CI] | p |"
+    lines = [header + " missing |", "|---" * (header.count("|")) + "|"]
     for r in rows:
-        ours = "–" if not r["n"] else f"{r['mean']:.2f} ± {r['std']:.2f}"
         seeds = f"{r['n']} of {r['planned']}" if r["missing"] else f"{r['n']}"
-        lines.append(
-            f"| {r['task']} | {r['aligner']} | {r['variant'] or '–'} | {r['split']} | {r['metric']} | {ours} "
-            f"| {seeds} | {r['paper_test'] if r['paper_test'] != '' else '–'} | {r['missing'] or '–'} |"
+        line = (
+            f"| {r['task']} | {r['aligner']} | {r['variant'] or '–'} | {r['split']} | {r['metric']} | {_ours(r)} "
+            f"| {seeds} | {r['paper_test'] if r['paper_test'] != '' else '–'} |"
         )
+        if compared:
+            delta, p = _versus(r)
+            line += f" {delta} | {p} |"
+        lines.append(line + f" {r['missing'] or '–'} |")
     return "\n".join(lines) + "\n"
 
 
-def write_chart(rows: list[dict[str, object]], path: Path, headline: dict[str, str]) -> None:
-    """Bar chart of each task's `headline` metric per aligner with std error bars (dev, and test where present)."""
-    require("matplotlib", "plots", "the report's bar chart").use("Agg")
+def write_chart(rows: list[dict[str, object]], path: Path) -> list[str]:
+    """One panel per task × metric × split: each row's mean with its std over seeds (no bar for a single seed's
+    spread), the paper's test number dashed, and with a baseline each row's Δ and p above its bar. Returns the
+    panels' titles."""
+    require("matplotlib", "plots", "the report's chart").use("Agg")
+    import textwrap
+
     import matplotlib.pyplot as plt
 
-    shown = [r for r in rows if r["metric"] == headline.get(str(r["task"]), "acc") and r["n"]]
-    if not shown:
-        return
-    labels = ["\n".join(filter(None, [r["task"], r["aligner"], *str(r["variant"]).split(), r["split"]])) for r in shown]
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(shown)), 4.0))
-    colors = ["tab:blue" if r["split"] == "dev" else "tab:orange" for r in shown]
-    ax.bar(range(len(shown)), [r["mean"] for r in shown], yerr=[r["std"] for r in shown], capsize=4, color=colors)
-    for i, r in enumerate(shown):
-        if r["paper_test"] != "":
-            ax.plot([i - 0.4, i + 0.4], [r["paper_test"]] * 2, color="black", linestyle="--", linewidth=1)
-    ax.set_xticks(range(len(shown)), labels, fontsize=8)
-    ax.set_ylabel("% (mean ± std over seeds; dashed: paper test)")
-    low = min(r["mean"] - r["std"] for r in shown)
-    ax.set_ylim(max(0.0, low - 10), 100)
+    panels: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+    for r in rows:
+        if r["n"]:
+            panels[(str(r["task"]), str(r["metric"]), str(r["split"]))].append(r)
+    if not panels:
+        return []
+    columns = min(3, len(panels))
+    height = 1 + -(-len(panels) // columns) * 4.2
+    widest = max(len(v) for v in panels.values())
+    fig, axes = plt.subplots(-(-len(panels) // columns), columns, figsize=(columns * max(4.0, 1.3 * widest), height),
+                             squeeze=False)  # fmt: skip
+    for ax, ((task, metric, split), shown) in zip(axes.flat, sorted(panels.items()), strict=False):
+        x = range(len(shown))
+        means = [float(r["mean"]) for r in shown]
+        errors = [float(r["std"]) if int(r["n"]) > 1 else 0.0 for r in shown]
+        colour = "tab:blue" if split == "dev" else "tab:orange"
+        ax.bar(
+            x, means, yerr=errors, capsize=4, color=[colour if r.get("note") != "baseline" else "grey" for r in shown]
+        )
+        for i, r in enumerate(shown):
+            top = means[i] + errors[i]
+            if r["paper_test"] != "":
+                ax.plot([i - 0.4, i + 0.4], [float(r["paper_test"])] * 2, color="black", linestyle="--", linewidth=1)
+                top = max(top, float(r["paper_test"]))
+            note = f"n = {r['n']}" + ("\nbaseline" if r.get("note") == "baseline" else "")
+            if r.get("diff", "") != "":
+                note = f"Δ {float(r['diff']):+.2f}\np = {float(r['p_value']):.2g}\n" + note
+            ax.text(i, top + 0.5, note, ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(list(x), ["\n".join(textwrap.wrap(_label(r), 16)) for r in shown], fontsize=7)
+        ax.set_title(f"{task}: {split} {metric}", fontsize=10)
+        ax.set_ylabel(f"{split} {metric} (%)")
+        ax.set_xlabel("aligner and variant (bars: mean ± std over seeds; dashed: paper, test)", fontsize=7)
+        low = min(m - e for m, e in zip(means, errors, strict=True))
+        high = max([m + e for m, e in zip(means, errors, strict=True)] + [float(r["paper_test"] or 0) for r in shown])
+        ax.set_ylim(max(0.0, low - 8), min(100.0, high + 10))
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return [f"{task}: {split} {metric}" for task, metric, split in sorted(panels)]
 
 
-def report(paths: list[Path], out: Path | None = None) -> list[dict[str, object]]:
-    runs = find_runs(paths)
+def _short(text: str, width: int = 110) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _ranked(runs: list[Run], prefix: str) -> dict[str, list[tuple[float, dict[str, str]]]]:
+    """{question: [(score averaged over seeds, candidate row), ...] best first}, from the seeds' pair files."""
+    totals: dict[str, dict[str, list]] = defaultdict(dict)
+    for run in runs:
+        for question, candidates in (ranked_answers(run.path, prefix) or {}).items():
+            for c in candidates:
+                totals[question].setdefault(c["index"], [c, []])[1].append(float(c["score"]))
+    return {
+        q: sorted(((sum(v) / len(v), c) for c, v in by_index.values()), key=lambda t: (-t[0], t[1]["label"]))
+        for q, by_index in totals.items()
+    }
+
+
+def disagreements(rows: list[dict], runs: list[Run], top: int) -> str:
+    """Markdown: for each compared row on the dev split's first reported metric, the `top` questions (or examples)
+    on which it and its baseline differ most, with what each ranked first (or predicted)."""
+    members: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        if not run.missing:
+            members[f"{run.task}|{run.aligner} {run.variant}".strip()].append(run)
+    first_metric = {r.task: r.metrics_reported[0] for r in runs if not r.missing}
+    intro = (
+        "For each row against its baseline: the dev questions (or examples) whose score differs most between the two "
+        "(each averaged over seeds), with each model's top answers (✓ correct, score averaged over seeds) or its "
+        "predictions. Texts are the models' tokens (lower-cased; `<oov>`: not in the vocabulary)."
+    )
+    out = ["# Where the aligners disagree", "", intro, ""]
+    for row in rows:
+        if row.get("diff", "") == "" or row["split"] != "dev" or row["metric"] != first_metric.get(row["task"]):
+            continue
+        prefix, name = _prefix_and_name("dev", str(row["metric"]))
+        mine, theirs = members[f"{row['task']}|{_label(row)}"], members[f"{row['task']}|{row['baseline']}"]
+        a = seed_mean([u for u in (unit_scores(r.path, prefix, name) for r in mine) if u is not None])
+        b = seed_mean([u for u in (unit_scores(r.path, prefix, name) for r in theirs) if u is not None])
+        units = sorted(a.keys() & b.keys(), key=lambda u: (-abs(a[u] - b[u]), u))[:top]
+        left, right = _label(row), str(row["baseline"])
+        out += [f"## {row['task']}, dev {row['metric']}: {left} against {right}", "",
+                f"Δ {float(row['diff']):+.2f} points over {row['units']} units, p = {row['p_value']}.", ""]  # fmt: skip
+        texts = unit_rows(mine[0].path, prefix) or {}
+        if mine[0].task_config.get("kind") == "rank":
+            ranked_a, ranked_b = _ranked(mine, prefix), _ranked(theirs, prefix)
+            for u in units:
+                question = (texts.get(u) or {}).get("question", "")
+                out += [f"### {u}: {_short(question)}", "",
+                        f"{name} {a[u]:.2f} ({left}) against {b[u]:.2f} ({right})", "",
+                        f"| rank | {left} | {right} |", "|---|---|---|"]  # fmt: skip
+                for i in range(min(3, max(len(ranked_a.get(u, [])), len(ranked_b.get(u, []))))):
+                    cells = []
+                    for ranked in (ranked_a.get(u, []), ranked_b.get(u, [])):
+                        if i < len(ranked):
+                            score, c = ranked[i]
+                            mark = "✓" if c["label"] == "1" else "✗"
+                            cells.append(f"{mark} {_short(c['answer'], 80)} ({score:+.2f})".replace("|", "/"))
+                        else:
+                            cells.append("")
+                    out.append(f"| {i + 1} | {cells[0]} | {cells[1]} |")
+                out.append("")
+        else:
+            predictions = [[unit_rows(r.path, prefix) or {} for r in side] for side in (mine, theirs)]
+            out += [f"| a | b | gold | {left} | {right} |", "|---|---|---|---|---|"]
+            for u in units:
+                text = texts.get(u, {})
+                said = []
+                for side in predictions:
+                    counts = defaultdict(int)
+                    for seed_rows in side:
+                        if u in seed_rows:
+                            counts[seed_rows[u]["predicted"]] += 1
+                    said.append(", ".join(f"{label} ×{n}" for label, n in sorted(counts.items(), key=lambda t: -t[1])))
+                cells = [_short(text.get("a", ""), 80), _short(text.get("b", ""), 80), text.get("label", ""), *said]
+                out.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+            out.append("")
+    return "\n".join(out) + "\n"
+
+
+def report(
+    paths: list[Path], out: Path | None = None, baseline: str | None = None, top: int = 10
+) -> list[dict[str, object]]:
+    wiring: list[Run] = []
+    runs = find_runs(paths, wiring)
+    if not runs:
+        raise FileNotFoundError(
+            f"only wiring or debug runs under {', '.join(map(str, paths))} ({len(wiring)}: "
+            f"{wiring_reason(wiring[0].config or {})}, ...); they are not results. Train without debug= to report"
+        )
     rows = summarise(runs)
     for r in rows:
         if r["missing"]:
@@ -298,6 +562,14 @@ def report(paths: list[Path], out: Path | None = None) -> list[dict[str, object]
                 "to finish it: finished runs are skipped", r["task"], r["aligner"], f" {r['variant']}" if r["variant"]
                 else "", r["split"], r["metric"], r["n"], r["planned"], r["missing"],
             )  # fmt: skip
+    if baseline:
+        aligner = baseline.split()[0]
+        if not any(r["aligner"] == aligner for r in rows):
+            raise ValueError(
+                f"baseline={baseline!r}: no run has the aligner {aligner!r}; the runs have "
+                f"{sorted({str(r['aligner']) for r in rows})}"
+            )
+        rows = compare(rows, runs, baseline)
     out = out or (paths[0] if paths[0].is_dir() else paths[0].parent)
     markdown = to_markdown(rows)
     write_text_atomic(out / "report.md", markdown)
@@ -305,18 +577,27 @@ def report(paths: list[Path], out: Path | None = None) -> list[dict[str, object]
     writer = csv.DictWriter(table, fieldnames=list(rows[0].keys()) if rows else ["task"])
     writer.writeheader()
     writer.writerows(rows)
-    write_text_atomic(out / "report.csv", table.getvalue())
-    chart = None
+    written = [out / "report.md", out / "report.csv"]
+    write_text_atomic(written[1], table.getvalue())
+    if baseline:
+        written.append(write_text_atomic(out / "disagreements.md", disagreements(rows, runs, top)))
     if any(r["n"] for r in rows):
         try:
-            write_chart(rows, out / "report.png", {r.task: r.metrics_reported[0] for r in runs if not r.missing})
-            chart = out / "report.png"
+            write_chart(rows, out / "report.png")
+            written.append(out / "report.png")
         except MissingExtraError as err:  # the tables are written; only the chart needs matplotlib
             log.warning("no chart: %s", err)
     print(markdown)
     finished = sum(not r.missing for r in runs)
-    counted = f"{finished} runs" + (f" ({len(runs) - finished} missing)" if finished < len(runs) else "")
-    print(f"{counted}; wrote {out / 'report.md'}, {out / 'report.csv'}" + (f", {chart}" if chart else ""))
+    counted = f"{finished} run{'s' if finished != 1 else ''}"
+    if finished < len(runs):
+        counted += f" ({len(runs) - finished} missing)"
+    if wiring:
+        reasons = sorted({wiring_reason(r.config or {}) for r in wiring})
+        counted += f"; left out {len(wiring)} wiring/debug run{'s' if len(wiring) != 1 else ''} ({', '.join(reasons)})"
+        for r in wiring:
+            log.info("left out (a wiring or debug run, not a result): %s", r.path)
+    print(f"{counted}; wrote {', '.join(map(str, written))}")
     return rows
 
 
@@ -325,7 +606,8 @@ def report_command(cfg: DictConfig) -> list[dict[str, object]]:
     runs = cfg.runs if isinstance(cfg.runs, ListConfig) else [cfg.runs]
     if not runs:
         raise FileNotFoundError("runs= names no folder; give a multirun or run directory, or a list: runs=[a,b]")
-    return report([Path(str(r)) for r in runs], Path(cfg.out) if cfg.out else None)
+    baseline = str(cfg.baseline) if cfg.get("baseline") else None
+    return report([Path(str(r)) for r in runs], Path(cfg.out) if cfg.out else None, baseline, int(cfg.disagreements))
 
 
 main = command("report", report_command)

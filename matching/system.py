@@ -15,7 +15,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from matching.metrics import RankingMetrics, describe
+from matching.metrics import EvaluationRecord, RankingMetrics, describe
 from matching.model import CONTEXT_INPUTS, MatchOutput
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,10 @@ class MatchingSystem(pl.LightningModule):
         # A metric object (not a plain per-process mean) so that the loss is exact over all processes.
         # No NaN check per update (each one would wait for the device); a NaN loss shows in the mean all the same.
         self.eval_loss = nn.ModuleDict({p: MeanMetric(nan_strategy="disable") for p in prefixes})
+        # Every pair's prediction, kept only when asked (the final evaluation of a run, `evaluate`): `recorded`.
+        self.record_predictions = False
+        self.records = nn.ModuleDict({p: EvaluationRecord() for p in prefixes})
+        self.recorded: dict[str, dict[str, np.ndarray]] = {}
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> MatchOutput:
         return self.model(a, b)
@@ -133,6 +137,19 @@ class MatchingSystem(pl.LightningModule):
         self.log(f"{prefix}/acc", metric, prog_bar=prefix == "val", batch_size=size, add_dataloader_idx=False)
         if self.kind == "rank":
             self.ranking[prefix].update(match_margin(logits), batch["label"], batch["group"], batch["index"])
+        if self.record_predictions:
+            probs = logits.float().softmax(-1)
+            predicted = probs.argmax(-1)
+            score = match_margin(logits) if self.kind == "rank" else probs.gather(1, predicted[:, None])
+            self.records[prefix].update(batch["index"], batch["label"], batch["group"], predicted, score)
+
+    def _keep_records(self, prefixes: Sequence[str]) -> None:
+        """The recorded predictions of each split, gathered from every process (all of them take part)."""
+        for prefix in prefixes:
+            record = self.records[prefix]
+            if self.record_predictions and record.update_called:
+                self.recorded[prefix] = record.compute()
+            record.reset()
 
     def _log_ranking(self, prefixes: Sequence[str]) -> None:
         for prefix in prefixes:
@@ -149,10 +166,12 @@ class MatchingSystem(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if self.kind == "rank":
             self._log_ranking(self.val_prefixes)
+        self._keep_records(self.val_prefixes)
 
     def on_test_epoch_end(self) -> None:
         if self.kind == "rank":
             self._log_ranking(self.test_prefixes)
+        self._keep_records(self.test_prefixes)
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_step(batch, self.val_prefixes[dataloader_idx])

@@ -44,6 +44,7 @@ from matching.runs import (
     check_writable,
     find_run_dir,
 )
+from matching.scores import write_recorded
 from matching.sweeps import check_sweep_processes, is_sweep_job, prior_run
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class FiniteLossGuard(pl.Callback):
 
     def on_before_backward(self, trainer, pl_module, loss) -> None:
         if loss.device.type == "cpu":  # free to read: checked now, before backward and the optimizer step
-            if not math.isfinite(value := float(loss)):
+            if not math.isfinite(value := float(loss.detach())):
                 self._stop(trainer, trainer.global_step, value)
             self._where.clear()
             return
@@ -304,11 +305,14 @@ def train(cfg: DictConfig) -> dict[str, float]:
         metrics["best_epoch"] = int(
             torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=False)["epoch"]
         )
+        system.record_predictions = True  # each pair's prediction, for scores/ (matching.scores)
         for result in trainer.validate(system, datamodule=dm, ckpt_path="best", verbose=False):
             metrics |= _floats(result)
         if cfg.test and dm.test_splits:
             for result in trainer.test(system, datamodule=dm, ckpt_path="best", verbose=False):
                 metrics |= _floats(result)
+        if trainer.is_global_zero:
+            write_recorded(run_dir, system.recorded, dm, system.labels, system.kind)
     if trainer.is_global_zero:
         write_json(run_dir / "metrics.json", metrics)
         shown = {k: round(v, 4) for k, v in metrics.items() if "/" in k}

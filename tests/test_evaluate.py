@@ -35,6 +35,30 @@ def test_train_then_evaluate_parity_ranking(wikiqa_run):
         assert metrics[key] == pytest.approx(trained[key], abs=1e-6), key
 
 
+def test_per_question_scores_average_to_the_metrics(wikiqa_run, snli_run):
+    """scores/val.csv, written by train and again by evaluate, holds the units whose means are the logged metrics."""
+    import csv
+
+    from matching.scores import unit_scores
+
+    for (run, trained), checks in ((wikiqa_run, {"map": "val/map", "mrr": "val/mrr", "map_raw": "val/map_raw",
+                                                 "top1": "val/top1"}), (snli_run, {"acc": "val/acc"})):  # fmt: skip
+        written_by_train = (run / "scores" / "val.csv").read_text()
+        for name, key in checks.items():
+            units = unit_scores(run, "val", name)
+            assert sum(units.values()) / len(units) == pytest.approx(trained[key], abs=1e-5), (run, name)
+        evaluate(run / "checkpoints" / "best.ckpt", "dev")
+        assert (run / "scores" / "val.csv").read_text() == written_by_train
+    pairs = list(csv.DictReader(open(wikiqa_run[0] / "scores" / "val_pairs.csv")))
+    assert [int(p["rank"]) for p in pairs if p["unit"] == pairs[0]["unit"]] == list(range(1, 1 + sum(
+        p["unit"] == pairs[0]["unit"] for p in pairs)))  # fmt: skip
+    assert len(unit_scores(wikiqa_run[0], "val", "map")) == trained_questions(wikiqa_run[1])
+
+
+def trained_questions(metrics):
+    return int(metrics["val/questions"])
+
+
 def test_evaluate_test_split_and_data_overrides(snli_run, tmp_path):
     run, _ = snli_run
     from conftest import FIXTURES

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from matching.metrics import RankingMetrics
+from matching.metrics import RankingMetrics, question_scores
 
 # group, score, target  (see the expected values below)
 EXAMPLE = [
@@ -106,3 +106,28 @@ def test_ranking_score_is_the_logit_margin_and_does_not_saturate():
     metric = RankingMetrics()
     metric.update(margin, torch.tensor([0, 1]), torch.zeros(2, dtype=torch.long), torch.arange(2))
     assert metric.compute()["map"] == 1.0  # P(match) ties would rank the incorrect one first (MAP 0.5)
+
+
+def test_per_question_scores_average_to_the_split_metrics():
+    """question_scores (what scores/ files hold) and RankingMetrics (torchmetrics) agree, ties included."""
+    rng = np.random.default_rng(0)
+    n = 3000
+    groups, targets = rng.integers(0, 300, n), (rng.random(n) < 0.2).astype(np.int64)
+    scores, indices = rng.normal(size=n).round(1), rng.permutation(n)  # rounded: many ties
+    metric = RankingMetrics()
+    metric.update(*(torch.tensor(x) for x in (scores, targets, groups, indices)))
+    values = metric.compute()
+    q = question_scores(scores, targets, groups, indices)
+    kept = (q["positives"] > 0) & (q["positives"] < q["candidates"])
+    for column, key in (("ap", "map"), ("rr", "mrr"), ("top1", "top1"), ("top2", "top2"), ("top5", "top5")):
+        assert q[column][kept].mean() == pytest.approx(float(values[key]), abs=1e-6), key
+    assert q["ap"].mean() == pytest.approx(float(values["map_raw"]), abs=1e-6)
+    assert q["rr"].mean() == pytest.approx(float(values["mrr_raw"]), abs=1e-6)
+    assert int(kept.sum()) == int(values["questions"])
+
+
+def test_question_scores_by_hand():
+    # one question, candidates ranked c (✓, 0.9), a (✗, 0.5), b (✓, 0.5 tied with a: incorrect first), d (✗)
+    q = question_scores(np.array([0.5, 0.5, 0.9, 0.1]), np.array([0, 1, 1, 0]), np.zeros(4, np.int64), np.arange(4))
+    assert q["ap"][0] == pytest.approx((1 / 1 + 2 / 3) / 2) and q["rr"][0] == 1.0
+    assert (q["top1"][0], q["top2"][0], q["top5"][0]) == (0.5, 0.5, 1.0)

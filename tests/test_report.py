@@ -38,8 +38,10 @@ def test_report_table_matches_values_recomputed_from_the_runs(multirun, tmp_path
         assert float(row["mean"]) == pytest.approx(statistics.fmean(values), abs=0.006)
         assert float(row["std"]) == pytest.approx(statistics.stdev(values), abs=0.006)
         assert row["paper_test"] == {"softmax": "84.61", "coda": "85.71"}[row["aligner"]]
+        f = {"softmax": "F=parikh", "coda": "F=none"}[row["aligner"]]  # each aligner's default score function
+        assert row["variant"] == f
         assert (
-            f"| snli | {row['aligner']} | – | dev | acc | {float(row['mean']):.2f} ± {float(row['std']):.2f} | 2 |"
+            f"| snli | {row['aligner']} | {f} | dev | acc | {float(row['mean']):.2f} ± {float(row['std']):.2f} | 2 |"
             in printed
         )
     png = (tmp_path / "report.png").read_bytes()
@@ -77,7 +79,12 @@ def test_ablation_runs_get_one_row_per_setting_and_seeds_are_averaged(tmp_path):
             (run / ".hydra").mkdir(parents=True)
             config = {
                 "task": {"name": "wikiqa", "report_metrics": ["map", "mrr"]},
-                "aligner": {"_target_": "matching.aligners.CoDAAligner", "center_e": center_e == "true", "gate": gate},
+                "aligner": {
+                    "_target_": "matching.aligners.CoDAAligner",
+                    "center_e": center_e == "true",
+                    "gate": gate,
+                    "projection": "none",
+                },
                 "seed": seed,
                 "loss": {"class_weights": None},
             }
@@ -90,8 +97,132 @@ def test_ablation_runs_get_one_row_per_setting_and_seeds_are_averaged(tmp_path):
     rows = [r for r in summarise(find_runs([tmp_path])) if r["metric"] == "map"]
     got = {r["variant"]: (r["mean"], r["n"]) for r in rows}
     assert got == {  # loss.class_weights=null, spelled out by some runs only, is the same value everywhere
-        "aligner.center_e=false aligner.gate=none": (71.0, 2),
-        "aligner.center_e=true aligner.gate=none": (67.0, 2),
-        "aligner.center_e=true aligner.gate=center": (69.0, 2),
+        "F=none aligner.center_e=false aligner.gate=none": (71.0, 2),
+        "F=none aligner.center_e=true aligner.gate=none": (67.0, 2),
+        "F=none aligner.center_e=true aligner.gate=center": (69.0, 2),
     }
     assert all(r["paper_test"] == "" for r in rows)  # the paper's test numbers belong to the default settings
+
+
+def test_report_against_a_baseline_on_the_trained_sweep(multirun, tmp_path, capsys):
+    """Every run wrote its per-example scores; the difference is the difference of the seed-averaged accuracies."""
+    assert report_main([f"runs={multirun}", f"out={tmp_path}", "baseline=softmax"]) == 0
+    for scores in multirun.glob("*/scores/val.csv"):
+        lines = scores.read_text().splitlines()
+        assert lines[0] == "unit,a,b,label,predicted,p_predicted,correct" and len(lines) > 2
+    rows = {r["aligner"]: r for r in csv.DictReader(open(tmp_path / "report.csv"))}
+    assert rows["softmax"]["note"] == "baseline" and rows["coda"]["baseline"] == "softmax F=parikh"
+    coda = rows["coda"]
+    assert float(coda["diff"]) == pytest.approx(float(coda["mean"]) - float(rows["softmax"]["mean"]), abs=0.02)
+    assert float(coda["ci_low"]) <= float(coda["diff"]) <= float(coda["ci_high"]) and 0 < float(coda["p_value"]) <= 1
+    assert "vs baseline: Δ [95 % CI]" in capsys.readouterr().out
+    assert (tmp_path / "disagreements.md").read_text().startswith("# Where the aligners disagree")
+
+
+def fake_run(root, name, task, aligner, seed, metrics, overrides=(), projection=None, units=None, pairs=None, **config):
+    """A finished run directory as train writes it, with per-unit scores (scores/val.csv) when `units` is given."""
+    import yaml
+
+    run = root / name
+    (run / ".hydra").mkdir(parents=True)
+    aligner_node = {"_target_": "matching.aligners.X"} | ({"projection": projection} if projection else {})
+    report_metrics = {"wikiqa": ["map", "mrr"], "snli": ["acc"]}[task]
+    paper = {"wikiqa": {"softmax": {"map": 66.4, "mrr": 68.0}, "coda": {"map": 70.5, "mrr": 72.4}},
+             "snli": {"softmax": {"acc": 84.61}, "coda": {"acc": 85.71}}}[task]  # fmt: skip
+    cfg = {"task": {"name": task, "kind": "rank" if task == "wikiqa" else "classify", "report_metrics": report_metrics,
+                    "paper": paper}, "aligner": aligner_node, "seed": seed,
+           "choices": {"task": task, "aligner": aligner, "debug": config.pop("debug", None),
+                       "embeddings": "minilm" if "embeddings" in config else "glove"}} | config  # fmt: skip
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(list(overrides)))
+    (run / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"runtime": {"cwd": str(root / "project")}}}))
+    if units is not None:
+        (run / "scores").mkdir()
+        header = "unit,question,candidates,positives,ap,rr,top1,top2,top5"
+        lines = [f"{u},what is {u},3,1,{v},{v},0,0,1" for u, v in units.items()]
+        (run / "scores" / "val.csv").write_text("\n".join([header, *lines]) + "\n")
+    if pairs is not None:
+        lines = ["unit,index,answer,label,score,rank"]
+        lines += [f"{u},{i},answer {i} of {u},{label},{score},0" for u, i, label, score in pairs]
+        (run / "scores" / "val_pairs.csv").write_text("\n".join(lines) + "\n")
+    return run
+
+
+def test_controlled_rows_are_compared_with_the_baseline_of_the_same_score_function(tmp_path, capsys):
+    questions = [f"Q{i}" for i in range(40)]
+    low = {q: 0.5 for q in questions}
+    high = {q: 0.5 + 0.01 * (i + 1) for i, q in enumerate(questions)}  # better on every question
+    for seed in (1, 2):
+        for aligner, f, units in (("softmax", "none", low), ("softmax", "parikh", low), ("coda", "none", high),
+                                  ("coda", "parikh", low)):  # fmt: skip
+            mean = sum(units.values()) / len(units)
+            fake_run(tmp_path, f"{aligner}_{f}_{seed}", "wikiqa", aligner, seed, {"val/map": mean, "val/mrr": mean},
+                     [f"aligner={aligner}", f"aligner.projection={f}", f"seed={seed}"], f, units)  # fmt: skip
+        fake_run(tmp_path, f"conflict_{seed}", "wikiqa", "conflict", seed, {"val/map": 0.5, "val/mrr": 0.5},
+                 ["aligner=conflict", f"seed={seed}"], None, low)  # fmt: skip
+    rows = {(r["aligner"], r["variant"], r["metric"]): r for r in report(tmp_path, "softmax")}
+    coda = rows[("coda", "F=none", "map")]
+    assert coda["baseline"] == "softmax F=none" and coda["p_value"] < 0.01 and coda["units"] == 40
+    assert coda["diff"] == pytest.approx(100 * sum(high[q] - low[q] for q in questions) / 40, abs=0.01)
+    assert coda["ci_low"] > 0
+    same = rows[("coda", "F=parikh", "map")]  # identical scores to its baseline's
+    assert same["baseline"] == "softmax F=parikh" and same["diff"] == 0 and same["p_value"] == 1
+    assert "several softmax rows" in rows[("conflict", "", "map")]["note"]  # no F: which softmax is ambiguous
+    rows = {(r["aligner"], r["variant"], r["metric"]): r for r in report(tmp_path, "softmax F=parikh")}
+    assert rows[("conflict", "", "map")]["baseline"] == "softmax F=parikh"
+    assert rows[("softmax", "F=none", "map")]["baseline"] == "softmax F=parikh"  # F's own effect, not itself
+    assert rows[("coda", "F=none", "map")]["baseline"] == "softmax F=none"  # the same F first
+    printed = capsys.readouterr().out
+    assert "| wikiqa | coda | F=none | dev | map | 70.50 ± 0.00 | 2 | 70.5 | +20.50 [" in printed
+
+
+def report(root, baseline):
+    from matching.report import report as make_report
+
+    return make_report([root], root / "out", baseline)
+
+
+def test_disagreements_show_each_models_top_answers(tmp_path):
+    pairs_good = [("Q1", 0, 1, 2.0), ("Q1", 1, 0, -1.0), ("Q2", 2, 1, 1.0), ("Q2", 3, 0, 0.0)]
+    pairs_bad = [("Q1", 0, 1, -2.0), ("Q1", 1, 0, 1.0), ("Q2", 2, 1, 1.0), ("Q2", 3, 0, 0.0)]
+    fake_run(tmp_path, "coda", "wikiqa", "coda", 1, {"val/map": 1.0, "val/mrr": 1.0}, ["aligner=coda"], "none",
+             {"Q1": 1.0, "Q2": 1.0}, pairs_good)  # fmt: skip
+    fake_run(tmp_path, "softmax", "wikiqa", "softmax", 1, {"val/map": 0.75, "val/mrr": 0.75}, ["aligner=softmax"],
+             "parikh", {"Q1": 0.5, "Q2": 1.0}, pairs_bad)  # fmt: skip
+    report(tmp_path, "softmax")
+    text = (tmp_path / "out" / "disagreements.md").read_text()
+    assert "## wikiqa, dev map: coda F=none against softmax F=parikh" in text
+    q1 = text.split("### Q1: what is Q1", 1)[1]
+    assert "| 1 | ✓ answer 0 of Q1 (+2.00) | ✗ answer 1 of Q1 (+1.00) |" in q1
+    assert text.index("### Q1") < text.index("### Q2")  # the largest difference first
+
+
+def test_the_report_of_a_newcomers_four_runs_is_readable(tmp_path, capsys):
+    """A debug wiring run, one run with a relative data path and one with an absolute one to the same files, and one
+    SNLI run: the debug run is left out, the variants stay short, the paper shows, one seed says n = 1."""
+    project = tmp_path / "project"
+    relative = {"embeddings": {"path": "data/embeddings/minilm.txt.gz", "dim": 300}}
+    absolute = {"embeddings": {"path": str(project / "data/embeddings/minilm.txt.gz"), "dim": 300}}
+    fake_run(tmp_path, "debug", "wikiqa", "softmax", 1, {"val/map": 0.6667, "val/mrr": 0.6667},
+             ["task=wikiqa", "debug=fast"], "parikh", debug="fast")  # fmt: skip
+    fake_run(tmp_path, "soft", "wikiqa", "softmax", 1, {"val/map": 0.66, "val/mrr": 0.67},
+             ["task=wikiqa", "embeddings=minilm", "embeddings.path=data/embeddings/minilm.txt.gz"], "parikh",
+             **relative)  # fmt: skip
+    given = ["task=wikiqa", "aligner=coda", "embeddings=minilm", f"embeddings.path={absolute['embeddings']['path']}"]
+    fake_run(tmp_path, "coda", "wikiqa", "coda", 1, {"val/map": 0.70, "val/mrr": 0.71}, given, "none", **absolute)
+    fake_run(tmp_path, "snli", "snli", "softmax", 1, {"val/acc": 0.62}, ["task=snli"], "parikh")
+    from matching.report import find_runs, summarise, write_chart
+
+    rows = summarise(find_runs([tmp_path]))
+    assert {(r["task"], r["aligner"], r["variant"], r["metric"]): r["paper_test"] for r in rows} == {
+        ("wikiqa", "softmax", "F=parikh", "map"): 66.4, ("wikiqa", "softmax", "F=parikh", "mrr"): 68.0,
+        ("wikiqa", "coda", "F=none", "map"): 70.5, ("wikiqa", "coda", "F=none", "mrr"): 72.4,
+        ("snli", "softmax", "F=parikh", "acc"): 84.61,
+    }  # fmt: skip
+    assert write_chart(rows, tmp_path / "chart.png") == ["snli: dev acc", "wikiqa: dev map", "wikiqa: dev mrr"]
+    assert report_main([f"runs={tmp_path}", f"out={tmp_path / 'out'}"]) == 0
+    printed = capsys.readouterr().out
+    assert "| wikiqa | softmax | F=parikh | dev | map | 66.00 (n = 1) | 1 | 66.4 |" in printed
+    assert "66.67" not in printed and "± 0.00" not in printed
+    assert "3 runs; left out 1 wiring/debug run (debug=fast)" in printed
