@@ -330,8 +330,8 @@ def _baseline_row(row: dict, rows: list[dict], aligner: str, variant: str) -> tu
         return same[0], ""
     if not same:
         return None, f"no {aligner} row for this task"
-    options = ", ".join(sorted(repr(f"{aligner} {r['variant']}".strip()) for r in same))
-    return None, f"several {aligner} rows; name one with baseline=<one of {options}>"
+    options = " or ".join(sorted(f"""'baseline="{aligner} {r["variant"]}"'""" for r in same))
+    return None, f"several {aligner} rows: name one, {options}"
 
 
 def compare(rows: list[dict], runs: list[Run], baseline: str) -> list[dict]:
