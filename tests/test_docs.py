@@ -1,0 +1,487 @@
+"""The README and docs/ cannot rot: every relative link and #anchor resolves, and every command they show is
+composed against the real configs (what `--cfg job` does, through Hydra's compose API, so in-process and fast),
+so that a renamed key, option, make target, make variable, extra or benchmark flag fails here, not for a user.
+
+Commands are taken from ```bash blocks (with `\\` continuations, pipes, `VAR=value` prefixes and `# comments`)
+and from inline code that starts like a command. Placeholders are filled in: `<time>`, `<you>`, ... become a
+plain word, `ckpt=` (or `$CKPT`) becomes a checkpoint of a run directory made here (its saved config.yaml is a
+real WikiQA/CoDA training config: the commands that load a run compose the run's config under their own, as on the
+command line), and `/path/to/my_conf` becomes a folder holding the YAML files that docs/extending.md shows.
+Sweeps compose with the first value of each swept key, and every other option of a swept config group must exist.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import compose_train
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from matching.cli import CONF, check_plugins, compose_config, quote_verbatim
+from matching.extras import MissingExtraError
+
+ROOT = CONF.parent
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```\s*$", re.M | re.S)
+PLACEHOLDER = re.compile(r"<[^<>\n]*>")  # <time>, <you>, <an existing vectors file>
+ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+#: Hydra's flags that take no value / one value; anything else starting with "-" is a mistake in a doc.
+HYDRA_FLAGS = {"-m", "--multirun", "--help", "-h", "--hydra-help", "--resolve"}
+HYDRA_FLAGS_WITH_VALUE = {"--cfg", "-c", "--info", "-i", "--package", "-p", "--config-name", "-cn"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading the pages
+
+
+def prose(text: str) -> str:
+    """The page with its fenced code blocks blanked out, lines kept (links and inline code live in the prose)."""
+    return FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+
+
+def code_blocks(text: str, languages=("bash", "sh", "shell")) -> list[tuple[int, str]]:
+    """(line number of the block's first line, body) of each fenced block in one of `languages`."""
+    return [(text[: m.start(2)].count("\n") + 1, m.group(2)) for m in FENCE.finditer(text) if m.group(1) in languages]
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: the rendered text lower-cased, punctuation but `-` and `_` dropped,
+    spaces turned into hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link in a heading renders as its text
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    found = set()
+    for line in prose(page.read_text()).splitlines():
+        if m := re.match(r"#{1,6} (.+)", line):
+            base = slug(m.group(1))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            found.add(base if n == 0 else f"{base}-{n}")
+    return found
+
+
+def links(page: Path) -> list[str]:
+    """The targets of the page's Markdown links and images, inline code left out."""
+    text = re.sub(r"`[^`]*`", "", prose(page.read_text()))
+    return re.findall(r"!?\[[^\]]*\]\(([^)\s]+)\)", text)
+
+
+@dataclass(frozen=True)
+class Command:
+    where: str  # page:line
+    argv: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.where}: {shlex.join(self.argv)}"
+
+
+def simple_commands(line: str) -> list[list[str]]:
+    """The simple commands of one shell line (split at |, ;, &&, ||), leading VAR=value assignments dropped."""
+    lexer = shlex.shlex(PLACEHOLDER.sub("X", line), posix=True, punctuation_chars=";&|")
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    commands, current = [], []
+    for token in lexer:
+        if set(token) <= set(";&|"):
+            commands.append(current)
+            current = []
+        else:
+            current.append(token)
+    commands.append(current)
+    out = []
+    for words in commands:
+        while words and ENV_ASSIGNMENT.match(words[0]):
+            words = words[1:]
+        if words:
+            out.append(words)
+    return out
+
+
+def is_project_command(words: list[str]) -> bool:
+    head = words[0]
+    if head in ("python", "python3") and len(words) > 1:
+        module = words[2] if len(words) > 2 and words[1] == "-m" else ""
+        return words[1].startswith("benchmarks/") or module.startswith("matching.")
+    return head.startswith("matching-") or head == "make" or (head == "pip" and "install" in words)
+
+
+def page_commands(page: Path) -> list[Command]:
+    """Every project command of a page: from its bash blocks, and from inline code such as `make install` or
+    `python -m matching.train -m experiment=...` (an inline fragment with `...` in it is an abbreviation, skipped)."""
+    text = page.read_text()
+    name = page.relative_to(ROOT).as_posix()
+    found = []
+    for first, body in code_blocks(text):
+        lines = body.split("\n")
+        i = 0
+        while i < len(lines):
+            start, line = i, lines[i]
+            while True:
+                if line.rstrip().endswith("\\") and i + 1 < len(lines):  # continued on the next line
+                    i += 1
+                    line = line.rstrip()[:-1] + " " + lines[i].strip()
+                    continue
+                try:
+                    commands = simple_commands(line)
+                    break
+                except ValueError:  # a quoted text that goes on over the next line
+                    i += 1
+                    line += "\n" + lines[i]
+            for words in commands:
+                if is_project_command(words):
+                    found.append(Command(f"{name}:{first + start}", tuple(words)))
+            i += 1
+    body = prose(text)
+    for m in re.finditer(r"`([^`]+)`", body):
+        span = " ".join(m.group(1).split())
+        if re.match(r"(python3? (-m matching\.|benchmarks/)|matching-[a-z-]+( |$)|make [a-z]|pip install )", span):
+            if "..." in span:
+                continue
+            line = body[: m.start()].count("\n") + 1
+            for words in simple_commands(span):
+                if is_project_command(words):
+                    found.append(Command(f"{name}:{line} (inline)", tuple(words)))
+    return found
+
+
+ALL_COMMANDS = [command for page in PAGES for command in page_commands(page)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the project offers, read from its own files (nothing is imported: the command modules import torch)
+
+
+def command_modules() -> dict[str, dict]:
+    """module name -> {config, verbatim} from each `main = command(...)` line of matching/*.py."""
+    modules = {}
+    for path in sorted((ROOT / "matching").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            call = node.value if isinstance(node, ast.Assign) else None
+            if ([getattr(t, "id", None) for t in getattr(node, "targets", [])] == ["main"]
+                    and isinstance(call, ast.Call) and getattr(call.func, "id", None) == "command"):  # fmt: skip
+                keywords = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+                modules[path.stem] = {
+                    "config": ast.literal_eval(call.args[0]),
+                    "verbatim": tuple(keywords.get("verbatim", ())),
+                }
+    return modules
+
+
+COMMANDS = command_modules()
+PYPROJECT = (ROOT / "pyproject.toml").read_text()
+
+
+def pyproject_table(name: str) -> dict[str, str]:
+    """`key = value` lines of one table of pyproject.toml (tomllib is Python 3.11+; we support 3.10)."""
+    table = PYPROJECT.split(f"\n[{name}]\n", 1)[1].split("\n[", 1)[0]
+    return dict(re.findall(r"^([\w-]+) = (.+)$", table, re.M))
+
+
+SCRIPTS = {name: value.strip('"').split(":")[0] for name, value in pyproject_table("project.scripts").items()}
+SCRIPTS = {name: module.removeprefix("matching.") for name, module in SCRIPTS.items()}
+EXTRAS = set(pyproject_table("project.optional-dependencies"))
+MAKEFILE = (ROOT / "Makefile").read_text()
+MAKE_TARGETS = set(re.findall(r"^([A-Za-z0-9_.-]+):", MAKEFILE, re.M))
+#: Targets a page may name before the branch that adds them is merged: target -> why.
+PENDING_TARGETS = {"demo": "make demo is added by the branch of issue 23 that builds the offline demo"}
+
+
+class DocError(AssertionError):
+    """A page's command that would not work as written."""
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    """A checkpoint inside a run directory whose config.yaml is a real (WikiQA, CoDA) training config: what the
+    commands that load a run compose their own config on. The checkpoint is never read by composition."""
+    folder = tmp_path_factory.mktemp("docs_run")
+    cfg = compose_train(folder, "task=wikiqa", "aligner=coda", small=False)
+    run = Path(cfg.paths.output_dir)
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (run / "checkpoints" / "best.ckpt").touch()
+    return run / "checkpoints" / "best.ckpt"
+
+
+@pytest.fixture(scope="module")
+def my_conf(tmp_path_factory) -> Path:
+    """The config folder of docs/extending.md: each ```yaml block headed `# my_conf/<path>` written to <path>."""
+    folder = tmp_path_factory.mktemp("my_conf")
+    for page in PAGES:
+        for _, body in code_blocks(page.read_text(), languages=("yaml",)):
+            if m := re.match(r"# my_conf/(\S+)\n", body):
+                (folder / m.group(1)).parent.mkdir(parents=True, exist_ok=True)
+                (folder / m.group(1)).write_text(body)
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checking commands
+
+
+def hydra_overrides(args: list[str]) -> list[str]:
+    """The overrides of a Hydra command line, its flags dropped; an argument that is neither is a DocError."""
+    overrides, rest = [], iter(args)
+    for arg in rest:
+        if arg in HYDRA_FLAGS:
+            continue
+        if arg in HYDRA_FLAGS_WITH_VALUE:
+            next(rest, None)
+            continue
+        if arg.startswith("[") and arg.endswith("]") and "=" in arg:  # [private=true]: an optional argument
+            arg = arg[1:-1]
+        if arg.startswith("-") or "=" not in arg:
+            raise DocError(f"{arg!r} is neither a key=value override nor a flag Hydra takes")
+        overrides.append(arg)
+    return overrides
+
+
+@dataclass(frozen=True)
+class Composition:
+    """A config as a command line composes it: `compose_config(config, overrides)`."""
+
+    config: str
+    overrides: tuple[str, ...]
+
+
+def first_of_sweeps(config: str, overrides: list[str]) -> list[Composition]:
+    """The command line with each sweep override (`aligner=softmax,coda`) at its first value, and then one more
+    composition for each other option of a swept config group that has no YAML file under conf/ (a plugin's)."""
+    parser, single, others = OverridesParser.create(), [], []
+    for text in overrides:
+        override = parser.parse_override(text)
+        if not override.is_sweep_override():
+            single.append(text)
+            continue
+        key = text.split("=", 1)[0]
+        values = list(override.sweep_string_iterator())
+        single.append(f"{key}={values[0]}")
+        group = key.lstrip("+~")
+        if (CONF / group).is_dir() or group.startswith("hydra/"):
+            others += [(key, v) for v in values[1:] if not (CONF / group / f"{v}.yaml").exists()]
+    return [Composition(config, tuple(single))] + [
+        Composition(config, tuple(o for o in single if not o.startswith(f"{key}=")) + (f"{key}={value}",))
+        for key, value in others
+    ]
+
+
+def plan_hydra(config: str, module: dict, args: list[str], checkpoint: Path, my_conf: Path) -> list[Composition]:
+    overrides = []
+    for arg in hydra_overrides(args):
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") == "ckpt" or value in ("$CKPT", "${CKPT}"):
+            arg = f"{key}={checkpoint}"
+        overrides.append(re.sub(r"\$\{?[A-Za-z_]+\}?", "X", arg.replace("/path/to/my_conf", str(my_conf))))
+    return first_of_sweeps(config, quote_verbatim(overrides, module["verbatim"]))
+
+
+def plan_make(words: list[str], checkpoint: Path, my_conf: Path) -> list[Composition]:
+    targets = [w for w in words[1:] if "=" not in w and not w.startswith("-")]
+    variables = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+    for target in targets:
+        if target not in MAKE_TARGETS and target not in PENDING_TARGETS:
+            raise DocError(f"the Makefile has no target {target!r}; its targets: {sorted(MAKE_TARGETS)}")
+    for variable in variables:
+        if not re.search(rf"\$\({variable}\)", MAKEFILE):
+            raise DocError(f"the Makefile does not use the variable {variable}")
+    if not set(targets) & {"train", "sweep"}:
+        return []
+    # `make train TASK=x ARGS="..."` runs `matching.train task=x ...`
+    args = [f"task={variables['TASK']}"] if "TASK" in variables else []
+    return plan_hydra("train", COMMANDS["train"], args + shlex.split(variables.get("ARGS", "")), checkpoint, my_conf)
+
+
+def check_benchmark(words: list[str]) -> None:
+    script = ROOT / words[1]
+    if not script.is_file():
+        raise DocError(f"no benchmark script {words[1]}")
+    source = script.read_text()
+    for flag in (w for w in words[2:] if w.startswith("--")):
+        if f'"{flag.split("=")[0]}"' not in source:
+            raise DocError(f"{words[1]} takes no flag {flag}")
+
+
+def check_pip(words: list[str]) -> None:
+    for spec in words:
+        if m := re.fullmatch(r"(?:\.|matching)\[([\w,-]+)\]", spec):
+            unknown = set(m.group(1).split(",")) - EXTRAS
+            if unknown:
+                raise DocError(f"pyproject.toml has no extra {sorted(unknown)}; its extras: {sorted(EXTRAS)}")
+
+
+def plan(command: Command, checkpoint: Path, my_conf: Path) -> list[Composition]:
+    """What must compose for `command` to work; raises DocError for what is wrong without composing anything (an
+    unknown command, script, target, variable, extra, benchmark flag, or an argument that is not an override)."""
+    words = list(command.argv)
+    if words[0] == "make":
+        return plan_make(words, checkpoint, my_conf)
+    if words[0] == "pip":
+        check_pip(words)
+        return []
+    if words[0] in ("python", "python3") and words[1].startswith("benchmarks/"):
+        check_benchmark(words)
+        return []
+    if words[0].startswith("matching-"):
+        module, args = SCRIPTS.get(words[0]), words[1:]
+        if module is None:
+            raise DocError(f"no console script {words[0]}; pyproject.toml has {sorted(SCRIPTS)}")
+    else:
+        module, args = words[2].removeprefix("matching."), words[3:]
+    if module not in COMMANDS:
+        raise DocError(f"matching.{module} is not a command; the commands: {sorted(COMMANDS)}")
+    return plan_hydra(COMMANDS[module]["config"], COMMANDS[module], args, checkpoint, my_conf)
+
+
+def compose(composition: Composition) -> None:
+    """Raises the command line's own error (an OverrideError) for an unknown key or option, or a bad value."""
+    compose_config(composition.config, list(composition.overrides))
+
+
+def structural(override: str) -> bool:
+    """An override that changes which keys exist (a config group's option, an added or deleted key, the search
+    path, the run a command loads), as opposed to one that sets the value of an existing key."""
+    key = override.split("=", 1)[0]
+    bare = key.lstrip("+~")
+    return (key != bare or "/" in bare or bare in ("ckpt", "hydra.searchpath")
+            or ("." not in bare and (CONF / bare).is_dir()))  # fmt: skip
+
+
+def problems(commands: list[Command], checkpoint: Path, my_conf: Path) -> dict[Command, str]:
+    """What is wrong with each command that would not work. Compositions that choose the same config groups are
+    composed together, their value overrides merged (a key valid in one is valid in all), which takes the ~160
+    commands of the pages down to ~60 compositions; a batch that fails is composed command by command."""
+    wrong, batches = {}, defaultdict(list)
+    for command in commands:
+        try:
+            for composition in plan(command, checkpoint, my_conf):
+                fixed = tuple(o for o in composition.overrides if structural(o))
+                batches[(composition.config, fixed)].append((command, composition))
+        except (DocError, ValueError) as err:
+            wrong[command] = str(err)
+    for (config, fixed), members in batches.items():
+        values = dict.fromkeys(o for _, c in members for o in c.overrides if not structural(o))
+        try:
+            compose(Composition(config, fixed + tuple(values)))
+            continue
+        except ValueError:
+            pass
+        for command, composition in members:
+            try:
+                compose(composition)
+            except ValueError as err:
+                wrong.setdefault(command, str(err))
+    return wrong
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The tests
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_relative_link_and_anchor_resolves(page):
+    broken = []
+    for target in links(page):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and anchor not in anchors(file):
+            broken.append(f"{target}: no heading with that anchor in {file.name} ({sorted(anchors(file))})")
+    assert not broken, f"{page.name}: " + "; ".join(broken)
+
+
+def test_commands_are_found():
+    """The extraction sees the commands it is meant to check (a change of the pages' format must not silently
+    leave nothing to check)."""
+    sources = {c.where.split(":")[0] for c in ALL_COMMANDS}
+    assert {"README.md", "docs/cookbook.md", "docs/results.md", "docs/serving.md", "docs/cluster.md"} <= sources
+    heads = {c.argv[0] if c.argv[0] != "python" else c.argv[2] for c in ALL_COMMANDS if c.argv[0] != "pip"}
+    assert {"make", "matching.train", "matching.evaluate", "matching.predict", "matching.visualize",
+            "matching.export", "matching.serve", "matching.report"} <= heads  # fmt: skip
+    continued = [
+        c for c in ALL_COMMANDS if {"hydra.launcher.n_jobs=2", "paths.data_dir=/path/to/corpora"} <= set(c.argv)
+    ]
+    assert continued, "a command continued over lines with \\ is read as one"
+
+
+@pytest.fixture(scope="module")
+def wrong(trained_run, my_conf) -> dict[Command, str]:
+    return problems(ALL_COMMANDS, trained_run, my_conf)
+
+
+@pytest.mark.parametrize("command", ALL_COMMANDS, ids=str)
+def test_every_command_of_the_docs_composes(command, wrong):
+    if command in wrong:
+        try:
+            check_plugins(list(command.argv))
+        except MissingExtraError as missing:
+            pytest.skip(f"needs an extra that is not installed here: {missing}")
+        raise DocError(f"{command}\n  -> {wrong[command]}")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "python -m matching.train aligner=codaa",  # an option the group does not have
+        "python -m matching.train task=wikiqa model.hiden=100",  # an unknown key
+        "python -m matching.train -m aligner=softmax,codaa seed=1,2",  # a swept option that does not exist
+        "python -m matching.evaluate ckpt=$CKPT splitt=test",  # a key of neither the command nor the run
+        "python -m matching.train hydra/launcher=joblib hydra.launcher.n_job=2",  # a key of a launcher
+        "python -m matching.train --cfgg job",  # a flag Hydra does not take
+        "python -m matching.trian task=snli",  # no such command
+        "matching-evalute ckpt=x",  # no such console script
+        "make trian TASK=snli",  # no such target
+        'make train TASK=snli ARG="aligner=coda"',  # no such variable
+        'make train TASK=snli ARGS="aligner=cod"',  # an unknown option through make
+        'pip install -e ".[servee]"',  # no such extra
+        "python benchmarks/bench_step.py --trainerr cpu",  # a flag the benchmark does not take
+    ],
+)
+def test_a_broken_command_fails(line, trained_run, my_conf):
+    """What the test above would say if a page named an unknown key, option, target, extra or flag."""
+    (words,) = simple_commands(line)
+    broken = Command("example", tuple(words))
+    assert set(problems([broken], trained_run, my_conf)) == {broken}
+
+
+def test_a_broken_command_is_found_among_the_commands_composed_with_it(trained_run, my_conf):
+    lines = [
+        "python -m matching.train task=wikiqa aligner=coda seed=1",
+        "python -m matching.train task=wikiqa aligner=coda model.hiden=100",
+        "python -m matching.train task=wikiqa aligner=coda seed=7 optim.lr=1e-3",
+    ]
+    commands = [Command(f"example:{n}", tuple(simple_commands(line)[0])) for n, line in enumerate(lines)]
+    assert list(problems(commands, trained_run, my_conf)) == [commands[1]]
+
+
+def test_every_page_says_what_it_is_for_and_the_readme_links_it():
+    readme = README.read_text()
+    for page in PAGES[1:]:
+        paragraphs = page.read_text().split("\n\n")
+        assert paragraphs[0].startswith("# ") and "What this page is for:" in "\n\n".join(paragraphs[1:3]), page.name
+        assert f"(docs/{page.name})" in readme, f"the README does not link docs/{page.name}"
+
+
+def test_the_readme_is_short_and_its_results_are_those_of_docs_results():
+    """A newcomer reads the README in five minutes; its results table quotes docs/results.md, so a number
+    updated there and not in the README (or the other way round) fails here."""
+    readme = README.read_text()
+    assert len(readme.splitlines()) <= 300
+    results = readme.split("\n## Results\n", 1)[1].split("\n## ", 1)[0]
+    quoted = re.findall(r"\d+\.\d+ ± \d+\.\d+", results)
+    assert len(quoted) >= 20
+    full = (ROOT / "docs" / "results.md").read_text()
+    assert not [q for q in quoted if q not in full], "README figures not in docs/results.md"
