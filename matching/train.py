@@ -90,7 +90,7 @@ class FiniteLossGuard(pl.Callback):
 
     def on_before_backward(self, trainer, pl_module, loss) -> None:
         if loss.device.type == "cpu":  # free to read: checked now, before backward and the optimizer step
-            if not math.isfinite(value := float(loss)):
+            if not math.isfinite(value := float(loss.detach())):
                 self._stop(trainer, trainer.global_step, value)
             self._where.clear()
             return
