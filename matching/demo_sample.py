@@ -30,7 +30,6 @@ from omegaconf import DictConfig
 
 from matching.cli import DEMO_DATA, command
 from matching.data.readers import DataFormatError
-from matching.data.vocab import Tokenizer
 from matching.files import existing, open_binary, write_atomic
 
 log = logging.getLogger(__name__)
@@ -72,6 +71,8 @@ def split_by_premise(lines: list[str], train_pairs: int, dev_pairs: int, seed: i
 
 def sample_words(texts: Iterable[str]) -> set[str]:
     """The words a run looks up for these texts (the tokeniser of `data.lowercase=true`)."""
+    from matching.data.vocab import Tokenizer  # here: the demo imports this module's names before torch
+
     tokenize = Tokenizer(lowercase=True)
     return {word for text in texts for word in tokenize(text)}
 
