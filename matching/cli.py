@@ -13,7 +13,6 @@ A user's mistake (a missing file, a bad value, an unusable checkpoint) prints on
 
 from __future__ import annotations
 
-import importlib.resources
 import logging
 import os
 import re
@@ -37,11 +36,6 @@ log = logging.getLogger(__name__)
 #: The config folder, as an absolute path: Hydra would resolve "../conf" against the package `matching` (and fail)
 #: when a command runs as a console script.
 CONF = Path(__file__).resolve().parents[1] / "conf"
-#: The demo's sample (SNLI pairs, word vectors, new pairs), package data: found through the package, never the
-#: working directory, so that `make demo` works from any folder and from an installed package. Configs name its
-#: files as `${demo_data:<file>}` (conf/task/snli_sample.yaml).
-DEMO_DATA = Path(str(importlib.resources.files("matching") / "demo_data"))
-OmegaConf.register_new_resolver("demo_data", lambda name="": str(DEMO_DATA / name), replace=True)
 
 
 class UsageError(ValueError):

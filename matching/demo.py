@@ -24,7 +24,8 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from matching.cli import DEMO_DATA, command
+from matching import DEMO_DATA
+from matching.cli import command
 from matching.data.readers import Pair
 from matching.data.sources import resolve_path
 from matching.demo_sample import DEV, NEW_PAIRS, TRAIN, VECTORS

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from matching.cli import DEMO_DATA, command
+from matching import DEMO_DATA
+from matching.cli import command
 from matching.data.readers import DataFormatError
 from matching.files import existing, open_binary, write_atomic
 

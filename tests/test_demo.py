@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURE_VECTORS, FIXTURES, ROOT, SUBPROCESS_ENV
 
-from matching.cli import DEMO_DATA, compose_config
+from matching import DEMO_DATA
+from matching.cli import compose_config
 from matching.data.readers import read_snli_jsonl
 from matching.demo import DemoError, check_sample, comparison
 from matching.demo_sample import DEV, NEW_PAIRS, TRAIN, VECTORS, make_sample, sample_words
