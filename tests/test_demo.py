@@ -81,7 +81,7 @@ def test_the_sample_is_rebuilt_byte_for_byte(tmp_path):
 def test_experiment_demo_trains_on_the_shipped_files_wherever_it_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # not the clone: the files are found through the package
     cfg = compose_config("train", ["experiment=demo"])
-    assert cfg.task.name == "snli_sample" and cfg.task.paper is None and cfg.task.test_splits == []
+    assert cfg.task.name == "snli_sample" and not cfg.task.get("paper") and cfg.task.test_splits == []
     assert Path(cfg.task.splits.train.path) == DEMO_DATA / TRAIN and Path(cfg.task.splits.dev.path) == DEMO_DATA / DEV
     assert Path(cfg.embeddings.path) == DEMO_DATA / VECTORS
     plain = compose_config("train", ["task=snli"])  # the full corpus keeps its meaning
