@@ -9,7 +9,7 @@ PORT   ?= 8000
 ARGS   ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock train sweep evaluate predict serve test test-slow bench bench-quick lint format clean
+.PHONY: help install lock demo train sweep evaluate predict visualize export report serve test test-slow bench bench-quick lint format clean
 
 help:  ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ install: $(VENV)/.installed  ## create .venv and install the project with its ex
 lock: install  ## rewrite constraints.txt from the installed, tested set (after changing pyproject.toml)
 	$(BIN)/pip freeze --exclude-editable | grep -v "^matching" > constraints.txt
 
+demo: install  ## the first five minutes, offline: train softmax and CoDA on a shipped SNLI sample, compare, predict, plot
+	$(BIN)/python -m matching.demo $(ARGS)
+
 train: install  ## train one model: make train TASK=snli ARGS="aligner=coda seed=2"
 	$(BIN)/python -m matching.train task=$(TASK) $(ARGS)
 
@@ -41,6 +44,15 @@ evaluate: install  ## evaluate a checkpoint: make evaluate CKPT=outputs/runs/...
 
 predict: install  ## predict on new pairs: make predict CKPT=... ARGS="input=pairs.tsv output=out.jsonl"
 	$(BIN)/matching-predict ckpt=$(CKPT) $(ARGS)
+
+visualize: install  ## alignment heat-maps of a pair: make visualize CKPT=... ARGS='a="A man sleeps." b="A person rests."'
+	$(BIN)/matching-visualize ckpt=$(CKPT) $(ARGS)
+
+export: install  ## export for serving or sharing: make export CKPT=... ARGS="format=onnx" (torchscript, hub)
+	$(BIN)/matching-export ckpt=$(CKPT) $(ARGS)
+
+report: install  ## results table over a sweep: make report RUN=outputs/multirun/<time>
+	$(BIN)/matching-report runs=$(RUN) $(ARGS)
 
 serve: install  ## serve a trained run over HTTP: make serve RUN=outputs/runs/<task>/<aligner>/<time> [PORT=8000]
 	@test -n "$(RUN)" || { echo "make serve needs RUN=<run dir> (the folder with config.yaml and checkpoints/)"; exit 2; }

@@ -62,6 +62,31 @@ PLUGIN_EXTRAS = {
 # validates it against (a typo in a key is an error) while warning that 1.1 deprecated this; hydra-core is pinned.
 warnings.filterwarnings("ignore", message=r"\n'hydra/launcher/submitit_local' is validated against ConfigStore schema")
 
+
+def _no_cloud_tip(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("💡 Tip: For seamless cloud logging")
+
+
+def quiet_libraries() -> None:
+    """Drop the libraries' messages that every run printed and no user can act on, each matched narrowly:
+    Lightning's advertisement for its cloud logger; the deprecation of torch's `LeafSpec` inside Lightning's
+    own code (lightning/pytorch/utilities/_pytree.py; nothing of ours uses it); and on ONNX export, onnxscript's
+    log of every graph rewrite (INFO, which the commands' stderr logging shows), torch's warning that torchvision,
+    which no matching model uses, is not installed, and its note that two dynamic axes share the name `batch`
+    (a contextual model's inputs do, on purpose). Their warnings and errors still show."""
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+    warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used", category=UserWarning)
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logger = logging.getLogger(name)
+        if _no_cloud_tip not in logger.filters:
+            logger.addFilter(_no_cloud_tip)
+    for name in ("onnxscript", "onnx_ir"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+
+
+quiet_libraries()
+
 #: Arguments that ask Hydra about the command instead of running it (no checkpoint needed).
 _HYDRA_QUERIES = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion", "-sc")
 

@@ -162,6 +162,7 @@ def _export_contextual_onnx(run: TrainedRun, path: Path) -> None:
         dynamo=True,
         dynamic_shapes=tuple(shapes[n] for n in names),
         external_data=False,
+        verbose=False,  # no step-by-step report of the exporter's passes
     )
     program.save(str(path))
     encoder.tokenizer.backend_tokenizer.save(str(path.parent / "encoder_tokenizer.json"))
@@ -200,6 +201,7 @@ def export(
             dynamo=True,
             dynamic_shapes={"a": {0: batch, 1: len_a}, "b": {0: batch, 1: len_b}},
             external_data=False,
+            verbose=False,  # no step-by-step report of the exporter's passes
         )
         program.save(str(path))
     shutil.copy(run.run_dir / "vocab.txt", out_dir / "vocab.txt")

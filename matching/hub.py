@@ -88,6 +88,11 @@ def shared_config(run: TrainedRun, encoder: tuple[str, str | None] | None = None
         cfg.embeddings.path = Path(str(cfg.embeddings.path)).name  # the file it came from, by name only
     if cfg.embeddings.get("hub") is not None:
         cfg.embeddings.hub = None  # where the vectors file would be fetched from: not needed, the table is saved
+    if "download" in cfg.embeddings:
+        del cfg.embeddings["download"]  # how to get the vectors file (it names the file's path): not needed either
+    for split in (cfg.task.get("splits") or {}).values():  # an absolute split (a file of one's own, the demo's
+        if split is not None and Path(str(split.path)).is_absolute():  # sample): by name only, like the vectors
+            split.path = Path(str(split.path)).name
     return cfg
 
 

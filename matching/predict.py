@@ -12,8 +12,8 @@ TSV); `input_format=tsv|jsonl|json` says it outright. Output is JSON Lines:
 - ranking: one line per group (question), `{"group", "a", "ranking": [{"line", "b", "score", "p_match"}, ...]}`
   with the candidates by decreasing score, the logit margin logit[match] − logit[no match] (it orders as
   P(match) does, but does not saturate: P(match) rounds to 1.0 for every confident candidate). Without a group
-  id, pairs with the same first text form a group. A group's candidates must be consecutive in the input, which
-  is read and written as a stream.
+  id, pairs with the same first text form a group. A group's candidates may be anywhere in the input: the groups
+  are written in the order of their first line once the input ends (classification is written as it is read).
 """
 
 from __future__ import annotations
@@ -130,33 +130,17 @@ def predict(matcher: Matcher, pairs: Iterable[Pair], out: IO[str], batch_size: i
             count += len(batch)
         return count
 
-    done: set[str] = set()
-    current: list[tuple[Pair, dict]] = []
-
-    def flush() -> None:
-        if current:
-            group = current[0][0].group or current[0][0].a
-            ranked = ranking([p for p, _ in current], [answer for _, answer in current])
-            record = {"group": group, "a": current[0][0].a,
-                      "ranking": [{"line": r["candidate"].line, "b": r["candidate"].b, "score": round(r["score"], 6),
-                                   "p_match": round(r["p_match"], 6)} for r in ranked]}  # fmt: skip
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
-            done.add(group)
-            current.clear()
-
+    groups: dict[str, list[tuple[Pair, dict]]] = {}  # in order of first appearance
     for batch, answers in batches:
         for p, answer in zip(batch, answers, strict=True):
-            group = p.group or p.a
-            if current and group != (current[0][0].group or current[0][0].a):
-                flush()
-            if group in done:
-                raise DataFormatError(
-                    f"line {p.line}: group {group!r} appeared earlier and was already ranked; give the candidates of "
-                    f"each group on consecutive lines (sort the input by group)"
-                )
-            current.append((p, answer))
+            groups.setdefault(p.group or p.a, []).append((p, answer))
         count += len(batch)
-    flush()
+    for group, members in groups.items():
+        ranked = ranking([p for p, _ in members], [answer for _, answer in members])
+        record = {"group": group, "a": members[0][0].a,
+                  "ranking": [{"line": r["candidate"].line, "b": r["candidate"].b, "score": round(r["score"], 6),
+                               "p_match": round(r["p_match"], 6)} for r in ranked]}  # fmt: skip
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
     return count
 
 
@@ -184,7 +168,7 @@ def predict_command(cfg: DictConfig) -> int:
         count = predict(matcher, read_input(stream, source, fmt), out, int(cfg.batch_size), source)
     run = matcher.run
     cut = f"; {run.truncated} had a text cut to data.max_length={run.data.max_length} tokens" if run.truncated else ""
-    print(f"predicted {count} pairs{cut}", file=sys.stderr)
+    print(f"predicted {count} pair{'' if count == 1 else 's'}{cut}", file=sys.stderr)
     return count
 
 

@@ -1,7 +1,8 @@
 """`matching-train [overrides]` (conf/train.yaml): train one model; every run directory is self-contained.
 
 A run directory holds `config.yaml` (resolved), `vocab.txt`, `checkpoints/{best,last}.ckpt`,
-`metrics.json` (dev metrics of the best checkpoint, optional test metrics, timing) and the CSV log.
+`metrics.json` (dev metrics of the best checkpoint, its epoch `best_epoch` counted from 1, optional test metrics,
+timing) and the CSV log.
 Checkpoints are written atomically at the end of every epoch; `python -m matching.train resume=<run dir>`
 continues an interrupted run from its last completed epoch, with its own saved config. A job of a sweep (`-m`)
 does the same by itself: relaunched into the same sweep directory, it skips a complete run and continues an
@@ -302,7 +303,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if trainer.fast_dev_run or not checkpoint.best_model_path:
         metrics |= _floats(trainer.callback_metrics)
     else:
-        metrics["best_epoch"] = int(
+        # Counted from 1, as people count epochs (and as the README's tables do); Lightning counts from 0.
+        metrics["best_epoch"] = 1 + int(
             torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=False)["epoch"]
         )
         system.record_predictions = True  # each pair's prediction, for scores/ (matching.scores)

@@ -6,11 +6,11 @@ import sys
 import pytest
 from conftest import cli_overrides
 
-from matching import evaluate, export, predict, report, train, visualize
+from matching import demo, evaluate, export, predict, report, train, visualize
 from matching.cli import compose_config, quote_verbatim
 
 COMMANDS = {"train": train, "evaluate": evaluate, "predict": predict, "visualize": visualize, "export": export,
-            "report": report}  # fmt: skip
+            "report": report, "demo": demo}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

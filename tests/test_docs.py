@@ -194,7 +194,6 @@ EXTRAS = set(pyproject_table("project.optional-dependencies"))
 MAKEFILE = (ROOT / "Makefile").read_text()
 MAKE_TARGETS = set(re.findall(r"^([A-Za-z0-9_.-]+):", MAKEFILE, re.M))
 #: Targets a page may name before the branch that adds them is merged: target -> why.
-PENDING_TARGETS = {"demo": "make demo is added by the branch of issue 23 that builds the offline demo"}
 
 
 class DocError(AssertionError):
@@ -290,7 +289,7 @@ def plan_make(words: list[str], checkpoint: Path, my_conf: Path) -> list[Composi
     targets = [w for w in words[1:] if "=" not in w and not w.startswith("-")]
     variables = dict(w.split("=", 1) for w in words[1:] if "=" in w)
     for target in targets:
-        if target not in MAKE_TARGETS and target not in PENDING_TARGETS:
+        if target not in MAKE_TARGETS:
             raise DocError(f"the Makefile has no target {target!r}; its targets: {sorted(MAKE_TARGETS)}")
     for variable in variables:
         if not re.search(rf"\$\({variable}\)", MAKEFILE):

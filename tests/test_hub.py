@@ -79,6 +79,26 @@ def test_the_model_card_says_what_the_model_is_and_how_it_was_trained(wikiqa_run
     assert json.loads((folder / "metrics.json").read_text())["val/map"] == pytest.approx(metrics["val/map"])
 
 
+def test_a_shared_config_names_no_path_of_the_training_machine():
+    """The demo's run (its split files in the package, the vectors' download text naming their path): by name only."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from matching import DEMO_DATA
+    from matching.cli import compose_config
+    from matching.hub import KEPT, shared_config
+
+    composed = compose_config("train", ["experiment=demo", "paths.data_dir=/home/alice/corpora"])
+    nodes = {k: composed[k] for k in KEPT if k in composed}  # resolved, as train saves them
+    saved = OmegaConf.create({k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+                              for k, v in nodes.items()})  # fmt: skip
+    assert str(DEMO_DATA) in OmegaConf.to_yaml(saved) and "/home/alice" in OmegaConf.to_yaml(saved)
+    shared = OmegaConf.to_yaml(shared_config(SimpleNamespace(cfg=saved)))
+    assert str(DEMO_DATA) not in shared and "/home/alice" not in shared
+    assert "path: snli_sample_train.jsonl.gz" in shared and "path: minilm-static-300d.sample.txt.gz" in shared
+
+
 def test_push_to_hub_and_load_by_repo_id(snli_run, tmp_path, fake_hub, capsys):
     folder = export_hub(snli_run[0], tmp_path / "shared", "push_to_hub=true", "repo_id=alice/snli-softmax")
     assert fake_hub.uploads == ["alice/snli-softmax"]

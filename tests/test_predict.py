@@ -65,13 +65,28 @@ def test_ranking_from_stdin_groups_and_orders_candidates(wikiqa_run, tmp_path):
     assert p_match == sorted(p_match, reverse=True) and all(0 <= p <= 1 for p in p_match)
 
 
-def test_ranking_refuses_a_group_split_across_the_input(wikiqa_run, tmp_path, capsys):
+@pytest.mark.parametrize("with_group", [False, True])
+def test_ranking_collects_a_group_wherever_its_lines_are(wikiqa_run, tmp_path, capsys, with_group):
+    """The same question on lines 1 and 3 (grouped by its text, or by a group column) is one group, ranked once;
+    groups come out in the order of their first line."""
     run, _ = wikiqa_run
+    rows = [("q one", "cand a", "G1"), ("q two", "cand b", "G2"), ("q one", "cand c", "G1")]
     tsv = tmp_path / "q.tsv"
-    tsv.write_text("q one\tcand a\tG1\nq two\tcand b\tG2\nq one\tcand c\tG1\n")
+    tsv.write_text("".join("\t".join(row if with_group else row[:2]) + "\n" for row in rows))
     code, records, err = _run([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", f"input={tsv}"], capsys)
-    assert code == 2 and "line 3" in err and "consecutive" in err
-    assert [r["group"] for r in records] == ["G1", "G2"]  # what was computed before the error is kept
+    assert code == 0, err
+    assert [r["group"] for r in records] == (["G1", "G2"] if with_group else ["q one", "q two"])
+    assert sorted(c["line"] for c in records[0]["ranking"]) == [1, 3] and records[0]["a"] == "q one"
+    assert [c["b"] for c in records[1]["ranking"]] == ["cand b"]
+    assert "predicted 3 pairs" in err
+
+
+def test_one_pair_is_counted_in_the_singular(snli_run, tmp_path, capsys):
+    run, _ = snli_run
+    tsv = tmp_path / "one.tsv"
+    tsv.write_text("A man plays a guitar.\tA person makes music.\n")
+    code, records, err = _run([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", f"input={tsv}"], capsys)
+    assert code == 0 and len(records) == 1 and "predicted 1 pair\n" in err
 
 
 @pytest.mark.parametrize(
@@ -87,6 +102,12 @@ def test_malformed_input_names_the_line(text, message):
 
     with pytest.raises(DataFormatError, match=message):
         list(read_input(io.StringIO(text), "input.txt"))
+
+
+def test_help_names_every_input_format(capsys):
+    assert main(["--help"]) == 0
+    usage = capsys.readouterr().out
+    assert "TSV" in usage and "JSON Lines" in usage and "JSON array" in usage
 
 
 def test_usage_errors(snli_run, capsys):

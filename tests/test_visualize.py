@@ -70,3 +70,70 @@ def test_usage_errors(wikiqa_run, capsys):
     assert "needs both texts" in capsys.readouterr().err
     assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", "mode=pie"]) == 2
     assert "mode must be heatmap or histogram" in capsys.readouterr().err
+
+
+def _figure_texts(monkeypatch):
+    """Every text drawn in the next figures visualize saves (titles, axis labels, tick labels)."""
+    import matplotlib.text
+
+    from matching import visualize
+
+    texts: list[str] = []
+    save = visualize._save
+
+    def recording(fig, out, title):
+        result = save(fig, out, title)  # draws the title first
+        texts.extend(t.get_text() for t in fig.findobj(matplotlib.text.Text) if t.get_text())
+        return result
+
+    monkeypatch.setattr(visualize, "_save", recording)
+    return texts
+
+
+def test_a_heatmap_says_which_text_is_where_what_each_matrix_is_and_what_was_predicted(
+    wikiqa_run, snli_run, tmp_path, monkeypatch
+):
+    texts = _figure_texts(monkeypatch)
+    run, _ = wikiqa_run
+    a, b = "how big is the moon", "The Moon is the fifth largest natural satellite."
+    assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", f"a={a}", f"b={b}", f"out={tmp_path / 'c.png'}"]) == 0
+    assert f"a: {a}" in "\n".join(texts) and f"b: {b}" in "\n".join(texts)
+    assert {"a (first text)", "b (second text)"} <= set(texts)
+    assert {"tanh(E) (affinity)", "sigmoid(N − mean N) (gate)", "M = affinity × gate"} <= set(texts)
+    answer = Matcher.load(run).predict((a, b))
+    assert any(f"P(match) = {answer['p_match']:.3f}" in t for t in texts)  # a ranking model: P(match), score
+
+    texts.clear()
+    run, _ = snli_run
+    a, b = "A man plays a guitar.", "A person makes music."
+    assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", f"a={a}", f"b={b}", f"out={tmp_path / 's.png'}"]) == 0
+    answer = Matcher.load(run).predict((a, b))
+    label, p = answer["label"], answer["probs"][answer["label"]]
+    assert any(t.startswith(f"predicted: {label} ({label} {p:.2f}") for t in "\n".join(texts).splitlines())
+    captions = "\n".join(texts).replace("\n", " ")
+    assert "softmax_a: weights aligning each a token to b (each row sums to 1)" in captions
+    assert "softmax_b: weights aligning each b token to a (each column sums to 1)" in captions
+
+
+def test_matrix_descriptions_follow_the_config():
+    from matching.visualize import describe
+
+    coda = {"aligner": {"phi_e": "sigmoid", "phi_n": "arctan", "gate": "scale", "center_e": True}}
+    assert describe("affinity", coda) == "sigmoid(E − mean E) (affinity)"
+    assert describe("gate", coda) == "2·arctan(N) (gate)"
+    assert describe("gate", {"aligner": {"gate": "none"}}) == "sigmoid(N) (gate)"
+    assert describe("intra_b/affinity", {"intra": {"phi_e": "tanh"}}) == "intra b: tanh(E) (affinity)"
+    assert (
+        describe("intra_a/softmax_b", {})
+        == "intra a: softmax_b: weights of each a token over a itself (each column sums to 1)"
+    )
+    assert describe("uniform", {}) == "uniform"  # an aligner of one's own: its matrix's name
+
+
+def test_histograms_label_their_axes(wikiqa_run, tmp_path, monkeypatch):
+    texts = _figure_texts(monkeypatch)
+    run, _ = wikiqa_run
+    out = tmp_path / "hist.png"
+    assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", "mode=histogram", "max_pairs=50", f"out={out}"]) == 0
+    assert {"value of a cell", "cells (log scale)"} <= set(texts)
+    assert any(t.startswith("tanh(E) (affinity)") for t in texts)

@@ -48,27 +48,27 @@ class VectorsError(ValueError):
     """Bad/unsupported vectors file; message says which file, which line, what to do."""
 
 
-def missing_vectors_message(path: str | os.PathLike, hub: dict | None = None, why: str = "") -> str:
-    """One paragraph: the file that was expected, what was tried, what to download and where to put it."""
+def missing_vectors_message(path: str | os.PathLike, hub: dict | None = None, why: str = "", download: str = "") -> str:
+    """One paragraph: the file that was expected, what was tried, how to get the file the config asks for (its
+    `download` text: each way there is) and what else works."""
     tried = (
         f" Fetching {hub['filename']} from the Hugging Face hub ({hub['repo_id']}) failed too ({why}); with internet "
         f"the run downloads it by itself into {hub['folder']} (resumable; GloVe 840B is 2 GB)."
         if hub
         else ""
     )
+    how = " ".join(download.split()) or "Check embeddings.path."
     return (
-        f"No word vectors at {path}.{tried} To get GloVe (as in the paper) by hand, download "
-        "https://nlp.stanford.edu/data/glove.840B.300d.zip (or the same file from huggingface.co/stanfordnlp/glove) "
-        f"and put it, zipped or unpacked, in {Path(path).parent}/ (or run with embeddings.path=<file>); it is read "
-        "straight out of the zip. Any GloVe-text, word2vec (text or binary) or gensim .kv file works too: "
-        "embeddings.path=/path/to/vectors.txt embeddings.dim=300. To train randomly initialised embeddings "
+        f"No word vectors at {path}.{tried} {how} Any GloVe-text, word2vec (text or binary) or gensim .kv file works "
+        "too: embeddings.path=/path/to/vectors.txt embeddings.dim=300. To train randomly initialised embeddings "
         "instead (no pretrained vectors), choose it explicitly: embeddings=random"
     )
 
 
-def locate_vectors(path: str | os.PathLike, hub: dict | None = None) -> Path:
+def locate_vectors(path: str | os.PathLike, hub: dict | None = None, download: str = "") -> Path:
     """The vectors file: `path` (or its .gz twin, or a .zip beside it), else the copy fetched from the hub into
-    `hub["folder"]` (downloaded now if it is not there yet). `hub`: {repo_id, filename, folder}."""
+    `hub["folder"]` (downloaded now if it is not there yet). `hub`: {repo_id, filename, folder}. `download`: how to
+    get the file by hand, for the message when it is missing."""
     path = Path(path)
     candidates = [path, path.with_name(path.stem + ".zip")] if path.suffix == ".txt" else [path]
     for candidate in candidates:
@@ -77,16 +77,16 @@ def locate_vectors(path: str | os.PathLike, hub: dict | None = None) -> Path:
                 raise VectorsError(f"embeddings.path={found} is a folder; point it at the vectors file inside it")
             return found
     if not hub:
-        raise FileNotFoundError(missing_vectors_message(path))
+        raise FileNotFoundError(missing_vectors_message(path, download=download))
     fetched = Path(hub["folder"]) / hub["filename"]
     if fetched.is_file():
         return fetched
     try:
         return download_from_hub(hub["repo_id"], hub["filename"], Path(hub["folder"]))
     except OfflineError as err:
-        raise FileNotFoundError(missing_vectors_message(path, hub, str(err))) from None
+        raise FileNotFoundError(missing_vectors_message(path, hub, str(err), download)) from None
     except Exception as err:  # hub errors, disk full, a renamed repository: the same advice
-        raise FileNotFoundError(missing_vectors_message(path, hub, f"{type(err).__name__}: {err}")) from None
+        raise FileNotFoundError(missing_vectors_message(path, hub, f"{type(err).__name__}: {err}", download)) from None
 
 
 def load_vectors(
@@ -148,17 +148,19 @@ class PretrainedVectors:
     word (or any frequent word) its vector leaks nothing: Parikh et al. hash only the words that have no
     pretrained vector. Words without a vector hash to the OOV buckets. `freeze` and `normalize` say how the
     model uses the rows (fixed or trained; unit L2 norm or as read). `hub` ({repo_id, filename, folder}): where to
-    fetch the file when `path` is missing (see `locate_vectors`).
+    fetch the file when `path` is missing (see `locate_vectors`); `download`: how to get it otherwise (each way
+    there is), said when it is missing.
     """
 
     def __init__(self, path: str | os.PathLike, format: str = "auto", dim: int | None = None, top_words: int = 0,
-                 freeze: bool = True, normalize: bool = True, hub: dict | None = None):  # fmt: skip
+                 freeze: bool = True, normalize: bool = True, hub: dict | None = None, download: str = ""):  # fmt: skip
         if top_words < 0:
             raise ValueError(f"embeddings.top_words must be 0 or more, got {top_words}")
         if format not in FORMATS:
             raise ValueError(f"unknown vectors format embeddings.format={format!r}; expected one of {FORMATS}")
-        self.path, self.format, self.dim, self.top_words = locate_vectors(path, hub), format, dim, top_words
+        self.path, self.format, self.dim, self.top_words = locate_vectors(path, hub, download), format, dim, top_words
         self.freeze, self.normalize = freeze, normalize
+        self._read: tuple[list[str], np.ndarray, np.ndarray] | None = None  # extra_words' pass, for matrix
 
     def identity(self) -> dict:
         """What the chosen words depend on (for cache keys)."""
@@ -168,12 +170,16 @@ class PretrainedVectors:
 
     def extra_words(self, train_words: Sequence[str], other_words: Sequence[str]) -> list[str]:
         """Words not among `train_words` that have a vector: those of `other_words` (in order), then the file's
-        first `top_words` words."""
-        known = set(train_words)
+        first `top_words` words. The same pass over the file reads the training words' rows too, which `matrix`
+        then takes instead of reading the file a second time."""
+        known = list(dict.fromkeys(train_words))
+        seen = set(known)
         candidates = [w for w in dict.fromkeys([*other_words, *first_words(self.path, self.top_words, self.format)])
-                      if w not in known]  # fmt: skip
-        _, found = load_vectors(self.path, candidates, format=self.format, dim=self.dim)
-        chosen = [w for w, f in zip(candidates, found, strict=True) if f]
+                      if w not in seen]  # fmt: skip
+        words = known + candidates
+        rows, found = load_vectors(self.path, words, format=self.format, dim=self.dim)
+        self._read = (words, rows, found)
+        chosen = [w for w, f in zip(candidates, found[len(known) :], strict=True) if f]
         in_others = len(set(other_words) & set(chosen))
         log.info(
             "vector table: %d training words + %d words of the evaluation splits + %d of the first %d words of %s",
@@ -183,13 +189,27 @@ class PretrainedVectors:
 
     def matrix(self, vocab: Vocabulary, seed: int, cache_dir: str | os.PathLike | None = None) -> torch.Tensor:
         """The vocabulary's rows: pretrained vectors, and OOV bucket vectors for words without one."""
-        vectors, found = load_vectors(self.path, vocab.words, format=self.format, dim=self.dim, cache_dir=cache_dir)
+        vectors, found = self._rows(vocab.words, cache_dir)
         log.info(
             "pretrained vectors for %d of %d vocabulary words (%.1f%%); the rest, and words outside the "
             "vocabulary, hash to %d OOV vectors",
             found.sum(), len(found), 100 * found.mean() if len(found) else 0.0, vocab.oov_buckets,
         )  # fmt: skip
         return torch.from_numpy(vocab.embedding_matrix(vectors, found, vectors.shape[1], seed))
+
+    def _rows(self, words: Sequence[str], cache_dir: str | os.PathLike | None) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of `words`: from the pass `extra_words` made when it covered them all (cached like a read
+        of the file), else from the file or its cache."""
+        read, self._read = self._read, None  # taken once: the rows are large
+        if read is not None:
+            index = {w: i for i, w in enumerate(read[0])}
+            if all(w in index for w in words):
+                take = np.fromiter((index[w] for w in words), dtype=np.int64, count=len(words))
+                matrix, found = read[1][take], read[2][take]
+                if cache_dir is not None:
+                    _write_cache(_cache_file(Path(cache_dir), self.path, self.format, list(words)), matrix, found)
+                return matrix, found
+        return load_vectors(self.path, words, format=self.format, dim=self.dim, cache_dir=cache_dir)
 
 
 class RandomVectors:
