@@ -39,7 +39,7 @@ from omegaconf import DictConfig, ListConfig
 from matching.cli import command
 from matching.extras import MissingExtraError, require
 from matching.files import write_text_atomic
-from matching.scores import ranked_answers, unit_rows, unit_scores
+from matching.scores import METRIC_COLUMNS, ranked_answers, unit_rows, unit_scores
 from matching.significance import paired_test, seed_mean
 from matching.sweeps import planned_jobs
 
@@ -513,7 +513,7 @@ def disagreements(rows: list[dict], runs: list[Run], top: int) -> str:
             for u in units:
                 question = (texts.get(u) or {}).get("question", "")
                 out += [f"### {u}: {_short(question)}", "",
-                        f"{name} {a[u]:.2f} ({left}) against {b[u]:.2f} ({right})", "",
+                        f"{METRIC_COLUMNS[name][0]} {a[u]:.2f} ({left}) against {b[u]:.2f} ({right})", "",
                         f"| rank | {left} | {right} |", "|---|---|---|"]  # fmt: skip
                 for i in range(min(3, max(len(ranked_a.get(u, [])), len(ranked_b.get(u, []))))):
                     cells = []
