@@ -194,7 +194,7 @@ def test_report_shows_a_failed_or_never_started_seed_as_missing(tmp_path, capsys
     assert "seed 2 (no metrics.json: failed" in coda["missing"] and "seed 3 (not started)" in coda["missing"]
     assert report_module.main([f"runs={sweep}", f"out={tmp_path}"]) == 0
     printed = capsys.readouterr()
-    assert "| snli | coda | – | dev | acc | 80.00 ± 0.00 | 1 of 3 |" in printed.out
+    assert "| snli | coda | – | dev | acc | 80.00 (n = 1) | 1 of 3 |" in printed.out  # one seed: no std
     assert "seed 3 (not started)" in printed.out and "4 runs (2 missing)" in printed.out
     with open(tmp_path / "report.csv") as table:
         assert {r["aligner"]: r["missing"] != "" for r in csv.DictReader(table)} == {"softmax": False, "coda": True}
