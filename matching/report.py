@@ -448,7 +448,7 @@ def write_chart(rows: list[dict[str, object]], path: Path) -> list[str]:
                 top = max(top, float(r["paper_test"]))
             note = f"n = {r['n']}" + ("\nbaseline" if r.get("note") == "baseline" else "")
             if r.get("diff", "") != "":
-                note = f"Δ {float(r['diff']):+.2f}\np = {float(r['p_value']):.2g}\n" + note
+                note = f"Δ {float(r['diff']):+.2f} vs\n{r['baseline']}\np = {float(r['p_value']):.2g}\n" + note
             ax.text(i, top + 0.5, note, ha="center", va="bottom", fontsize=7)
         ax.set_xticks(list(x), ["\n".join(textwrap.wrap(_label(r), 16)) for r in shown], fontsize=7)
         ax.set_title(f"{task}: {split} {metric}", fontsize=10)
