@@ -19,6 +19,7 @@ Protocol:
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -50,14 +51,9 @@ class RankingMetrics(Metric):
         self.indices.append(indices.detach().long().flatten())
 
     def _gathered(self) -> tuple[np.ndarray, ...]:
-        def cat(state) -> np.ndarray:
-            if isinstance(state, Tensor):  # after a distributed sync the list is already one tensor
-                return state.cpu().numpy()
-            return torch.cat(state).cpu().numpy() if state else np.zeros(0)
-
-        scores, targets, groups, indices = (cat(s) for s in (self.scores, self.targets, self.groups, self.indices))
-        indices, first = np.unique(indices, return_index=True)  # drop duplicates of the same example
-        return scores[first], targets[first].astype(np.int64), groups[first].astype(np.int64), indices
+        values = once_per_example(self, ("scores", "targets", "groups", "indices"))
+        scores, targets, groups, indices = (values[k] for k in ("scores", "targets", "groups", "indices"))
+        return scores, targets.astype(np.int64), groups.astype(np.int64), indices
 
     def compute(self) -> dict[str, Tensor]:
         scores, targets, groups, indices = self._gathered()
@@ -115,12 +111,21 @@ class EvaluationRecord(Metric):
             getattr(self, name).append(value.detach().flatten().float() if name == "scores" else value.detach().long())
 
     def compute(self) -> dict[str, np.ndarray]:
-        def cat(state) -> np.ndarray:
-            return (state if isinstance(state, Tensor) else torch.cat(state)).cpu().numpy()
+        return once_per_example(self, self.FIELDS)
 
-        values = {name: cat(getattr(self, name)) for name in self.FIELDS}
-        _, first = np.unique(values["indices"], return_index=True)  # sorted by example index, each once
-        return {name: value[first] for name, value in values.items()}
+
+def once_per_example(metric: Metric, fields: Sequence[str]) -> dict[str, np.ndarray]:
+    """A metric's list states (`fields`, one of them `indices`) as arrays sorted by example index, each example once
+    (a distributed sampler repeats examples to pad the last batch)."""
+
+    def cat(state) -> np.ndarray:
+        if isinstance(state, Tensor):  # after a distributed sync the list is already one tensor
+            return state.cpu().numpy()
+        return torch.cat(state).cpu().numpy() if state else np.zeros(0)
+
+    values = {name: cat(getattr(metric, name)) for name in fields}
+    _, first = np.unique(values["indices"], return_index=True)
+    return {name: value[first] for name, value in values.items()}
 
 
 def ranking_order(scores: np.ndarray, targets: np.ndarray, indices: np.ndarray) -> np.ndarray:
@@ -128,15 +133,20 @@ def ranking_order(scores: np.ndarray, targets: np.ndarray, indices: np.ndarray) 
     return np.lexsort((indices, targets, -scores))
 
 
+def question_order(scores: np.ndarray, targets: np.ndarray, groups: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """The candidates by question (ascending id), each question's as ranked (`ranking_order`)."""
+    ranked = ranking_order(scores, targets, indices)
+    return ranked[np.argsort(groups[ranked], kind="stable")]
+
+
 def question_scores(scores: np.ndarray, targets: np.ndarray, groups: np.ndarray, indices: np.ndarray) -> dict:
     """Each question's own scores, whose means over questions are the split's metrics: `question` (the group id),
     `candidates`, `positives`, `ap` and `rr` (0 for a question without a correct candidate, as in `map_raw`), and
     `top1`, `top2`, `top5` (recall@k). The filtered protocol (`map`, `mrr`, `topk`) averages the questions with
     0 < positives < candidates; `map_raw` and `mrr_raw` average them all. Ties as in `RankingMetrics`."""
-    order = ranking_order(scores, targets, indices)
-    question_ids, inverse = np.unique(groups[order], return_inverse=True)  # stable: each question keeps its order
-    by_question = np.argsort(inverse, kind="stable")
-    inverse, relevant = inverse[by_question], targets[order][by_question].astype(np.float64)
+    order = question_order(scores, targets, groups, indices)
+    question_ids, inverse = np.unique(groups[order], return_inverse=True)
+    relevant = targets[order].astype(np.float64)
     sizes = np.bincount(inverse, minlength=len(question_ids))
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     rank = np.arange(len(inverse)) - starts[inverse] + 1  # 1-based position within its question

@@ -28,7 +28,7 @@ import numpy as np
 from matching.data.datamodule import EncodedSplit
 from matching.data.vocab import Vocabulary
 from matching.files import write_text_atomic
-from matching.metrics import TOP_K, question_scores
+from matching.metrics import TOP_K, question_order, question_scores
 
 FOLDER = "scores"
 
@@ -90,7 +90,7 @@ def write_scores(
             zip(per_question["question"], per_question["candidates"], per_question["positives"], strict=True)
         )
     ]
-    order = np.lexsort((index, target, -scores, groups))  # by question, then as ranked (matching.metrics)
+    order = question_order(scores, target, groups, index)
     pairs, rank, previous = [], 0, None
     for i in order:
         rank = rank + 1 if groups[i] == previous else 1
