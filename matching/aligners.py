@@ -100,8 +100,8 @@ class SoftmaxAligner(Aligner):
         if score_bias is not None:
             e = e + score_bias
         valid = pair_mask(mask_a, mask_b)
-        weights_a = masked_softmax(e, valid, dim=2)  # rows: each a_i over b
-        weights_b = masked_softmax(e, valid, dim=1)  # columns: each b_j over a
+        weights_a = masked_softmax(e, mask_b.unsqueeze(1), dim=2, zero=valid)  # rows: each a_i over b
+        weights_b = masked_softmax(e, mask_a.unsqueeze(2), dim=1, zero=valid)  # columns: each b_j over a
         a_aligned = torch.bmm(weights_a, b)  # (B, La, D)
         b_aligned = torch.bmm(weights_b.transpose(1, 2), a)  # (B, Lb, D)
         return Alignment(a_aligned, b_aligned, {"softmax_a": weights_a, "softmax_b": weights_b})
@@ -189,19 +189,20 @@ class CoDAAligner(Aligner):
             e = e * (self.alpha * self.scale)
         if score_bias is not None:
             e = e + score_bias
+        cells = valid.to(torch.promote_types(e.dtype, torch.float32))  # 0/1, converted once for the means and M
         if self.center_e:
-            e = e - masked_mean(e, valid, dims=(1, 2))
+            e = e - masked_mean(e, cells, dims=(1, 2))
         na, nb = (fa, fb) if self.shared else per_token(self.project_n, a, b)
         # cdist(p=1) computes the L1 distances without a (B, La, Lb, d) intermediate.
         n = torch.cdist(na.contiguous(), nb.contiguous(), p=1) * (-self.beta * self.scale)  # (B, La, Lb)
         if self.gate == "center":
-            gate = self.phi_n(n - masked_mean(n, valid, dims=(1, 2)))
+            gate = self.phi_n(n - masked_mean(n, cells, dims=(1, 2)))
         elif self.gate == "scale":
             gate = 2.0 * self.phi_n(n)
         else:
             gate = self.phi_n(n)
         affinity = self.phi_e(e)
-        m = affinity * gate * valid.to(affinity.dtype)  # (B, La, Lb), exactly 0 on padding
+        m = affinity * gate * cells.to(affinity.dtype)  # (B, La, Lb), exactly 0 on padding
         a_aligned = torch.bmm(m, b)  # (B, La, D)
         b_aligned = torch.bmm(m.transpose(1, 2), a)  # (B, Lb, D)
         return Alignment(a_aligned, b_aligned, {"affinity": affinity, "gate": gate, "M": m})
@@ -249,8 +250,8 @@ class ConflictAligner(Aligner):
         if score_bias is not None:
             c = c + score_bias
         valid = pair_mask(mask_a, mask_b)
-        weights_a = masked_softmax(c, valid, dim=2)
-        weights_b = masked_softmax(c, valid, dim=1)
+        weights_a = masked_softmax(c, mask_b.unsqueeze(1), dim=2, zero=valid)
+        weights_b = masked_softmax(c, mask_a.unsqueeze(2), dim=1, zero=valid)
         a_aligned = torch.bmm(weights_a, b)
         b_aligned = torch.bmm(weights_b.transpose(1, 2), a)
         return Alignment(a_aligned, b_aligned, {"conflict_a": weights_a, "conflict_b": weights_b})

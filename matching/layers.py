@@ -51,7 +51,7 @@ def pair_mask(mask_a: Tensor, mask_b: Tensor) -> Tensor:
     return mask_a.unsqueeze(2) & mask_b.unsqueeze(1)
 
 
-def masked_softmax(scores: Tensor, mask: Tensor, dim: int) -> Tensor:
+def masked_softmax(scores: Tensor, mask: Tensor, dim: int, zero: Tensor | None = None) -> Tensor:
     """Softmax over `dim` restricted to positions where `mask` (broadcastable to `scores`) is True.
 
     Masked positions get exactly 0; a slice with no valid position is all zeros (not NaN). Invalid entries are set
@@ -59,15 +59,20 @@ def masked_softmax(scores: Tensor, mask: Tensor, dim: int) -> Tensor:
     exact in every precision and gives exactly 0); a slice with no valid entry keeps its raw scores, and the final
     multiplication by the mask zeroes it and its gradient. Four kernels, where a hand-written max/exp/sum takes a
     dozen: a training step calls this four times (twice forward, twice backward) for every softmax aligner.
+
+    `zero` (broadcastable to `scores`; default `mask`) is what the result is multiplied by. An aligner passes the
+    small mask of the side it normalises over, e.g. (B, 1, Lb) for dim=2, and the (B, La, Lb) pair mask as `zero`:
+    the fill is then computed on the small mask instead of three passes over a (B, La, Lb) one, with the same
+    result (a padding row of a is zeroed by `zero` either way).
     """
-    mask = mask.expand_as(scores)
     fill = ~mask & mask.any(dim, keepdim=True)
-    return torch.softmax(scores.masked_fill(fill, float("-inf")), dim) * mask
+    return torch.softmax(scores.masked_fill(fill, float("-inf")), dim) * (mask if zero is None else zero)
 
 
 def masked_mean(values: Tensor, mask: Tensor, dims: tuple[int, ...]) -> Tensor:
     """Mean of `values` over `dims`, counting only positions where `mask` is True (keepdim=True); the sums are in
-    float32 at least, so the counts stay exact under autocast (bf16 counts whole numbers exactly only to 256)."""
+    float32 at least, so the counts stay exact under autocast (bf16 counts whole numbers exactly only to 256).
+    `mask` may already be that 0/1 float tensor (then it is not converted again)."""
     mask = mask.expand_as(values).to(torch.promote_types(values.dtype, torch.float32))
     total = (values * mask).sum(dims, keepdim=True)
     return total / mask.sum(dims, keepdim=True).clamp_min(1.0)

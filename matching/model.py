@@ -131,16 +131,15 @@ class DecomposableAttention(nn.Module):
             ids = torch.cat([torch.full_like(ids[:, :1], NULL_ID), ids], dim=1)
         return self.projection(x.to(self.projection.weight.dtype)), ids != PAD_ID  # (B, L, H)
 
-    def _embed_pair(self, a_ids: Tensor, b_ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Both sides' projected vectors (views of one (B, La + Lb, H) tensor) and masks, with the NULL token."""
+    def _embed_pair(self, a_ids: Tensor, b_ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Both sides' projected vectors, a's tokens then b's, (B, La + Lb, H), their mask (B, La + Lb) and La,
+        with the NULL token."""
         if self.null_token:
             null = torch.full_like(a_ids[:, :1], NULL_ID)
             a_ids, b_ids = torch.cat([null, a_ids], dim=1), torch.cat([null, b_ids], dim=1)
         ids = torch.cat([a_ids, b_ids], dim=1)
-        mask = ids != PAD_ID  # (B, La + Lb)
         x = self.projection(self.embedding(ids).to(self.projection.weight.dtype))
-        la = a_ids.shape[1]
-        return x[:, :la], x[:, la:], mask[:, :la], mask[:, la:]
+        return x, ids != PAD_ID, a_ids.shape[1]
 
     def _states(self, ids: Tensor, states: Tensor | None, pieces: dict | None) -> Tensor:
         """(B, L, E) the words' contextual states: given, or from the fine-tuned encoder; unit norm if asked."""
@@ -164,8 +163,10 @@ class DecomposableAttention(nn.Module):
         if self.contextual:
             a, mask_a = self._embed_states(a_ids, a_states, a_pieces)
             b, mask_b = self._embed_states(b_ids, b_states, b_pieces)
+            mask = torch.cat([mask_a, mask_b], dim=1)
         else:  # both sides through the vector table and the projection at once: (B, La + Lb, H)
-            a, b, mask_a, mask_b = self._embed_pair(a_ids, b_ids)
+            x, mask, la = self._embed_pair(a_ids, b_ids)
+            a, b, mask_a, mask_b = x[:, :la], x[:, la:], mask[:, :la], mask[:, la:]
         matrices: dict[str, Tensor] = {}
         if self.intra is not None:
             a, intra_a = self.intra(a, mask_a)  # (B, La, 2H)
@@ -174,9 +175,11 @@ class DecomposableAttention(nn.Module):
             matrices |= {f"intra_b/{k}": v for k, v in intra_b.items()}
         beta, alpha, cross = self.aligner(a, b, mask_a, mask_b)
         matrices |= cross
-        # G on [a_i; β_i] and [b_j; α_j] in one call over the tokens of both sides, then the two sums
+        # G on [a_i; β_i] and [b_j; α_j] in one call over the tokens of both sides, then the two sums. (The
+        # static model's a and b are views of one tensor, but concatenating them again keeps the order in which
+        # their gradients add up, so a seed's numbers do not change.)
         compared = torch.cat([torch.cat([a, b], dim=1), torch.cat([beta, alpha], dim=1)], dim=-1)
-        v = self.compare(compared) * torch.cat([mask_a, mask_b], dim=1).unsqueeze(-1).to(compared.dtype)
+        v = self.compare(compared) * mask.unsqueeze(-1).to(compared.dtype)
         la = a.shape[1]
         v1, v2 = v[:, :la].sum(1), v[:, la:].sum(1)  # (B, H) each, padding excluded
         logits = self.classifier(self.aggregate(torch.cat([v1, v2], dim=-1)))  # (B, C)

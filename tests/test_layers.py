@@ -48,6 +48,26 @@ def test_masked_softmax_zeroes_padding_and_keeps_gradients_finite_on_empty_slice
     assert torch.equal(scores.grad[0, 2], torch.zeros(4)) and torch.equal(scores.grad[1, :, 3], torch.zeros(3))
 
 
+def test_masked_softmax_from_one_sides_mask_equals_the_pair_mask_exactly():
+    # What the aligners do: the fill from the (B, 1, Lb) / (B, La, 1) mask, the zeroing by the pair mask; the
+    # weights and the gradients are bit-identical to the (B, La, Lb) pair mask's, padding rows, columns and an
+    # all-padding side included.
+    torch.manual_seed(0)
+    mask_a = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]], dtype=torch.bool)
+    mask_b = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0]], dtype=torch.bool)
+    pair = mask_a.unsqueeze(2) & mask_b.unsqueeze(1)
+    upstream = torch.randn(3, 4, 3)
+    for dim, side in ((2, mask_b.unsqueeze(1)), (1, mask_a.unsqueeze(2))):
+        full, small = (torch.randn(3, 4, 3).requires_grad_() for _ in range(2))
+        with torch.no_grad():
+            small.copy_(full)
+        expected, got = masked_softmax(full, pair, dim), masked_softmax(small, side, dim, zero=pair)
+        (expected * upstream).sum().backward()
+        (got * upstream).sum().backward()
+        assert torch.equal(got, expected) and torch.equal(small.grad, full.grad)
+        assert not got[~pair].any()
+
+
 def test_masked_softmax_in_bfloat16_has_no_nan():
     scores = torch.randn(2, 5, 6).bfloat16()
     mask = torch.rand(2, 5, 6) > 0.5
