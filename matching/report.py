@@ -386,10 +386,16 @@ def _ours(r: Mapping[str, object]) -> str:
     return f"{r['mean']:.2f} ± {r['std']:.2f}" if int(r["n"]) > 1 else f"{r['mean']:.2f} (n = 1)"
 
 
+def _points(x: object) -> str:
+    """A difference in points, signed, two decimals; one that rounds to zero is "0.00" (not "-0.00")."""
+    text = f"{float(x):+.2f}"
+    return "0.00" if text in ("+0.00", "-0.00") else text
+
+
 def _versus(r: Mapping[str, object]) -> tuple[str, str]:
     if r.get("diff", "") == "":
         return (r.get("note") or "–", "–") if r.get("note") != "baseline" else ("baseline", "–")
-    return f"{r['diff']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]", f"{r['p_value']:.3g}"
+    return f"{_points(r['diff'])} [{_points(r['ci_low'])}, {_points(r['ci_high'])}]", f"{r['p_value']:.3g}"
 
 
 def to_markdown(rows: list[dict[str, object]]) -> str:
@@ -448,7 +454,7 @@ def write_chart(rows: list[dict[str, object]], path: Path) -> list[str]:
                 top = max(top, float(r["paper_test"]))
             note = f"n = {r['n']}" + ("\nbaseline" if r.get("note") == "baseline" else "")
             if r.get("diff", "") != "":
-                note = f"Δ {float(r['diff']):+.2f} vs\n{r['baseline']}\np = {float(r['p_value']):.2g}\n" + note
+                note = f"Δ {_points(r['diff'])} vs\n{r['baseline']}\np = {float(r['p_value']):.2g}\n" + note
             ax.text(i, top + 0.5, note, ha="center", va="bottom", fontsize=7)
         ax.set_xticks(list(x), ["\n".join(textwrap.wrap(_label(r), 16)) for r in shown], fontsize=7)
         ax.set_title(f"{task}: {split} {metric}", fontsize=10)
@@ -506,7 +512,7 @@ def disagreements(rows: list[dict], runs: list[Run], top: int) -> str:
         units = sorted(a.keys() & b.keys(), key=lambda u: (-abs(a[u] - b[u]), u))[:top]
         left, right = _label(row), str(row["baseline"])
         out += [f"## {row['task']}, dev {row['metric']}: {left} against {right}", "",
-                f"Δ {float(row['diff']):+.2f} points over {row['units']} units, p = {row['p_value']}.", ""]  # fmt: skip
+                f"Δ {_points(row['diff'])} points over {row['units']} units, p = {row['p_value']}.", ""]  # fmt: skip
         texts = unit_rows(mine[0].path, prefix) or {}
         if mine[0].task_config.get("kind") == "rank":
             ranked_a, ranked_b = _ranked(mine, prefix), _ranked(theirs, prefix)

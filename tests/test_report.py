@@ -226,3 +226,9 @@ def test_the_report_of_a_newcomers_four_runs_is_readable(tmp_path, capsys):
     assert "| wikiqa | softmax | F=parikh | dev | map | 66.00 (n = 1) | 1 | 66.4 |" in printed
     assert "66.67" not in printed and "± 0.00" not in printed
     assert "3 runs; left out 1 wiring/debug run (debug=fast)" in printed
+
+
+def test_a_difference_that_rounds_to_zero_prints_without_a_sign():
+    from matching.report import _points
+
+    assert [_points(x) for x in (-0.001, 0.004, 0.5, -1.234)] == ["0.00", "0.00", "+0.50", "-1.23"]
