@@ -78,6 +78,18 @@ def _projection(dim: int, hidden: int, dropout: float, kind: str) -> tuple[nn.Mo
     raise ValueError(f"unknown projection {kind!r}; choose one of {list(PROJECTIONS)}")
 
 
+def _attend_both_ways(
+    scores: Tensor, a: Tensor, b: Tensor, mask_a: Tensor, mask_b: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The masked softmax of (B, La, Lb) `scores` over b for each a_i and over a for each b_j, and what each side
+    is aligned to: (weights_a, weights_b, a_aligned (B, La, D), b_aligned (B, Lb, D)). Each fill comes from the
+    mask of the side normalised over; the pair mask zeroes padding rows and columns (see `masked_softmax`)."""
+    valid = pair_mask(mask_a, mask_b)
+    weights_a = masked_softmax(scores, mask_b.unsqueeze(1), dim=2, zero=valid)  # rows: each a_i over b
+    weights_b = masked_softmax(scores, mask_a.unsqueeze(2), dim=1, zero=valid)  # columns: each b_j over a
+    return weights_a, weights_b, torch.bmm(weights_a, b), torch.bmm(weights_b.transpose(1, 2), a)
+
+
 class SoftmaxAligner(Aligner):
     """Vanilla Decomposable Attention: e_ij = F(a_i)ᵀF(b_j), softmax over j for β and over i for α.
 
@@ -99,11 +111,7 @@ class SoftmaxAligner(Aligner):
             e = e * self.scale
         if score_bias is not None:
             e = e + score_bias
-        valid = pair_mask(mask_a, mask_b)
-        weights_a = masked_softmax(e, mask_b.unsqueeze(1), dim=2, zero=valid)  # rows: each a_i over b
-        weights_b = masked_softmax(e, mask_a.unsqueeze(2), dim=1, zero=valid)  # columns: each b_j over a
-        a_aligned = torch.bmm(weights_a, b)  # (B, La, D)
-        b_aligned = torch.bmm(weights_b.transpose(1, 2), a)  # (B, Lb, D)
+        weights_a, weights_b, a_aligned, b_aligned = _attend_both_ways(e, a, b, mask_a, mask_b)
         return Alignment(a_aligned, b_aligned, {"softmax_a": weights_a, "softmax_b": weights_b})
 
 
@@ -249,11 +257,7 @@ class ConflictAligner(Aligner):
             c = self.score(u).squeeze(-1).unsqueeze(2) - self.score(v).squeeze(-1).unsqueeze(1)  # (B, La, Lb)
         if score_bias is not None:
             c = c + score_bias
-        valid = pair_mask(mask_a, mask_b)
-        weights_a = masked_softmax(c, mask_b.unsqueeze(1), dim=2, zero=valid)
-        weights_b = masked_softmax(c, mask_a.unsqueeze(2), dim=1, zero=valid)
-        a_aligned = torch.bmm(weights_a, b)
-        b_aligned = torch.bmm(weights_b.transpose(1, 2), a)
+        weights_a, weights_b, a_aligned, b_aligned = _attend_both_ways(c, a, b, mask_a, mask_b)
         return Alignment(a_aligned, b_aligned, {"conflict_a": weights_a, "conflict_b": weights_b})
 
 

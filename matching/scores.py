@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from matching.data.datamodule import EncodedSplit
+from matching.data.datamodule import EncodedSplit, split_prefix
 from matching.data.vocab import Vocabulary
 from matching.files import write_text_atomic
 from matching.metrics import TOP_K, question_order, question_scores
@@ -156,8 +156,6 @@ def unit_rows(run_dir: Path, prefix: str) -> dict[str, dict[str, str]] | None:
 def write_recorded(run_dir: Path, recorded: dict[str, dict[str, np.ndarray]], data, labels: Sequence[str], kind: str):
     """Writes the score files of every split a `MatchingSystem` recorded (`recorded`: its `recorded`, by logged
     prefix) from `data`, the run's `PairDataModule` (its splits and vocabulary). Returns the files written."""
-    from matching.data.datamodule import split_prefix
-
     splits = {split_prefix(name): split for name, split in data.splits.items()}
     written: list[Path] = []
     for prefix, record in recorded.items():
