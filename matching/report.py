@@ -10,7 +10,8 @@ A run that was meant to be there but has no metrics is shown as missing, never a
 with `config.yaml` and no `metrics.json` (a job that failed, or was stopped before it finished) and, in a grid
 sweep's folder (its `multirun.yaml`), a job that never started. Each row says how many of its seeds it averages
 (`1 of 2`) and which are missing and why; a warning lists them. So a sweep that ran on a cluster is reported from
-its shared output folder as it is, finished or not.
+its shared output folder as it is, finished or not. A gap filled by a finished run with the same settings and seed
+in another of the given folders (the rest of a stopped sweep, run as a new sweep) is no gap: it is counted once.
 
 The variant of a run is made of the keys overridden on the command line (`.hydra/overrides.yaml`) whose values
 in the resolved configs differ between the runs reported, seeds aside: an ablation sweep such as
@@ -170,10 +171,12 @@ UNFINISHED = "no metrics.json: failed or stopped before the end"
 NOT_STARTED = "not started"
 
 
-def find_runs(paths: list[Path], left_out: list[Run] | None = None) -> list[Run]:
+def find_runs(paths: list[Path], left_out: list[Run] | None = None, superseded: list[Run] | None = None) -> list[Run]:
     """Every run directory below `paths`: finished ones, and (as missing) the ones without metrics and the jobs of a
     grid sweep that never started. Wiring and debug runs (`debug=fast`, ...: see `wiring_reason`) are no results:
-    they are left out, and added to `left_out` when it is given."""
+    they are left out, and added to `left_out` when it is given. A missing run whose task, aligner, variant and seed
+    a finished run elsewhere in `paths` has (a sweep stopped, its remaining seeds run as another sweep) is no gap:
+    it is dropped, and added to `superseded` when it is given."""
     runs: list[Run] = []
     planned: list[Run] = []
     for root in paths:
@@ -205,7 +208,16 @@ def find_runs(paths: list[Path], left_out: list[Run] | None = None) -> list[Run]
     if left_out is not None:
         left_out += wiring
     runs = _with_variants([r for r in runs if r not in wiring])
-    return runs + [_grouped_like_siblings(job, runs) for job in planned]
+    runs += [_grouped_like_siblings(job, runs) for job in planned]
+    done = {_setting(r) for r in runs if not r.missing}
+    filled = [bool(r.missing) and _setting(r) in done for r in runs]
+    if superseded is not None:
+        superseded += [r for r, gap_filled in zip(runs, filled, strict=True) if gap_filled]
+    return [r for r, gap_filled in zip(runs, filled, strict=True) if not gap_filled]
+
+
+def _setting(run: Run) -> tuple[str, str, str, int]:
+    return run.task, run.aligner, run.variant, run.seed
 
 
 def _without_seed(overrides: tuple[str, ...]) -> tuple[str, ...]:
@@ -554,7 +566,8 @@ def report(
     paths: list[Path], out: Path | None = None, baseline: str | None = None, top: int = 10
 ) -> list[dict[str, object]]:
     wiring: list[Run] = []
-    runs = find_runs(paths, wiring)
+    superseded: list[Run] = []
+    runs = find_runs(paths, wiring, superseded)
     if not runs:
         raise FileNotFoundError(
             f"only wiring or debug runs under {', '.join(map(str, paths))} ({len(wiring)}: "
@@ -598,6 +611,13 @@ def report(
     counted = f"{finished} run{'s' if finished != 1 else ''}"
     if finished < len(runs):
         counted += f" ({len(runs) - finished} missing)"
+    if superseded:
+        counted += (
+            f"; {len(superseded)} unfinished job{'s' if len(superseded) != 1 else ''} of a sweep run again "
+            "elsewhere (the same settings and seed), counted once"
+        )
+        for r in superseded:
+            log.info("%s seed %d (%s in %s): run again elsewhere", r.aligner, r.seed, r.missing, r.path)
     if wiring:
         reasons = sorted({wiring_reason(r.config or {}) for r in wiring})
         counted += f"; left out {len(wiring)} wiring/debug run{'s' if len(wiring) != 1 else ''} ({', '.join(reasons)})"

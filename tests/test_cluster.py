@@ -200,6 +200,34 @@ def test_report_shows_a_failed_or_never_started_seed_as_missing(tmp_path, capsys
         assert {r["aligner"]: r["missing"] != "" for r in csv.DictReader(table)} == {"softmax": False, "coda": True}
 
 
+def test_report_counts_a_seed_run_again_in_another_sweep_once(tmp_path, capsys):
+    """A sweep stopped after seed 1 (seeds 2 and 3 never started, seed 2 left unfinished), its other seeds run as a
+    second sweep: the row has 3 seeds and nothing missing, and the summary says what was counted once."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    for sweep, seeds in ((first, "1,2,3"), (second, "2,3")):
+        multirun = {"hydra": {"overrides": {"task": ["aligner=coda", f"seed={seeds}"]}, "sweeper": {"params": None},
+                              "runtime": {"choices": {"task": "snli", "aligner": "coda", "hydra/sweeper": "basic"}}},
+                    "task": {"name": "snli"}, "seed": 1}  # fmt: skip
+        sweep.mkdir()
+        (sweep / "multirun.yaml").write_text(yaml.safe_dump(multirun))
+    _write_run(first / "0_snli_coda_seed1", 1, "coda", 0.5)
+    _write_run(first / "1_snli_coda_seed2", 2, "coda", None)  # interrupted: config, no metrics
+    _write_run(second / "0_snli_coda_seed2", 2, "coda", 0.6)
+    _write_run(second / "1_snli_coda_seed3", 3, "coda", 0.7)
+    superseded = []
+    (row,) = summarise(find_runs([first, second], superseded=superseded))
+    assert (row["n"], row["planned"], row["missing"], row["mean"]) == (3, 3, "", 60.0)
+    assert sorted(r.seed for r in superseded) == [2, 3]
+    assert report_module.main([f"runs=[{first},{second}]", f"out={tmp_path / 'out'}"]) == 0
+    printed = capsys.readouterr().out
+    summary = printed.splitlines()[-1]
+    assert summary.startswith("3 runs; 2 unfinished jobs of a sweep run again elsewhere") and "missing" not in summary
+    # Alone, the stopped sweep still shows its gaps
+    (alone,) = summarise(find_runs([first]))
+    assert alone["n"] == 1 and "seed 2 (no metrics.json" in alone["missing"]
+    assert "seed 3 (not started)" in alone["missing"]
+
+
 # Slow: the launchers against the basic one, a SIGKILLed sweep, multi-node DDP.
 SWEEP = ["aligner=softmax,coda", "seed=1,2", "trainer.max_epochs=2", "deterministic=true"]
 
