@@ -336,6 +336,8 @@ def _baseline_row(row: dict, rows: list[dict], aligner: str, variant: str) -> tu
     same = [r for r in rows if r["aligner"] == aligner and all(r[k] == row[k] for k in where) and r is not row]
     for wanted in (row["variant"], variant):
         chosen = [r for r in same if r["variant"] == wanted]
+        if chosen and not chosen[0]["n"]:  # planned, not finished: no other variant stands in for it
+            return None, f"no finished {' '.join(filter(None, [aligner, wanted]))} run yet to compare with"
         if chosen:
             return chosen[0], ""
     if len(same) == 1:

@@ -177,6 +177,19 @@ def test_controlled_rows_are_compared_with_the_baseline_of_the_same_score_functi
     assert "| wikiqa | coda | F=none | dev | map | 70.50 ± 0.00 | 2 | 70.5 | +20.50 [" in printed
 
 
+def test_a_row_whose_same_f_baseline_has_not_finished_says_so(tmp_path):
+    """softmax F=none still training (config, no metrics): CoDA F=none is not compared with another F instead."""
+    scores = {f"Q{i}": 0.5 for i in range(10)}
+    for aligner, f in (("softmax", "parikh"), ("coda", "none"), ("softmax", "none")):
+        run = fake_run(tmp_path, f"{aligner}_{f}", "wikiqa", aligner, 1, {"val/map": 0.5, "val/mrr": 0.5},
+                       [f"aligner={aligner}", f"aligner.projection={f}", "seed=1"], f, scores)  # fmt: skip
+    (run / "metrics.json").unlink()
+    (run / "scores" / "val.csv").unlink()
+    rows = {(r["aligner"], r["variant"], r["metric"]): r for r in report(tmp_path, "softmax F=parikh")}
+    coda = rows[("coda", "F=none", "map")]
+    assert coda["diff"] == "" and coda["note"] == "no finished softmax F=none run yet to compare with"
+
+
 def report(root, baseline):
     from matching.report import report as make_report
 
