@@ -161,11 +161,29 @@ def _override_message(config_name: str, overrides: list[str], err: HydraExceptio
         if isinstance(node, DictConfig):
             return (f"unknown config key {key!r}; valid keys at {parent or 'the top level'}: {sorted(node.keys())}. "
                     f"To add a key that is not in the config, write +{key}=...")  # fmt: skip
+    bare = next((o for o in overrides if "=" not in o and not o.startswith("~")), None)
+    if isinstance(err, OverrideParseException) and bare is not None:
+        return _bare_argument_message(config_name, overrides, bare)
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     if isinstance(err, OverrideParseException) and not lines[0].startswith("Error parsing override"):
         bad = next((o for o in overrides if o == getattr(err, "override", None)), None) or _unparsable(overrides)
         lines.insert(0, f"cannot parse the override {bad!r}:")
     return f"{' '.join(lines)} (`--cfg job` prints every key of the composed config; --help lists the options)"
+
+
+def _bare_argument_message(config_name: str, overrides: list[str], bare: str) -> str:
+    """What to say about an argument without `key=` (`matching-report outputs/multirun/<time>`): every argument is
+    an override, and a value is given to the key that the command requires (`runs=` for report), when it has one
+    that the command line does not give yet."""
+    given = {o.split("=", 1)[0].lstrip("+") for o in overrides if "=" in o}
+    try:
+        cfg = _compose(config_name, [o for o in overrides if o != bare and "=" in o])
+        required = [k for k in cfg if k != "hydra" and OmegaConf.is_missing(cfg, k) and k not in given]
+    except HydraException:
+        required = []
+    hint = f"; did you mean {required[0]}={bare}?" if len(required) == 1 else ""
+    return (f"{bare!r} is not an override: every argument is key=value{hint} (--help lists the command's keys, "
+            f"`--cfg job` prints every key of the composed config)")  # fmt: skip
 
 
 def _unparsable(overrides: Sequence[str]) -> str | None:

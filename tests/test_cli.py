@@ -43,6 +43,18 @@ def test_a_bad_override_is_one_clear_paragraph(snli_run, capsys, argv, message):
     assert err.startswith("error: ") and message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["outputs/multirun/x"], "'outputs/multirun/x' is not an override: every argument is key=value; did you mean "
+                              "runs=outputs/multirun/x?"),
+     (["runs=a", "outputs/multirun/x"], "is not an override: every argument is key=value (")],  # runs= is given
+)  # fmt: skip
+def test_an_argument_without_a_key_is_named_with_the_key_it_is_for(capsys, argv, message):
+    assert report.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err and "EQUAL" not in err
+
+
 def test_train_reports_a_missing_vectors_file_without_a_traceback(tmp_path, capsys):
     argv = [o for o in cli_overrides(tmp_path) if not o.startswith("embeddings.path=")]
     code = train.main([*argv, "embeddings.path=/no/such/vectors.txt", f"hydra.run.dir={tmp_path / 'run'}"])
