@@ -181,6 +181,13 @@ class MatchingSystem(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Resuming continues the random streams (dropout) exactly where the interrupted run left them.
+        counts = checkpoint.get("train_counts")
+        if counts and self._trainer is not None and self.trainer.world_size == 1:
+            # A run stopped in the middle of an epoch counts that epoch's accuracy on from where it stopped. (With
+            # several processes each counted its own pairs and the checkpoint holds one's: the epoch's accuracy
+            # then covers the pairs after the resume.)
+            self.train_correct.fill_(int(counts[0]))
+            self.train_seen = int(counts[1])
         rng = checkpoint.get("rng")
         if rng:
             torch.set_rng_state(rng["torch"])
@@ -193,6 +200,10 @@ class MatchingSystem(pl.LightningModule):
         name, keys, pos, has_gauss, cached = np.random.get_state()
         numpy_state = (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))
         checkpoint["rng"] = {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
+        if self._trainer is not None and 0 < self.trainer.fit_loop.epoch_loop.batch_progress.current.processed < (
+            self.trainer.num_training_batches
+        ):  # saved in the middle of an epoch (a scheduler's signal): its accuracy so far
+            checkpoint["train_counts"] = [int(self.train_correct), self.train_seen]
         # What `evaluate`/`predict` check a checkpoint against before trusting it with data.
         model = self.model
         checkpoint["matching"] = {

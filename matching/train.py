@@ -158,6 +158,9 @@ class StopCheckpoint(pl.Callback):
     def _save(self, trainer: pl.Trainer, why: str) -> None:
         path = self._path(trainer)
         if path is not None:
+            # Recorded as the checkpoint callback's last.ckpt (in the checkpoint too): otherwise a run stopped before
+            # that callback's first save would, once resumed, keep this file and write its own to last-v1.ckpt.
+            trainer.checkpoint_callback.last_model_path = str(path)
             trainer.save_checkpoint(path)
             if trainer.is_global_zero:
                 log.warning("%s: wrote %s (step %d); relaunch to continue from it", why, path, trainer.global_step)

@@ -17,7 +17,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 import yaml
-from conftest import CONF, ROOT, SUBPROCESS_ENV, big_snli, cli_overrides, evaluate
+from conftest import CONF, ROOT, SUBPROCESS_ENV, big_snli, cli_overrides, compose_train, evaluate
 from hydra import compose, initialize_config_dir
 
 from matching import report as report_module
@@ -108,6 +108,33 @@ def test_a_signalled_run_writes_last_ckpt_at_that_step_then_stops(make_cfg, name
     assert state["global_step"] == 2 and state["epoch"] == 0
     assert not (Path(cfg.paths.output_dir) / "metrics.json").exists()
     assert train_module.train(make_cfg(f"resume={cfg.paths.output_dir}"))["epochs"] == 3  # continues from that step
+
+
+def test_a_run_stopped_mid_epoch_by_a_signal_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
+    """Stopped (SIGTERM) after step 2 of epoch 0's 3 and resumed, a deterministic run trains on exactly the
+    batches it had not seen, in the same order, with the same dropout: the weights, dev metrics and the training
+    accuracy of the interrupted epoch equal those of a run never stopped."""
+    common = ("trainer.max_epochs=2", "deterministic=true", "callbacks.early_stopping=null", "seed=4")
+    reference = train_module.train(compose_train(tmp_path / "whole", *common))
+    stopped = compose_train(tmp_path / "stopped", *common, f"+callbacks.signal._target_={__name__}.SignalAt",
+                            "+callbacks.signal.step=1", "+callbacks.signal.signal=SIGTERM")  # fmt: skip
+    with pytest.raises(SystemExit):
+        train_module.train(stopped)
+    resumed = train_module.train(compose_train(tmp_path / "stopped", f"resume={stopped.paths.output_dir}"))
+    untimed = lambda metrics: {k: v for k, v in metrics.items() if "seconds" not in k}  # noqa: E731
+    assert untimed(resumed) == untimed(reference) and "val/loss" in resumed
+
+    def weights(cfg_dir: Path, name: str) -> dict:
+        return torch.load(cfg_dir / "run" / "checkpoints" / name, weights_only=False)["state_dict"]
+
+    for name in ("last.ckpt", "best.ckpt"):
+        a, b = weights(tmp_path / "whole", name), weights(tmp_path / "stopped", name)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    logged = [
+        [row["train/acc"] for row in csv.DictReader(open(next((d / "run").rglob("metrics.csv")))) if row["train/acc"]]
+        for d in (tmp_path / "whole", tmp_path / "stopped")
+    ]
+    assert logged[0] == logged[1] and len(logged[0]) == 2
 
 
 # A grid sweep in this process (the basic launcher), relaunched as a user would after an interruption.

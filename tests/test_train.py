@@ -5,6 +5,7 @@ import json
 import math
 from pathlib import Path
 
+import lightning.pytorch as pl
 import pytest
 import torch
 from conftest import evaluate
@@ -147,3 +148,23 @@ def test_a_compiled_model_trains_and_its_checkpoint_loads_uncompiled(make_cfg):
     state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
     assert not any("_orig_mod" in key for key in state)  # compiled in place: the keys of an eager model
     assert evaluate(best)["val/loss"] == pytest.approx(metrics["val/loss"], rel=1e-4)
+
+
+class BatchOrder(pl.Callback):
+    """Records the pairs of every training batch, by epoch (a test's view of the batch order)."""
+
+    seen: dict[int, list[list[int]]] = {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        BatchOrder.seen.setdefault(trainer.current_epoch, []).append(batch["index"].tolist())
+
+
+def test_every_epoch_has_its_own_batch_order(make_cfg):
+    """Lightning sets the epoch of a loader's sampler, not of its batch sampler: the bucketing batch sampler must
+    receive it all the same, or every epoch repeats the first one's order (as it did before this test)."""
+    BatchOrder.seen = {}
+    train(make_cfg("trainer.max_epochs=3", "data.batch_size=2", "callbacks.early_stopping=null",
+                   f"+callbacks.order._target_={__name__}.BatchOrder"))  # fmt: skip
+    orders = [BatchOrder.seen[epoch] for epoch in range(3)]
+    assert all(sorted(sum(order, [])) == sorted(sum(orders[0], [])) for order in orders)  # each epoch: every pair
+    assert orders[0] != orders[1] and orders[1] != orders[2]

@@ -352,6 +352,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.sides, self.budget = sides, budget if (sides is not None and budget) else None
         self.long_batches: list[np.ndarray] = []
         self._eval_cache: list[np.ndarray] | None = None
+        self._resume: tuple[int, int] | None = None  # (epoch, batches of it already trained): see resume_at
         self.short = np.arange(len(lengths))
         if self.budget and shuffle:
             limit = self.budget.long_side(batch_size)
@@ -360,8 +361,19 @@ class BucketBatchSampler(Sampler[list[int]]):
             ordered = np.flatnonzero(long)[np.argsort(lengths[long], kind="stable")]
             self.long_batches = self.budget.batches(ordered, sides, batch_size)
 
+    @property
+    def sampler(self) -> BucketBatchSampler:
+        """This batch sampler itself: Lightning calls `set_epoch` on a loader's `sampler` and on its
+        `batch_sampler.sampler`, never on the batch sampler, so without this every epoch had the first one's order."""
+        return self
+
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    def resume_at(self, epoch: int, batches: int) -> None:
+        """The next iteration, if it is of `epoch`, leaves out that epoch's first `batches` batches (those a run
+        stopped in the middle of the epoch had trained on): the rest come in the order they would have come."""
+        self._resume = (epoch, batches)
 
     def _eval_indices(self) -> np.ndarray:
         index = np.arange(len(self.lengths))
@@ -405,8 +417,29 @@ class BucketBatchSampler(Sampler[list[int]]):
         if self.num_replicas > 1:
             batches += batches[: (-len(batches)) % self.num_replicas]
             batches = batches[self.rank :: self.num_replicas]
+        resume, self._resume = self._resume, None
+        if resume is not None and resume[0] == self.epoch:
+            batches = batches[resume[1] :]
         for batch in batches:
             yield batch.tolist()
+
+
+class TrainLoader(DataLoader):
+    """The training DataLoader, resumable in the middle of an epoch: Lightning saves its `state_dict` in every
+    checkpoint and gives it back to `load_state_dict` when a run resumes, so that a run stopped after k batches of an
+    epoch (a scheduler's signal) continues with batch k + 1 of the same order, not with a new pass over the epoch.
+    `trained()` is the number of batches of the current epoch that have been trained on (the trainer's count: the
+    sampler cannot know it, loader processes fetch ahead)."""
+
+    def __init__(self, *args, trained, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.trained = trained
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.batch_sampler.epoch, "batches": int(self.trained())}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.batch_sampler.resume_at(int(state["epoch"]), int(state["batches"]))
 
 
 class PadCollator:
@@ -730,15 +763,17 @@ class PairDataModule(pl.LightningDataModule):
         )  # fmt: skip
         # Without loader processes, a GPU run keeps the split's ids on the GPU and gathers each batch there.
         device = trainer.strategy.root_device if trainer is not None and self.num_workers == 0 else None
-        return DataLoader(
-            data,
-            batch_sampler=sampler,
-            collate_fn=PadCollator(
-                data, self.contextual, device if device and device.type == "cuda" else None, self.pad_to
-            ),
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
+        collate = PadCollator(data, self.contextual, device if device and device.type == "cuda" else None, self.pad_to)
+        # A generator of its own for the seed that each iterator draws (for loader processes): drawn from the global
+        # one, it would put each epoch's and each evaluation's draw between the dropout masks, so that a run resumed
+        # in the middle of an epoch (one iterator more than a run never stopped) would get other masks.
+        generator = torch.Generator().manual_seed(self.seed)
+        options = {"batch_sampler": sampler, "collate_fn": collate, "num_workers": self.num_workers,
+                   "persistent_workers": self.num_workers > 0, "generator": generator}  # fmt: skip
+        if train and trainer is not None:
+            return TrainLoader(data, trained=lambda: trainer.fit_loop.epoch_loop.batch_progress.current.processed,
+                               **options)  # fmt: skip
+        return DataLoader(data, **options)
 
     def train_dataloader(self) -> DataLoader:
         return self.loader("train", train=True)
