@@ -15,6 +15,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from matching.data.datamodule import batches_trained
 from matching.metrics import EvaluationRecord, RankingMetrics, describe
 from matching.model import CONTEXT_INPUTS, MatchOutput
 
@@ -200,9 +201,8 @@ class MatchingSystem(pl.LightningModule):
         name, keys, pos, has_gauss, cached = np.random.get_state()
         numpy_state = (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))
         checkpoint["rng"] = {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
-        if self._trainer is not None and 0 < self.trainer.fit_loop.epoch_loop.batch_progress.current.processed < (
-            self.trainer.num_training_batches
-        ):  # saved in the middle of an epoch (a scheduler's signal): its accuracy so far
+        if self._trainer is not None and 0 < batches_trained(self.trainer) < self.trainer.num_training_batches:
+            # saved in the middle of an epoch (a scheduler's signal): its accuracy so far
             checkpoint["train_counts"] = [int(self.train_correct), self.train_seen]
         # What `evaluate`/`predict` check a checkpoint against before trusting it with data.
         model = self.model

@@ -110,7 +110,7 @@ def test_a_signalled_run_writes_last_ckpt_at_that_step_then_stops(make_cfg, name
     assert train_module.train(make_cfg(f"resume={cfg.paths.output_dir}"))["epochs"] == 3  # continues from that step
 
 
-def test_a_run_stopped_mid_epoch_by_a_signal_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
+def test_a_run_stopped_mid_epoch_by_a_signal_resumes_to_the_uninterrupted_result(tmp_path):
     """Stopped (SIGTERM) after step 2 of epoch 0's 3 and resumed, a deterministic run trains on exactly the
     batches it had not seen, in the same order, with the same dropout: the weights, dev metrics and the training
     accuracy of the interrupted epoch equal those of a run never stopped."""

@@ -424,6 +424,11 @@ class BucketBatchSampler(Sampler[list[int]]):
             yield batch.tolist()
 
 
+def batches_trained(trainer: pl.Trainer) -> int:
+    """How many batches of the current epoch the trainer has trained on (Lightning's own count)."""
+    return trainer.fit_loop.epoch_loop.batch_progress.current.processed
+
+
 class TrainLoader(DataLoader):
     """The training DataLoader, resumable in the middle of an epoch: Lightning saves its `state_dict` in every
     checkpoint and gives it back to `load_state_dict` when a run resumes, so that a run stopped after k batches of an
@@ -771,8 +776,7 @@ class PairDataModule(pl.LightningDataModule):
         options = {"batch_sampler": sampler, "collate_fn": collate, "num_workers": self.num_workers,
                    "persistent_workers": self.num_workers > 0, "generator": generator}  # fmt: skip
         if train and trainer is not None:
-            return TrainLoader(data, trained=lambda: trainer.fit_loop.epoch_loop.batch_progress.current.processed,
-                               **options)  # fmt: skip
+            return TrainLoader(data, trained=lambda: batches_trained(trainer), **options)
         return DataLoader(data, **options)
 
     def train_dataloader(self) -> DataLoader:
