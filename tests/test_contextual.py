@@ -2,6 +2,7 @@
 
 The encoder is a tiny BERT saved to a temporary folder (conftest.save_tiny_encoder): nothing is downloaded."""
 
+import hashlib
 import json
 import logging
 import subprocess
@@ -120,6 +121,27 @@ def test_cache_is_built_once_then_reused_and_keyed_by_the_encoder(make_cfg, tiny
         dm = build_datamodule(contextual(make_cfg, other))
         dm.setup("fit")
     assert "encoded" in caplog.text and "reused" not in caplog.text
+
+
+def test_each_cache_logs_the_sha256_of_its_states_so_two_machines_can_compare_them(make_cfg, tiny_encoder, caplog):
+    cfg = contextual(make_cfg, tiny_encoder)
+    with caplog.at_level(logging.INFO):
+        build_datamodule(cfg).setup("fit")
+    states = sorted((Path(cfg.paths.cache_dir) / "contextual").glob("*.states.npy"))
+    digests = [hashlib.sha256(f.read_bytes()).hexdigest() for f in states]
+    for digest in digests:
+        assert f"sha256 {digest[:16]}" in caplog.text  # when encoded
+    index = states[0].with_name(states[0].name.replace(".states.npy", ".index.npz"))
+    with np.load(index) as z:
+        assert str(z["states_sha256"]) == digests[0]
+        arrays = {k: z[k] for k in ("a_start", "b_start")}
+    np.savez(index, **arrays)  # a cache written before the fingerprint: computed on reuse and stored
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        build_datamodule(cfg).setup("fit")
+    assert "reused" in caplog.text and all(f"sha256 {d[:16]}" in caplog.text for d in digests)
+    with np.load(index) as z:
+        assert str(z["states_sha256"]) == digests[0]
 
 
 @pytest.fixture(scope="module")

@@ -378,6 +378,18 @@ def state_files(encoder: ContextualEncoder, key: dict, folder: Path, name: str) 
     return stem.with_suffix(".states.npy"), stem.with_suffix(".index.npz")
 
 
+def states_digest(rows_file: Path) -> str:
+    """SHA-256 of a cached states file: the fingerprint, logged with every run, that tells whether two machines
+    computed bit-identical encoder states. A seed repeats its numbers bit for bit only from identical states: one
+    state rounded differently in its last float16 bit sends training down another path (docs/data.md,
+    "Contextual embedder")."""
+    digest = hashlib.sha256()
+    with open(rows_file, "rb") as f:
+        while block := f.read(1 << 24):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def cached_states(encoder: ContextualEncoder, key: dict, folder: Path, name: str, pairs: int | None = None,
                   check_only: bool = False) -> SplitStates | bool | None:  # fmt: skip
     """A split's states from the cache (None when absent or unusable); `check_only`: whether they are there."""
@@ -389,6 +401,10 @@ def cached_states(encoder: ContextualEncoder, key: dict, folder: Path, name: str
     try:
         with np.load(index_file) as z:
             a_start, b_start = z["a_start"], z["b_start"]
+            digest = str(z["states_sha256"]) if "states_sha256" in z else None
+        if digest is None:  # a cache written before the fingerprint: computed once and kept beside it
+            digest = states_digest(rows_file)
+            write_npz_atomic(index_file, a_start=a_start, b_start=b_start, states_sha256=np.array(digest))
         rows = np.load(rows_file, mmap_mode="r")
     except Exception as err:  # a damaged cache is rebuilt, never trusted
         log.warning("ignoring unreadable contextual cache %s (%s); rebuilding it", rows_file, err)
@@ -396,8 +412,8 @@ def cached_states(encoder: ContextualEncoder, key: dict, folder: Path, name: str
     if rows.ndim != 2 or rows.shape[1] != encoder.dim or (pairs is not None and len(a_start) != pairs):
         log.warning("ignoring contextual cache %s: it does not match the split; rebuilding it", rows_file)
         return None
-    log.info("%s: contextual states reused from the cache %s (%d word states, %.1f MB)", name, rows_file,
-             rows.shape[0], rows_file.stat().st_size / 1e6)  # fmt: skip
+    log.info("%s: contextual states reused from the cache %s (%d word states, %.1f MB, sha256 %s)", name, rows_file,
+             rows.shape[0], rows_file.stat().st_size / 1e6, digest[:16])  # fmt: skip
     return SplitStates(rows, a_start, b_start)
 
 
@@ -431,10 +447,12 @@ def encode_states(encoder: ContextualEncoder, key: dict, folder: Path, name: str
         del rows
 
     write_atomic(rows_file, write)
-    write_npz_atomic(index_file, a_start=starts[ids[0]], b_start=starts[ids[1]])
+    digest = states_digest(rows_file)
+    write_npz_atomic(index_file, a_start=starts[ids[0]], b_start=starts[ids[1]], states_sha256=np.array(digest))
     encoder.report(name)
     log.info(
-        "%s: encoded %d distinct texts (%d word states) in %.1f s; cached in %s (%.1f MB, float16)", name,
+        "%s: encoded %d distinct texts (%d word states) in %.1f s; cached in %s (%.1f MB, float16, sha256 %s)", name,
         len(unique), int(lengths.sum()), time.perf_counter() - started, rows_file, rows_file.stat().st_size / 1e6,
+        digest[:16],
     )  # fmt: skip
     return SplitStates(np.load(rows_file, mmap_mode="r"), starts[ids[0]], starts[ids[1]])
