@@ -10,6 +10,7 @@ copy, not a rename, whenever /tmp is another filesystem.)
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import zipfile
@@ -32,6 +33,15 @@ def write_atomic(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's bytes, read in 16 MB blocks (an encoder's weights, a cache of its states)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:

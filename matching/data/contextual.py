@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from matching.extras import require
-from matching.files import write_atomic, write_npz_atomic
+from matching.files import file_sha256, write_atomic, write_npz_atomic
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +96,7 @@ def weights_hash(folder: Path) -> str:
             st = file.stat()
             key = (str(file), st.st_size, st.st_mtime_ns)
             if key not in _HASHES:
-                digest = hashlib.sha256()
-                with open(file, "rb") as f:
-                    for block in iter(lambda: f.read(1 << 22), b""):
-                        digest.update(block)
-                _HASHES[key] = digest.hexdigest()
+                _HASHES[key] = file_sha256(file)
             return _HASHES[key]
     raise EncoderError(f"{folder} holds no weights ({' or '.join(_WEIGHTS)}); save the encoder with save_pretrained")
 
@@ -378,18 +374,6 @@ def state_files(encoder: ContextualEncoder, key: dict, folder: Path, name: str) 
     return stem.with_suffix(".states.npy"), stem.with_suffix(".index.npz")
 
 
-def states_digest(rows_file: Path) -> str:
-    """SHA-256 of a cached states file: the fingerprint, logged with every run, that tells whether two machines
-    computed bit-identical encoder states. A seed repeats its numbers bit for bit only from identical states: one
-    state rounded differently in its last float16 bit sends training down another path (docs/data.md,
-    "Contextual embedder")."""
-    digest = hashlib.sha256()
-    with open(rows_file, "rb") as f:
-        while block := f.read(1 << 24):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def cached_states(encoder: ContextualEncoder, key: dict, folder: Path, name: str, pairs: int | None = None,
                   check_only: bool = False) -> SplitStates | bool | None:  # fmt: skip
     """A split's states from the cache (None when absent or unusable); `check_only`: whether they are there."""
@@ -401,10 +385,8 @@ def cached_states(encoder: ContextualEncoder, key: dict, folder: Path, name: str
     try:
         with np.load(index_file) as z:
             a_start, b_start = z["a_start"], z["b_start"]
-            digest = str(z["states_sha256"]) if "states_sha256" in z else None
-        if digest is None:  # a cache written before the fingerprint: computed once and kept beside it
-            digest = states_digest(rows_file)
-            write_npz_atomic(index_file, a_start=a_start, b_start=b_start, states_sha256=np.array(digest))
+            stored = str(z["states_sha256"]) if "states_sha256" in z else None
+        digest = stored or file_sha256(rows_file)  # a cache written before the fingerprint has none
         rows = np.load(rows_file, mmap_mode="r")
     except Exception as err:  # a damaged cache is rebuilt, never trusted
         log.warning("ignoring unreadable contextual cache %s (%s); rebuilding it", rows_file, err)
@@ -412,6 +394,11 @@ def cached_states(encoder: ContextualEncoder, key: dict, folder: Path, name: str
     if rows.ndim != 2 or rows.shape[1] != encoder.dim or (pairs is not None and len(a_start) != pairs):
         log.warning("ignoring contextual cache %s: it does not match the split; rebuilding it", rows_file)
         return None
+    if stored is None:
+        try:  # kept beside it, so it is hashed once; a read-only cache is still used, hashed on every run
+            write_npz_atomic(index_file, a_start=a_start, b_start=b_start, states_sha256=np.array(digest))
+        except OSError:
+            pass
     log.info("%s: contextual states reused from the cache %s (%d word states, %.1f MB, sha256 %s)", name, rows_file,
              rows.shape[0], rows_file.stat().st_size / 1e6, digest[:16])  # fmt: skip
     return SplitStates(rows, a_start, b_start)
@@ -447,7 +434,9 @@ def encode_states(encoder: ContextualEncoder, key: dict, folder: Path, name: str
         del rows
 
     write_atomic(rows_file, write)
-    digest = states_digest(rows_file)
+    # The states' fingerprint, logged by every run that builds or reuses them: a seed repeats its numbers bit for
+    # bit only from identical states, so two machines compare this first (docs/data.md, "Contextual embedder").
+    digest = file_sha256(rows_file)
     write_npz_atomic(index_file, a_start=starts[ids[0]], b_start=starts[ids[1]], states_sha256=np.array(digest))
     encoder.report(name)
     log.info(
