@@ -1,7 +1,7 @@
 """The fixed cost of a training step: the real `matching.train` command against the same model in a plain loop.
 
     python benchmarks/bench_step.py [--trainer cpu|gpu] [--aligners softmax,coda] [--pairs 32000] [--code DIR]
-                                    [--real-pairs 64000] [--skip-real | --skip-tiny] [overrides ...]
+                                    [--repeats N] [--real-pairs 64000] [--skip-real | --skip-tiny] [overrides ...]
 
 1. Fixed cost. A tiny model (hidden 8, 8-d frozen random vectors) on an SNLI-shaped corpus at batch 64, so that
    the arithmetic is negligible and what is left is the work done around it every step:
@@ -14,8 +14,9 @@
 2. Real size (hidden 200, 300-d vectors): training pairs/s of one epoch through the command, SNLI and WikiQA shapes.
 
 `--code DIR` times the command of another checkout as well (e.g. `git worktree add /tmp/before HEAD~3`), so a
-before/after is measured in one sitting. Run single-threaded on a CPU (OMP_NUM_THREADS=1) for stable figures.
-The last lines (HEADLINE) are what `make bench` quotes.
+before/after is measured in one sitting; `--repeats N` runs each command N times, the checkouts alternating, and
+prints the medians and the paired ratio (one run of the command on a shared machine varies by up to 30 %). Run
+single-threaded on a CPU (OMP_NUM_THREADS=1) for stable figures. The last lines (HEADLINE) are what `make bench` quotes.
 """
 
 from __future__ import annotations
@@ -96,6 +97,9 @@ def main() -> None:
     parser.add_argument("--skip-real", action="store_true", help="only the fixed cost (part 1)")
     parser.add_argument("--skip-tiny", action="store_true", help="only the real-size epochs (part 2)")
     parser.add_argument("--code", type=Path, default=None, help="another checkout whose command is timed as well")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="tiny-model command runs per checkout (alternating); medians are shown"
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("extra", nargs="*", help="more overrides for every run")
     args = parser.parse_args()
@@ -106,12 +110,21 @@ def main() -> None:
         print(f"1. fixed cost per step, tiny model, batch 64, {args.pairs:,} pairs, trainer={args.trainer}", flush=True)
     for aligner in [] if args.skip_tiny else args.aligners.split(","):
         loop = plain_loop_ms(work, aligner, args.trainer, args.pairs, args.extra)
+        times: dict[str, list[float]] = {tag: [] for tag in codes}
+        for _ in range(args.repeats):  # the checkouts alternate, so that a slow moment of the machine hits both
+            for tag, code in codes.items():
+                times[tag].append(command_ms(work, aligner, args.trainer, args.pairs, args.extra, code, tag))
         row = [f"{aligner:<10} plain loop {loop:6.2f} ms"]
-        for tag, code in codes.items():
-            ms = command_ms(work, aligner, args.trainer, args.pairs, args.extra, code, tag)
-            row.append(f"command[{tag}] {ms:6.2f} ms ({ms / loop:.2f}x loop)")
+        for tag, runs in times.items():
+            ms = statistics.median(runs)
+            spread = f" [{min(runs):.2f}-{max(runs):.2f}]" if len(runs) > 1 else ""
+            row.append(f"command[{tag}] {ms:6.2f} ms{spread} ({ms / loop:.2f}x loop)")
             if tag == "this":
                 headline.append(f"{aligner} {ms:.2f} ms/step = {ms / loop:.2f}x plain loop")
+        if "other" in times and args.repeats > 1:  # paired: run k of this checkout against run k of the other
+            ratios = [t / o for t, o in zip(times["this"], times["other"], strict=True)]
+            spread = f"[{min(ratios):.3f}-{max(ratios):.3f}]"
+            row.append(f"this/other per pair: median {statistics.median(ratios):.3f} {spread}")
         print("  " + ", ".join(row), flush=True)
     if not args.skip_real:
         print(f"2. real size (hidden 200, 300-d), batch 64, {args.real_pairs:,} pairs, trainer={args.trainer}")

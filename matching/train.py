@@ -52,18 +52,34 @@ log = logging.getLogger(__name__)
 
 
 class EpochTimer(pl.Callback):
-    """Wall-clock seconds of each training epoch (excluding validation)."""
+    """Wall-clock seconds of each training epoch, validation excluded.
+
+    Lightning validates inside the training epoch, before the epoch's end hook: the time from `on_validation_start`
+    to `on_validation_end` is taken off the epoch's (the checkpoints written after a validation are still counted:
+    milliseconds for these models)."""
 
     def __init__(self) -> None:
         self.seconds: list[float] = []
         self._start: float | None = None  # None in an epoch resumed from a mid-epoch checkpoint: not timed
+        self._validating_since: float | None = None
+        self._validated = 0.0  # seconds of this epoch spent validating
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self._start = time.perf_counter()
+        self._start, self._validated = time.perf_counter(), 0.0
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if self._start is not None:  # not the sanity check before training, nor a validation after it
+            self._validating_since = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self._validating_since is not None:
+            self._validated += time.perf_counter() - self._validating_since
+            self._validating_since = None
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if self._start is not None:
-            self.seconds.append(time.perf_counter() - self._start)
+            self.seconds.append(time.perf_counter() - self._start - self._validated)
+        self._start = None
 
 
 class NonFiniteLossError(ValueError):

@@ -3,6 +3,7 @@
 import csv
 import json
 import math
+import time
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -11,7 +12,7 @@ import torch
 from conftest import evaluate
 
 from matching.runs import build_callbacks
-from matching.train import train
+from matching.train import EpochTimer, train
 
 ALIGNERS = ["softmax", "coda", "conflict", "softmax_conflict"]
 
@@ -168,3 +169,31 @@ def test_every_epoch_has_its_own_batch_order(make_cfg):
     orders = [BatchOrder.seen[epoch] for epoch in range(3)]
     assert all(sorted(sum(order, [])) == sorted(sum(orders[0], [])) for order in orders)  # each epoch: every pair
     assert orders[0] != orders[1] and orders[1] != orders[2]
+
+
+def test_the_epoch_time_leaves_out_the_validation_run_inside_the_epoch():
+    """Lightning validates before a training epoch's end hook; seconds_per_epoch is the training's time alone."""
+
+    class SlowValidation(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.weight(batch).sum()
+
+        def validation_step(self, batch, batch_idx):
+            time.sleep(0.2)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = torch.utils.data.DataLoader(torch.zeros(4, 2), batch_size=2)
+    timer = EpochTimer()
+    trainer = pl.Trainer(
+        max_epochs=2, callbacks=[timer], logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, num_sanity_val_steps=1,
+    )  # fmt: skip
+    trainer.fit(SlowValidation(), data, data)  # each epoch: two training steps, then 0.4 s of validation
+    trainer.validate(SlowValidation(), data, verbose=False)  # after training: not an epoch's
+    assert len(timer.seconds) == 2 and max(timer.seconds) < 0.2, timer.seconds
