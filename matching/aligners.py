@@ -83,8 +83,10 @@ def _attend_both_ways(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The masked softmax of (B, La, Lb) `scores` over b for each a_i and over a for each b_j, and what each side
     is aligned to: (weights_a, weights_b, a_aligned (B, La, D), b_aligned (B, Lb, D)). Each fill comes from the
-    mask of the side normalised over; the pair mask zeroes padding rows and columns (see `masked_softmax`)."""
-    valid = pair_mask(mask_a, mask_b)
+    mask of the side normalised over; the pair mask zeroes padding rows and columns (see `masked_softmax`), converted
+    to the scores' dtype once for both (multiplying by a boolean mask converts it again in every product, forward
+    and backward)."""
+    valid = pair_mask(mask_a, mask_b).to(scores.dtype)
     weights_a = masked_softmax(scores, mask_b.unsqueeze(1), dim=2, zero=valid)  # rows: each a_i over b
     weights_b = masked_softmax(scores, mask_a.unsqueeze(2), dim=1, zero=valid)  # columns: each b_j over a
     return weights_a, weights_b, torch.bmm(weights_a, b), torch.bmm(weights_b.transpose(1, 2), a)

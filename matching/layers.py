@@ -60,10 +60,10 @@ def masked_softmax(scores: Tensor, mask: Tensor, dim: int, zero: Tensor | None =
     multiplication by the mask zeroes it and its gradient. Four kernels, where a hand-written max/exp/sum takes a
     dozen: a training step calls this four times (twice forward, twice backward) for every softmax aligner.
 
-    `zero` (broadcastable to `scores`; default `mask`) is what the result is multiplied by. An aligner passes the
-    small mask of the side it normalises over, e.g. (B, 1, Lb) for dim=2, and the (B, La, Lb) pair mask as `zero`:
-    the fill is then computed on the small mask instead of three passes over a (B, La, Lb) one, with the same
-    result (a padding row of a is zeroed by `zero` either way).
+    `zero` (broadcastable to `scores`, boolean or 0/1 numbers; default `mask`) is what the result is multiplied by.
+    An aligner passes the small mask of the side it normalises over, e.g. (B, 1, Lb) for dim=2, and the (B, La, Lb)
+    pair mask as `zero`: the fill is then computed on the small mask instead of three passes over a (B, La, Lb) one,
+    with the same result (a padding row of a is zeroed by `zero` either way).
     """
     fill = ~mask & mask.any(dim, keepdim=True)
     return torch.softmax(scores.masked_fill(fill, float("-inf")), dim) * (mask if zero is None else zero)
