@@ -89,10 +89,15 @@ def test_batches_gathered_from_the_packed_split_equal_padding_each_pair(make_cfg
     dm = build_datamodule(make_cfg())
     dm.setup("fit")
     split = dm.splits["train"]
-    indices = [5, 0, 11, 3, 9]
+    indices = [5, 0, 11, 3, 9, len(split) - 1]  # the last pair: its padding lies past the end of the packed ids
     batch = PadCollator(split)(indices)
     assert torch.equal(batch["a"], pad_batch([split.a[i] for i in indices]))
     assert torch.equal(batch["b"], pad_batch([split.b[i] for i in indices]))
+    rounded = PadCollator(split, pad_to=16)(indices)
+    for side in "ab":
+        width = batch[side].shape[1]
+        assert rounded[side].shape[1] == 16 * -(-width // 16) and torch.equal(rounded[side][:, :width], batch[side])
+        assert not rounded[side][:, width:].any()
     assert batch["label"].tolist() == split.labels[indices].tolist()
     assert batch["index"].tolist() == indices and batch["group"].tolist() == split.groups[indices].tolist()
 
