@@ -117,13 +117,6 @@ class MatchingSystem(pl.LightningModule):
         use (under a Trainer or called directly)."""
         return self.model(batch["a"], batch["b"], **{k: batch[k] for k in CONTEXT_INPUTS if k in batch})
 
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        # The data module gathers a batch on the training device already (PadCollator): a batch of tensors that are
-        # all there is returned as it is, instead of Lightning walking it and calling .to() on each (~20 µs a step).
-        if isinstance(batch, dict) and all(isinstance(v, torch.Tensor) and v.device == device for v in batch.values()):
-            return batch
-        return super().transfer_batch_to_device(batch, device, dataloader_idx)
-
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         logits = self.predict_step(batch).logits
         loss = F.cross_entropy(logits, batch["label"], weight=self.class_weights)

@@ -257,6 +257,20 @@ def _floats(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items()}
 
 
+def numerics(cfg: DictConfig) -> str:
+    """What a seed's numbers depend on besides the config and the data: the torch version, the CPU kernel set
+    (PyTorch picks AVX-512 or AVX2 kernels at run time, and they round differently: a softmax over 8 to 15 entries
+    is computed element by element by the AVX-512 kernels and vectorised by the AVX2 ones, and a longer one sums in
+    another order; `ATEN_CPU_CAPABILITY=avx2` makes an AVX-512 machine use the AVX2 kernels), the threads, the GPU."""
+    parts = [f"torch {torch.__version__}", f"CPU kernels {torch.backends.cpu.get_cpu_capability()}"]
+    parts.append(f"{torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''}")
+    if cfg.trainer.get("accelerator") in ("gpu", "cuda") and torch.cuda.is_available():
+        parts.append(f"GPU {torch.cuda.get_device_name()}, precision {cfg.trainer.get('precision')}")
+    if cfg.get("deterministic"):
+        parts.append("deterministic algorithms")
+    return ", ".join(parts)
+
+
 def train(cfg: DictConfig) -> dict[str, float]:
     """Train as configured (or resume the run named by `cfg.resume`); returns the dev (and optionally test)
     metrics of the best checkpoint."""
@@ -296,6 +310,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     system = build_system(cfg, model, dm)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("model: %s aligner, %s trainable parameters", type(model.aligner).__name__, f"{trainable:,}")
+    log.info("numerics: %s", numerics(cfg))
 
     configured = build_callbacks(cfg)
     checkpoint = configured.get("checkpoint")

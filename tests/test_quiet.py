@@ -15,6 +15,7 @@ NOISE = [
     "Replaced initializer",  # onnxscript's optimiser, one line per rewrite
     "torchvision",  # torch's exporter: a library no model here uses is not installed
     "will not be used",  # torch's note on the shared dynamic axis name
+    "You have overridden",  # Lightning: a hook defined in both the LightningModule and the data module
 ]
 
 

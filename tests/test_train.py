@@ -197,3 +197,13 @@ def test_the_epoch_time_leaves_out_the_validation_run_inside_the_epoch():
     trainer.fit(SlowValidation(), data, data)  # each epoch: two training steps, then 0.4 s of validation
     trainer.validate(SlowValidation(), data, verbose=False)  # after training: not an epoch's
     assert len(timer.seconds) == 2 and max(timer.seconds) < 0.2, timer.seconds
+
+
+def test_a_run_logs_what_its_numbers_depend_on_besides_the_config(make_cfg, caplog):
+    """The torch version and the CPU kernel set (AVX-512 and AVX2 kernels round a softmax differently), so that two
+    runs whose per-seed numbers differ can be told apart from a bug."""
+    with caplog.at_level("INFO"):
+        train(make_cfg("debug=fast"))
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("numerics: "))
+    assert f"torch {torch.__version__}" in line
+    assert f"CPU kernels {torch.backends.cpu.get_cpu_capability()}" in line and "thread" in line

@@ -794,6 +794,13 @@ class PairDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         return self.loader("train", train=True)
 
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        # PadCollator gathers a batch on the training device already: a batch whose tensors are all there is used
+        # as it is, instead of Lightning walking it and calling .to() on each tensor (~20 µs a step on a CPU).
+        if isinstance(batch, dict) and all(isinstance(v, torch.Tensor) and v.device == device for v in batch.values()):
+            return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
     def val_dataloader(self) -> list[DataLoader]:
         return [self.loader(s, train=False) for s in self.eval_splits]
 
