@@ -1,7 +1,8 @@
 """The fixed cost of a training step: the real `matching.train` command against the same model in a plain loop.
 
     python benchmarks/bench_step.py [--trainer cpu|gpu] [--aligners softmax,coda] [--pairs 32000] [--code DIR]
-                                    [--repeats N] [--real-pairs 64000] [--skip-real | --skip-tiny] [overrides ...]
+                                    [--repeats N] [--real-pairs 64000] [--skip-real | --skip-tiny]
+                                    [--decompose ROUNDS] [overrides ...]
 
 1. Fixed cost. A tiny model (hidden 8, 8-d frozen random vectors) on an SNLI-shaped corpus at batch 64, so that
    the arithmetic is negligible and what is left is the work done around it every step:
@@ -13,6 +14,11 @@
    - their ratio: the framework's overhead per step.
 2. Real size (hidden 200, 300-d vectors): training pairs/s of one epoch through the command, SNLI and WikiQA shapes.
 
+`--decompose ROUNDS` prints instead where the tiny model's step goes, in one process: the plain loop, then Lightning's
+loop around it, our training system, our data module's batches, and the command's callbacks, one stage added at a
+time (STAGES), the stages alternating for ROUNDS rounds, each with its median ms per step and its ratio to the plain
+loop.
+
 `--code DIR` times the command of another checkout as well (e.g. `git worktree add /tmp/before HEAD~3`), so a
 before/after is measured in one sitting; `--repeats N` runs each command N times, the checkouts alternating, and
 prints the medians and the paired ratio (one run of the command on a shared machine varies by up to 30 %). Run
@@ -22,10 +28,14 @@ single-threaded on a CPU (OMP_NUM_THREADS=1) for stable figures. The last lines 
 from __future__ import annotations
 
 import argparse
+import logging
+import shutil
 import statistics
 import sys
 import tempfile
 import time
+import warnings
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -38,25 +48,42 @@ from bench_epoch import ROOT, corpus, steps_per_epoch, train_epoch  # noqa: E402
 TINY = ["model.hidden=8", "embeddings.dim=8"]
 
 
-def plain_loop_ms(work: Path, aligner: str, trainer: str, pairs: int, extra: list[str], repeats: int = 3) -> float:
-    """Median milliseconds per step of the model alone in a bare training loop (one epoch's batches)."""
-    from hydra.utils import instantiate
-
+def tiny_setup(work: Path, aligner: str, trainer: str, pairs: int, extra: list[str]):
+    """The composed config of the tiny-model command, its prepared data module and word vectors."""
     from matching.cli import compose_config
-    from matching.runs import build_datamodule, build_model
+    from matching.runs import build_datamodule
 
     train, dev = corpus(work, "snli", pairs)
     cfg = compose_config(
         "train",
         [f"aligner={aligner}", f"trainer={trainer}", "embeddings=random", "embeddings.freeze=true",
          f"paths.data_dir={work / 'data'}", f"paths.cache_dir={work / 'cache'}", f"task.splits.train.path={train}",
-         f"task.splits.dev.path={dev}", "task.splits.test=null", "task.test_splits=[]", *TINY, *extra],
+         f"task.splits.dev.path={dev}", "task.splits.test=null", "task.test_splits=[]", "~logger",
+         "trainer.enable_progress_bar=false", f"paths.output_dir={work / 'runs' / 'decompose'}", *TINY, *extra],
     )  # fmt: skip
     torch.manual_seed(cfg.seed)
     dm = build_datamodule(cfg)
     dm.setup("fit")
+    return cfg, dm, dm.vectors.matrix(dm.vocab, cfg.seed, cfg.paths.cache_dir)
+
+
+def plain_loop_ms(work: Path, aligner: str, trainer: str, pairs: int, extra: list[str], repeats: int = 3) -> float:
+    """Median milliseconds per step of the model alone in a bare training loop (one epoch's batches)."""
+    cfg, dm, vectors = tiny_setup(work, aligner, trainer, pairs, extra)
+    epoch = plain_epoch(cfg, dm, vectors)
+    epoch()  # warm-up
+    return statistics.median(epoch() for _ in range(repeats))
+
+
+def plain_epoch(cfg, dm, vectors) -> Callable[[], float]:
+    """A function that trains the model one epoch in a bare loop (zero_grad, forward, cross-entropy, backward, step)
+    over the data module's batches, collated beforehand and already on the device, and returns ms per step."""
+    from hydra.utils import instantiate
+
+    from matching.runs import build_model
+
     device = torch.device("cuda" if cfg.trainer.accelerator == "gpu" else "cpu")
-    model = build_model(cfg, dm.vectors.matrix(dm.vocab, cfg.seed, cfg.paths.cache_dir), len(dm.labels)).to(device)
+    model = build_model(cfg, vectors, len(dm.labels)).to(device)
     optimizer = instantiate(cfg.optim)([p for p in model.parameters() if p.requires_grad])
     batches = [{k: v.to(device) for k, v in b.items()} for b in dm.train_dataloader()]
     autocast = torch.autocast("cuda", torch.bfloat16) if "bf16" in str(cfg.trainer.precision) else nullcontext()
@@ -77,8 +104,86 @@ def plain_loop_ms(work: Path, aligner: str, trainer: str, pairs: int, extra: lis
             torch.cuda.synchronize()
         return (time.perf_counter() - start) / len(batches) * 1000
 
-    epoch()  # warm-up
-    return statistics.median(epoch() for _ in range(repeats))
+    return epoch
+
+
+STAGES = {
+    "plain loop": "the model, its optimiser and precollated batches in a bare loop",
+    "Lightning": "+ Lightning's loop (a bare LightningModule, no callbacks, over the same batches)",
+    "MatchingSystem": "+ the training system (loss, accuracy count, logging) instead of the bare module",
+    "data module": "+ batches gathered each step by the data module's loader",
+    "command": "+ the command's callbacks (checkpoints, early stopping, timer, guards): all of matching.train",
+}
+
+
+def decompose(work: Path, aligner: str, trainer: str, pairs: int, extra: list[str], rounds: int) -> None:
+    """Where the fixed cost of a step goes: one epoch per stage of STAGES, in one process, the stages alternating
+    for `rounds` rounds; prints each stage's median ms per step and what it adds over the stage before."""
+    import lightning.pytorch as pl
+    from hydra.utils import instantiate
+
+    from matching.runs import build_model, build_system
+    from matching.train import EpochTimer, run_callbacks
+
+    cfg, dm, vectors = tiny_setup(work, aligner, trainer, pairs, extra)
+    plain = plain_epoch(cfg, dm, vectors)
+    device = torch.device("cuda" if cfg.trainer.accelerator == "gpu" else "cpu")
+    batches = [{k: v.to(device) for k, v in b.items()} for b in dm.train_dataloader()]
+
+    class Batches:  # the precollated batches as a loader
+        def __len__(self) -> int:
+            return len(batches)
+
+        def __iter__(self):
+            return iter(batches)
+
+    class BareModule(pl.LightningModule):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def training_step(self, batch, batch_idx):
+            return F.cross_entropy(self.model(batch["a"], batch["b"]).logits, batch["label"])
+
+        def configure_optimizers(self):
+            return instantiate(cfg.optim)([p for p in self.parameters() if p.requires_grad])
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # "GPU available", "fit stopped", per fit
+    warnings.filterwarnings("ignore", message=".*no `val_dataloader`")  # the stages over the precollated batches
+
+    def fit(stage: str) -> float:
+        shutil.rmtree(cfg.paths.output_dir, ignore_errors=True)  # the command stage's checkpoints of the round before
+        torch.manual_seed(cfg.seed)
+        model = build_model(cfg, vectors, len(dm.labels))
+        if stage == "command":
+            callbacks, _, timer = run_callbacks(cfg)
+        else:
+            timer = EpochTimer()
+            callbacks = [timer]
+        options = {"enable_checkpointing": stage == "command", "enable_model_summary": False, "logger": False}
+        trainer_ = instantiate(cfg.trainer, callbacks=callbacks, max_epochs=1, limit_val_batches=2,
+                               default_root_dir=cfg.paths.output_dir, **options)  # fmt: skip
+        system = BareModule(model) if stage == "Lightning" else build_system(cfg, model, dm)
+        if stage in ("Lightning", "MatchingSystem"):
+            trainer_.fit(system, train_dataloaders=Batches())
+        else:
+            trainer_.fit(system, datamodule=dm)
+        return timer.seconds[0] / trainer_.num_training_batches * 1000
+
+    plain()  # warm-up
+    times: dict[str, list[float]] = {stage: [] for stage in STAGES}
+    for _ in range(rounds):
+        for stage in STAGES:
+            times[stage].append(plain() if stage == "plain loop" else fit(stage))
+    print(f"  {aligner}: where a step's time goes (median of {rounds} rounds, ms per step; ratio to the plain loop, "
+          "paired by round)")  # fmt: skip
+    before = None
+    for stage, description in STAGES.items():
+        ms = statistics.median(times[stage])
+        ratio = statistics.median(t / p for t, p in zip(times[stage], times["plain loop"], strict=True))
+        added = "" if before is None else f" ({ms - before:+.2f})"
+        print(f"    {stage:<15} {ms:6.2f} ms{added:<9} {ratio:5.2f}x  {description}", flush=True)
+        before = ms
 
 
 def command_ms(work: Path, aligner: str, trainer: str, pairs: int, extra: list[str], code: Path, tag: str) -> float:
@@ -100,10 +205,19 @@ def main() -> None:
     parser.add_argument(
         "--repeats", type=int, default=1, help="tiny-model command runs per checkout (alternating); medians are shown"
     )
+    parser.add_argument(
+        "--decompose", type=int, default=0, metavar="ROUNDS",
+        help="instead: where a tiny-model step's time goes, stage by stage, in one process (ROUNDS rounds)",
+    )  # fmt: skip
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("extra", nargs="*", help="more overrides for every run")
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-step-"))
+    if args.decompose:
+        print(f"fixed cost per step by stage, tiny model, batch 64, {args.pairs:,} pairs, trainer={args.trainer}")
+        for aligner in args.aligners.split(","):
+            decompose(work, aligner, args.trainer, args.pairs, args.extra, args.decompose)
+        return
     codes = {"this": ROOT} | ({"other": args.code.resolve()} if args.code else {})
     headline = []
     if not args.skip_tiny:

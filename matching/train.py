@@ -257,6 +257,18 @@ def _floats(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items()}
 
 
+def run_callbacks(cfg: DictConfig) -> tuple[list[pl.Callback], ModelCheckpoint, EpochTimer]:
+    """A training run's callbacks: the configured ones (`callbacks.checkpoint`, a ModelCheckpoint, among them), the
+    epoch timer, the finite-loss guard and the checkpoint on a stop signal; also the checkpoint callback and the
+    timer, whose results the run reports."""
+    configured = build_callbacks(cfg)
+    checkpoint = configured.get("checkpoint")
+    if not isinstance(checkpoint, ModelCheckpoint):
+        raise RunError("callbacks.checkpoint must be a ModelCheckpoint: the run directory's best.ckpt comes from it")
+    timer = EpochTimer()
+    return [*configured.values(), timer, FiniteLossGuard(), StopCheckpoint()], checkpoint, timer
+
+
 def numerics(cfg: DictConfig) -> str:
     """What a seed's numbers depend on besides the config and the data: the torch version, the CPU kernel set
     (PyTorch picks AVX-512 or AVX2 kernels at run time, and they round differently: a softmax over 8 to 15 entries
@@ -312,12 +324,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     log.info("model: %s aligner, %s trainable parameters", type(model.aligner).__name__, f"{trainable:,}")
     log.info("numerics: %s", numerics(cfg))
 
-    configured = build_callbacks(cfg)
-    checkpoint = configured.get("checkpoint")
-    if not isinstance(checkpoint, ModelCheckpoint):
-        raise RunError("callbacks.checkpoint must be a ModelCheckpoint: the run directory's best.ckpt comes from it")
-    timer = EpochTimer()
-    callbacks: list[pl.Callback] = [*configured.values(), timer, FiniteLossGuard(), StopCheckpoint()]
+    callbacks, checkpoint, timer = run_callbacks(cfg)
     logger = instantiate(cfg.logger) if cfg.get("logger") else False
     trainer: pl.Trainer = instantiate(
         cfg.trainer, callbacks=callbacks, logger=logger, default_root_dir=run_dir, plugins=[AtomicCheckpointIO()]
