@@ -31,6 +31,10 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+# By name: a sweep launcher (submitit) pickles this module's functions, and cloudpickle cannot pickle
+# torch.backends.cpu reached as an attribute (a GenericModule).
+from torch.backends.cpu import get_cpu_capability
+
 from matching.cli import command
 from matching.data.vocab import Vocabulary
 from matching.files import write_json, write_text_atomic
@@ -274,7 +278,7 @@ def numerics(cfg: DictConfig) -> str:
     (PyTorch picks AVX-512 or AVX2 kernels at run time, and they round differently: a softmax over 8 to 15 entries
     is computed element by element by the AVX-512 kernels and vectorised by the AVX2 ones, and a longer one sums in
     another order; `ATEN_CPU_CAPABILITY=avx2` makes an AVX-512 machine use the AVX2 kernels), the threads, the GPU."""
-    parts = [f"torch {torch.__version__}", f"CPU kernels {torch.backends.cpu.get_cpu_capability()}"]
+    parts = [f"torch {torch.__version__}", f"CPU kernels {get_cpu_capability()}"]
     parts.append(f"{torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''}")
     if cfg.trainer.get("accelerator") in ("gpu", "cuda") and torch.cuda.is_available():
         parts.append(f"GPU {torch.cuda.get_device_name()}, precision {cfg.trainer.get('precision')}")

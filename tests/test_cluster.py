@@ -255,6 +255,18 @@ def test_report_counts_a_seed_run_again_in_another_sweep_once(tmp_path, capsys):
     assert "seed 3 (not started)" in alone["missing"]
 
 
+def test_the_training_command_pickles_by_value_as_a_sweep_launcher_sends_it():
+    """`python -m matching.train -m hydra/launcher=submitit_*` runs the module as __main__, whose functions submitit
+    pickles by value (cloudpickle), with everything they reach; a module attribute it cannot pickle breaks every
+    SLURM sweep at submission (as `torch.backends.cpu.get_cpu_capability()` did)."""
+    cloudpickle = pytest.importorskip("cloudpickle")
+    cloudpickle.register_pickle_by_value(train_module)
+    try:
+        assert cloudpickle.loads(cloudpickle.dumps(train_module.train_command)).__name__ == "train_command"
+    finally:
+        cloudpickle.unregister_pickle_by_value(train_module)
+
+
 # Slow: the launchers against the basic one, a SIGKILLed sweep, multi-node DDP.
 SWEEP = ["aligner=softmax,coda", "seed=1,2", "trainer.max_epochs=2", "deterministic=true"]
 
