@@ -75,17 +75,23 @@ def plain_loop_ms(work: Path, aligner: str, trainer: str, pairs: int, extra: lis
     return statistics.median(epoch() for _ in range(repeats))
 
 
-def plain_epoch(cfg, dm, vectors) -> Callable[[], float]:
+def precollated(cfg, dm) -> list[dict[str, torch.Tensor]]:
+    """One epoch of the data module's training batches, collated beforehand and moved to the training device."""
+    device = torch.device("cuda" if cfg.trainer.accelerator == "gpu" else "cpu")
+    return [{k: v.to(device) for k, v in b.items()} for b in dm.train_dataloader()]
+
+
+def plain_epoch(cfg, dm, vectors, batches: list[dict[str, torch.Tensor]] | None = None) -> Callable[[], float]:
     """A function that trains the model one epoch in a bare loop (zero_grad, forward, cross-entropy, backward, step)
-    over the data module's batches, collated beforehand and already on the device, and returns ms per step."""
+    over `batches` (default: `precollated(cfg, dm)`), and returns ms per step."""
     from hydra.utils import instantiate
 
     from matching.runs import build_model
 
-    device = torch.device("cuda" if cfg.trainer.accelerator == "gpu" else "cpu")
+    batches = precollated(cfg, dm) if batches is None else batches
+    device = batches[0]["a"].device
     model = build_model(cfg, vectors, len(dm.labels)).to(device)
     optimizer = instantiate(cfg.optim)([p for p in model.parameters() if p.requires_grad])
-    batches = [{k: v.to(device) for k, v in b.items()} for b in dm.train_dataloader()]
     autocast = torch.autocast("cuda", torch.bfloat16) if "bf16" in str(cfg.trainer.precision) else nullcontext()
     model.train()
 
@@ -126,9 +132,8 @@ def decompose(work: Path, aligner: str, trainer: str, pairs: int, extra: list[st
     from matching.train import EpochTimer, run_callbacks
 
     cfg, dm, vectors = tiny_setup(work, aligner, trainer, pairs, extra)
-    plain = plain_epoch(cfg, dm, vectors)
-    device = torch.device("cuda" if cfg.trainer.accelerator == "gpu" else "cpu")
-    batches = [{k: v.to(device) for k, v in b.items()} for b in dm.train_dataloader()]
+    batches = precollated(cfg, dm)
+    plain = plain_epoch(cfg, dm, vectors, batches)
 
     class Batches:  # the precollated batches as a loader
         def __len__(self) -> int:

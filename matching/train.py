@@ -278,8 +278,9 @@ def numerics(cfg: DictConfig) -> str:
     (PyTorch picks AVX-512 or AVX2 kernels at run time, and they round differently: a softmax over 8 to 15 entries
     is computed element by element by the AVX-512 kernels and vectorised by the AVX2 ones, and a longer one sums in
     another order; `ATEN_CPU_CAPABILITY=avx2` makes an AVX-512 machine use the AVX2 kernels), the threads, the GPU."""
+    threads = torch.get_num_threads()
     parts = [f"torch {torch.__version__}", f"CPU kernels {get_cpu_capability()}"]
-    parts.append(f"{torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''}")
+    parts.append(f"{threads} thread{'s' * (threads > 1)}")
     if cfg.trainer.get("accelerator") in ("gpu", "cuda") and torch.cuda.is_available():
         parts.append(f"GPU {torch.cuda.get_device_name()}, precision {cfg.trainer.get('precision')}")
     if cfg.get("deterministic"):
