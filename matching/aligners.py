@@ -86,7 +86,7 @@ def _attend_both_ways(
     mask of the side normalised over; the pair mask zeroes padding rows and columns (see `masked_softmax`), converted
     to the scores' dtype once for both (multiplying by a boolean mask converts it again in every product, forward
     and backward)."""
-    valid = pair_mask(mask_a, mask_b).to(scores.dtype)
+    valid = pair_mask(mask_a, mask_b, scores.dtype)
     weights_a = masked_softmax(scores, mask_b.unsqueeze(1), dim=2, zero=valid)  # rows: each a_i over b
     weights_b = masked_softmax(scores, mask_a.unsqueeze(2), dim=1, zero=valid)  # columns: each b_j over a
     return weights_a, weights_b, torch.bmm(weights_a, b), torch.bmm(weights_b.transpose(1, 2), a)
@@ -192,14 +192,13 @@ class CoDAAligner(Aligner):
 
     def forward(self, a, b, mask_a, mask_b, score_bias=None):
         self._check(a, b, mask_a, mask_b)
-        valid = pair_mask(mask_a, mask_b)  # (B, La, Lb)
         fa, fb = per_token(self.project_e, a, b)
         e = torch.bmm(fa, fb.transpose(1, 2))  # (B, La, Lb)
         if self.alpha * self.scale != 1.0:
             e = e * (self.alpha * self.scale)
         if score_bias is not None:
             e = e + score_bias
-        cells = valid.to(torch.promote_types(e.dtype, torch.float32))  # 0/1, converted once for the means and M
+        cells = pair_mask(mask_a, mask_b, torch.promote_types(e.dtype, torch.float32))  # 0/1 (B, La, Lb)
         if self.center_e:
             e = e - masked_mean(e, cells, dims=(1, 2))
         na, nb = (fa, fb) if self.shared else per_token(self.project_n, a, b)
