@@ -142,8 +142,15 @@ def masked_mean(values: Tensor, mask: Tensor, dims: tuple[int, ...]) -> Tensor:
 
 def per_token(module: nn.Module, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     """`module` (a position-wise net) applied to both (B, La, D) and (B, Lb, D) sides in one call: one kernel per
-    layer instead of two. Returns views of one (B, La + Lb, D') output."""
+    layer instead of two. Returns views of one (B, La + Lb, D') output (see `split_sides`)."""
     if isinstance(module, nn.Identity):
         return a, b
-    out = module(torch.cat([a, b], dim=1))
-    return out[:, : a.shape[1]], out[:, a.shape[1] :]
+    return split_sides(module(torch.cat([a, b], dim=1)), a.shape[1])
+
+
+def split_sides(x: Tensor, la: int) -> tuple[Tensor, Tensor]:
+    """(B, La + Lb, ...) -> views (B, La, ...) and (B, Lb, ...). One split, not two slices: backward, the two
+    gradients are concatenated once, where each slice would write its gradient into a zero tensor of x's size and
+    the two would then be added (the same numbers; only the sign of a zero can differ)."""
+    a, b = x.split([la, x.shape[1] - la], dim=1)
+    return a, b

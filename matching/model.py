@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from matching.aligners import Aligner
-from matching.layers import FeedForward
+from matching.layers import FeedForward, split_sides
 
 PAD_ID = 0
 NULL_ID = 1
@@ -166,7 +166,7 @@ class DecomposableAttention(nn.Module):
             mask = torch.cat([mask_a, mask_b], dim=1)
         else:  # both sides through the vector table and the projection at once: (B, La + Lb, H)
             x, mask, la = self._embed_pair(a_ids, b_ids)
-            a, b, mask_a, mask_b = x[:, :la], x[:, la:], mask[:, :la], mask[:, la:]
+            (a, b), mask_a, mask_b = split_sides(x, la), mask[:, :la], mask[:, la:]
         matrices: dict[str, Tensor] = {}
         if self.intra is not None:
             a, intra_a = self.intra(a, mask_a)  # (B, La, 2H)
@@ -181,6 +181,6 @@ class DecomposableAttention(nn.Module):
         compared = torch.cat([torch.cat([a, b], dim=1), torch.cat([beta, alpha], dim=1)], dim=-1)
         v = self.compare(compared) * mask.unsqueeze(-1).to(compared.dtype)
         la = a.shape[1]
-        v1, v2 = v[:, :la].sum(1), v[:, la:].sum(1)  # (B, H) each, padding excluded
+        v1, v2 = (side.sum(1) for side in split_sides(v, la))  # (B, H) each, padding excluded
         logits = self.classifier(self.aggregate(torch.cat([v1, v2], dim=-1)))  # (B, C)
         return MatchOutput(logits, matrices, mask_a, mask_b)
