@@ -277,15 +277,27 @@ def numerics(cfg: DictConfig) -> str:
     """What a seed's numbers depend on besides the config and the data: the torch version, the CPU kernel set
     (PyTorch picks AVX-512 or AVX2 kernels at run time, and they round differently: a softmax over 8 to 15 entries
     is computed element by element by the AVX-512 kernels and vectorised by the AVX2 ones, and a longer one sums in
-    another order; `ATEN_CPU_CAPABILITY=avx2` makes an AVX-512 machine use the AVX2 kernels), the threads, the GPU."""
+    another order; `ATEN_CPU_CAPABILITY=avx2` makes an AVX-512 machine use the AVX2 kernels), the processor (the
+    same seed, code and kernel set gave other numbers on an Intel Xeon than on an AMD EPYC), the threads, the GPU."""
     threads = torch.get_num_threads()
     parts = [f"torch {torch.__version__}", f"CPU kernels {get_cpu_capability()}"]
+    if processor := cpu_model():
+        parts.append(f"processor {processor}")
     parts.append(f"{threads} thread{'s' * (threads > 1)}")
     if cfg.trainer.get("accelerator") in ("gpu", "cuda") and torch.cuda.is_available():
         parts.append(f"GPU {torch.cuda.get_device_name()}, precision {cfg.trainer.get('precision')}")
     if cfg.get("deterministic"):
         parts.append("deterministic algorithms")
     return ", ".join(parts)
+
+
+def cpu_model() -> str:
+    """The processor's model name as the operating system gives it (Linux: /proc/cpuinfo), or "" where it does not."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            return next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "")
+    except OSError:
+        return ""
 
 
 def train(cfg: DictConfig) -> dict[str, float]:

@@ -12,7 +12,7 @@ import torch
 from conftest import evaluate
 
 from matching.runs import build_callbacks
-from matching.train import EpochTimer, train
+from matching.train import EpochTimer, cpu_model, train
 
 ALIGNERS = ["softmax", "coda", "conflict", "softmax_conflict"]
 
@@ -207,3 +207,4 @@ def test_a_run_logs_what_its_numbers_depend_on_besides_the_config(make_cfg, capl
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("numerics: "))
     assert f"torch {torch.__version__}" in line
     assert f"CPU kernels {torch.backends.cpu.get_cpu_capability()}" in line and "thread" in line
+    assert not cpu_model() or f"processor {cpu_model()}" in line  # Intel and AMD gave one seed other numbers
