@@ -94,12 +94,11 @@ def softmax(x: Tensor, dim: int) -> Tensor:
     bit against PyTorch's on every length and both kernels. (The forward cannot be done so: its exponential is SLEEF's,
     which no PyTorch operation on float32 exposes; `torch.exp` is MKL's and rounds differently.)
     """
-    if (
-        x.requires_grad and torch.is_grad_enabled() and x.device.type == "cpu" and x.dtype == torch.float32
-        and dim in (-1, x.dim() - 1) and 0 < x.shape[-1] < _float_lanes() and x.numel() > 0
-        and not torch.jit.is_tracing() and not is_compiling()
-    ):  # fmt: skip
-        return ShortRowSoftmax.apply(x)
+    if is_compiling() or torch.jit.is_tracing() or not (x.requires_grad and torch.is_grad_enabled()):
+        return torch.softmax(x, dim)  # first: a compiled model's graph and an export see PyTorch's softmax only
+    if x.device.type == "cpu" and x.dtype == torch.float32 and dim in (-1, x.dim() - 1) and x.numel() > 0:
+        if x.shape[-1] < _float_lanes():
+            return ShortRowSoftmax.apply(x)
     return torch.softmax(x, dim)
 
 
