@@ -30,12 +30,21 @@ class Dropout(nn.Dropout):
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0 or x.device.type != "cpu" or self.p >= 1.0 or is_compiling():
             return super().forward(x)
-        threshold = round(self.p * 65536)
+        lowest_kept, scale = _dropout_constants(self.p, torch.promote_types(x.dtype, torch.float32))
         words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), None)  # all 64 bits
         # The comparison writes 0/1 straight into x's dtype: a boolean mask and its conversion would cost 2.5x as
         # much (PyTorch's boolean kernels are not vectorised), with the same numbers.
-        keep = torch.ge(words.view(torch.int16)[: x.numel()].view(x.shape), threshold - 32768, out=torch.empty_like(x))
-        return x * keep.mul_(65536 / (65536 - threshold))
+        keep = torch.ge(words.view(torch.int16)[: x.numel()].view(x.shape), lowest_kept, out=torch.empty_like(x))
+        return x * keep.mul_(scale)
+
+
+@functools.cache
+def _dropout_constants(p: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """Dropout's lowest kept 16-bit lane, round(p · 2¹⁶) − 2¹⁵ (int16), and its scale 2¹⁶ / (2¹⁶ − round(p · 2¹⁶)) in
+    `dtype` (float32 for a float32, bf16 or fp16 input, whose kernels multiply in float32; float64 for float64): as
+    0-dim tensors, the numbers Python scalars would give, without converting a scalar in each call. Read only."""
+    threshold = round(p * 65536)
+    return torch.tensor(threshold - 32768, dtype=torch.int16), torch.tensor(65536 / (65536 - threshold), dtype=dtype)
 
 
 class FeedForward(nn.Sequential):

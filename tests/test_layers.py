@@ -180,3 +180,19 @@ def test_pair_mask_as_numbers_is_the_boolean_pair_mask_converted():
     mask_a, mask_b = torch.rand(4, 6) > 0.4, torch.rand(4, 3) > 0.4
     for dtype in (torch.float32, torch.bfloat16, torch.float64):
         assert torch.equal(pair_mask(mask_a, mask_b, dtype), pair_mask(mask_a, mask_b).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("p", [0.1, 0.2, 0.5])
+def test_dropout_gives_the_numbers_of_a_boolean_mask_scaled_in_the_inputs_dtype(dtype, p):
+    # The mask is written as numbers and scaled by a cached 0-dim tensor: the same bits as the plain formulation
+    # (a boolean mask converted to x's dtype and multiplied by the Python float scale), in every dtype.
+    x = torch.randn(6, 5, 7).to(dtype)
+    threshold = round(p * 65536)
+    torch.manual_seed(5)
+    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), None)
+    keep = words.view(torch.int16)[: x.numel()].view(x.shape) >= threshold - 32768
+    expected = x * keep.to(dtype).mul_(65536 / (65536 - threshold))
+    torch.manual_seed(5)
+    got = Dropout(p)(x)
+    assert got.dtype == dtype and torch.equal(got.view(torch.uint8), expected.view(torch.uint8))
