@@ -90,22 +90,6 @@ def test_per_token_equals_applying_the_module_to_each_side():
     assert same_a is a and same_b is b
 
 
-def test_dropout_mask_is_each_16_bit_lane_of_the_draw_against_the_threshold():
-    # The numbers a seed gives depend on exactly this: element i is kept when the i-th 16-bit lane of the int64 draw
-    # is at least round(p · 2^16) − 2^15, and scaled by 2^16 / (2^16 − round(p · 2^16)).
-    x = torch.randn(3, 5, 7)
-    torch.manual_seed(11)
-    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), None)
-    lanes = words.view(torch.int16)[: x.numel()].view(x.shape).tolist()
-    torch.manual_seed(11)
-    got = Dropout(0.2)(x)
-    threshold = round(0.2 * 65536)
-    flat_lanes, flat_x = torch.tensor(lanes).flatten().tolist(), x.flatten().tolist()
-    expected = [xi * (65536 / (65536 - threshold)) if lane >= threshold - 32768 else 0.0
-                for lane, xi in zip(flat_lanes, flat_x, strict=True)]  # fmt: skip
-    assert torch.equal(got, torch.tensor(expected, dtype=torch.float32).view(x.shape))
-
-
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.int32)
 
@@ -185,8 +169,10 @@ def test_pair_mask_as_numbers_is_the_boolean_pair_mask_converted():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 @pytest.mark.parametrize("p", [0.1, 0.2, 0.5])
 def test_dropout_gives_the_numbers_of_a_boolean_mask_scaled_in_the_inputs_dtype(dtype, p):
-    # The mask is written as numbers and scaled by a cached 0-dim tensor: the same bits as the plain formulation
-    # (a boolean mask converted to x's dtype and multiplied by the Python float scale), in every dtype.
+    # The numbers a seed gives depend on exactly this: element i is kept when the i-th 16-bit lane of the int64 draw
+    # is at least round(p · 2^16) − 2^15, and scaled by 2^16 / (2^16 − round(p · 2^16)). The mask is written as
+    # numbers and scaled by a cached 0-dim tensor: the same bits as the plain formulation (a boolean mask converted
+    # to x's dtype and multiplied by the Python float scale), in every dtype.
     x = torch.randn(6, 5, 7).to(dtype)
     threshold = round(p * 65536)
     torch.manual_seed(5)
