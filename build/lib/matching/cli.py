@@ -1,0 +1,309 @@
+"""The one way into every command: a Hydra app over `conf/<command>.yaml`, and one way of reporting mistakes.
+
+Every command (`train`, `evaluate`, `predict`, `visualize`, `export`, `report`) has the same override grammar,
+`--help`, `--cfg job`, `+key=` and `-m`. The commands that use a trained model (`ckpt=<file>`) compose their
+config on top of that run's saved `config.yaml`: the run's config is registered with Hydra as `trained_run`
+before composition, and the command's YAML lists it first in its defaults. So every key of the run can be
+overridden as in training (`paths.data_dir=/corpora`, `task.splits.test.path=...`), with the run's own task
+and split names, and a typo is an error naming the key.
+
+A user's mistake (a missing file, a bad value, an unusable checkpoint) prints one paragraph starting with
+`error:` on stderr and exits with status 2, without a traceback; `MATCHING_DEBUG=1` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, OverrideParseException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue
+
+log = logging.getLogger(__name__)
+
+
+
+def config_dir() -> Path:
+    """The config folder, found through the package, never the working directory: `matching/conf/` in an installed
+    wheel (pyproject.toml maps the repository's `conf/` there), `conf/` beside the package in a source checkout or
+    an editable install. An absolute path: Hydra would resolve a relative one against the calling module."""
+    package = Path(__file__).resolve().parent
+    for folder in (package / "conf", package.parent / "conf"):
+        if (folder / "train.yaml").is_file():
+            return folder
+    raise RuntimeError(  # a broken installation, not a user's mistake: the traceback says where we looked
+        f"matching's configs are missing: neither {package / 'conf'} nor {package.parent / 'conf'} holds train.yaml; "
+        "reinstall the package (pip install --force-reinstall matching)"
+    )
+
+
+CONF = config_dir()
+
+
+class UsageError(ValueError):
+    """The command line cannot be used as given (a missing or repeated argument)."""
+
+
+#: The errors a user's input can cause; each carries a message that says what was wrong and what to do.
+#: (DataFormatError, VectorsError, LabelError, RunError and UsageError are ValueErrors; a missing corpus is a
+#: FileNotFoundError.)
+USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError)
+#: Options of config groups that a plugin provides, from an extra: (module, extra). Checked before Hydra composes
+#: anything, so that a missing plugin is named with the extra that installs it (Hydra would only say that the
+#: option or the plugin class cannot be found).
+PLUGIN_EXTRAS = {
+    "hydra/launcher=slurm": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
+    "hydra/launcher=submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
+    "hydra/launcher=submitit_local": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
+    "hydra/launcher=ray": ("ray", "ray"),
+    "hydra/launcher=joblib": ("hydra_plugins.hydra_joblib_launcher", "sweep"),
+    "sweep=optuna": ("hydra_plugins.hydra_optuna_sweeper", "sweep"),
+    "sweep=optuna_coda": ("hydra_plugins.hydra_optuna_sweeper", "sweep"),
+}
+# conf/hydra/launcher/submitit_local.yaml sets our defaults over the plugin's schema of the same name, which Hydra
+# validates it against (a typo in a key is an error) while warning that 1.1 deprecated this; hydra-core is pinned.
+warnings.filterwarnings("ignore", message=r"\n'hydra/launcher/submitit_local' is validated against ConfigStore schema")
+
+
+def _no_cloud_tip(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("💡 Tip: For seamless cloud logging")
+
+
+def quiet_libraries() -> None:
+    """Drop the libraries' messages that every run printed and no user can act on, each matched narrowly:
+    Lightning's advertisement for its cloud logger; the deprecation of torch's `LeafSpec` inside Lightning's
+    own code (lightning/pytorch/utilities/_pytree.py; nothing of ours uses it); and on ONNX export, onnxscript's
+    log of every graph rewrite (INFO, which the commands' stderr logging shows), torch's warning that torchvision,
+    which no matching model uses, is not installed, and its note that two dynamic axes share the name `batch`
+    (a contextual model's inputs do, on purpose). Their warnings and errors still show."""
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+    warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used", category=UserWarning)
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logger = logging.getLogger(name)
+        if _no_cloud_tip not in logger.filters:
+            logger.addFilter(_no_cloud_tip)
+    for name in ("onnxscript", "onnx_ir"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+
+
+quiet_libraries()
+
+#: Arguments that ask Hydra about the command instead of running it (no checkpoint needed).
+_HYDRA_QUERIES = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion", "-sc")
+
+
+def _checkpoint_argument(argv: Sequence[str]) -> str | None:
+    """The value of `ckpt=` on the command line (parsed with Hydra's own grammar, so quoting works)."""
+    parser = OverridesParser.create()
+    for arg in argv:
+        if arg.lstrip("+").startswith("ckpt="):
+            override = parser.parse_override(arg)
+            if override.is_sweep_override():
+                raise UsageError("ckpt= takes one checkpoint; run the command once per checkpoint")
+            return str(override.value())
+    return None
+
+
+def check_plugins(argv: Sequence[str]) -> None:
+    """A MissingExtraError naming the extra when an option on the command line needs a plugin that is not
+    installed (`hydra/launcher=slurm` without the cluster extra)."""
+    from matching.extras import check_installed
+
+    for arg in argv:
+        option = arg.lstrip("+").replace(" ", "")
+        if option in PLUGIN_EXTRAS:
+            module, extra = PLUGIN_EXTRAS[option]
+            check_installed(module, extra, option)
+
+
+def register_trained_run(argv: Sequence[str], required: bool) -> None:
+    """Register the saved config of the run that `ckpt=` points at as the config `trained_run`."""
+    checkpoint = _checkpoint_argument(argv)
+    if checkpoint is None and required and not any(a.split("=")[0] in _HYDRA_QUERIES for a in argv):
+        raise UsageError(
+            "missing ckpt=<path to a .ckpt file>, e.g. ckpt=outputs/runs/snli/coda/<time>/checkpoints/best.ckpt "
+            "(--help lists the command's options)"
+        )
+    if checkpoint is None:
+        node = OmegaConf.create()
+    else:
+        from matching.runs import saved_config  # here: commands that load no run (report) stay light to start
+
+        node = saved_config(checkpoint)
+    ConfigStore.instance().store(name="trained_run", node=node)
+
+
+def compose_config(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """The command's config as its command line would compose it: for use from Python and tests, e.g.
+    `evaluate(compose_config("evaluate", ["ckpt=...", "split=test"]))`. A bad override raises OverrideError."""
+    overrides = list(overrides)
+    register_trained_run(overrides, required=False)
+    try:
+        return _compose(config_name, overrides)
+    except HydraException as err:
+        raise OverrideError(_override_message(config_name, overrides, err)) from err
+
+
+def _compose(config_name: str, overrides: list[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name=config_name):
+        return compose(config_name, overrides=overrides)
+
+
+def _override_message(config_name: str, overrides: list[str], err: HydraException) -> str:
+    cause = err.__cause__
+    key = getattr(cause, "full_key", None) if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) else None
+    if key:  # an unknown key: list the keys that exist where it was meant to go
+        parent = key.rpartition(".")[0]
+        others = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
+        try:
+            node = OmegaConf.select(_compose(config_name, others), parent) if parent else _compose(config_name, others)
+        except HydraException:
+            node = None
+        if isinstance(node, DictConfig):
+            return (f"unknown config key {key!r}; valid keys at {parent or 'the top level'}: {sorted(node.keys())}. "
+                    f"To add a key that is not in the config, write +{key}=...")  # fmt: skip
+    bare = next((o for o in overrides if "=" not in o and not o.startswith("~")), None)
+    if isinstance(err, OverrideParseException) and bare is not None:
+        return _bare_argument_message(config_name, overrides, bare)
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if isinstance(err, OverrideParseException) and not lines[0].startswith("Error parsing override"):
+        bad = next((o for o in overrides if o == getattr(err, "override", None)), None) or _unparsable(overrides)
+        lines.insert(0, f"cannot parse the override {bad!r}:")
+    return f"{' '.join(lines)} (`--cfg job` prints every key of the composed config; --help lists the options)"
+
+
+def _bare_argument_message(config_name: str, overrides: list[str], bare: str) -> str:
+    """What to say about an argument without `key=` (`matching-report outputs/multirun/<time>`): every argument is
+    an override, and a value is given to the key that the command requires (`runs=` for report), when it has one
+    that the command line does not give yet."""
+    given = {o.split("=", 1)[0].lstrip("+") for o in overrides if "=" in o}
+    try:
+        cfg = _compose(config_name, [o for o in overrides if o != bare and "=" in o])
+        required = [k for k in cfg if k != "hydra" and OmegaConf.is_missing(cfg, k) and k not in given]
+    except HydraException:
+        required = []
+    hint = f"; did you mean {required[0]}={bare}?" if len(required) == 1 else ""
+    return (f"{bare!r} is not an override: every argument is key=value{hint} (--help lists the command's keys, "
+            f"`--cfg job` prints every key of the composed config)")  # fmt: skip
+
+
+def _unparsable(overrides: Sequence[str]) -> str | None:
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_override(override)
+        except HydraException:
+            return override
+    return None
+
+
+class OverrideError(ValueError):
+    """A command-line override that Hydra cannot apply."""
+
+
+class SweepJobError(ValueError):
+    """A job of a sweep run by another process (submitit) failed; the message carries its error and its logs."""
+
+
+def sweep_job_error(err: Exception) -> SweepJobError:
+    """submitit's report of a failed job (its error stream, or why it has no result) as one paragraph: the job's
+    own `error:` paragraph when it has one, and where its logs are."""
+    text = str(err)
+    first = text.splitlines()[0] if text else type(err).__name__
+    job = re.search(r"with path (\S+)", first)
+    logs = f" Its logs: {Path(job.group(1)).parent}/." if job else ""
+    said = [line.removeprefix("error: ") for line in text.splitlines() if line.startswith("error: ")]
+    why = said[-1] if said else first
+    return SweepJobError(
+        f"a sweep job failed: {why}.{logs} Fix it and relaunch the same command: complete runs are skipped, "
+        "interrupted ones continue"
+    )
+
+
+def report_error(err: BaseException) -> int:
+    """Print a user's mistake as one paragraph on stderr; the exit status is 2."""
+    if os.environ.get("MATCHING_DEBUG"):
+        raise err
+    print(f"error: {err}", file=sys.stderr)
+    return 2
+
+
+def quote_verbatim(argv: Sequence[str], keys: Sequence[str]) -> list[str]:
+    """`key=text` arguments for `keys` with the text quoted for Hydra, so that free text (commas, apostrophes,
+    brackets) is taken as it is: `a=Yes, it's a dog` would otherwise be a sweep or a syntax error."""
+    quoted = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key in keys and not (len(value) > 1 and value[0] == value[-1] and value[0] in "'\""):
+            value = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        quoted.append(f"{key}{sep}{value}")
+    return quoted
+
+
+def command(
+    config_name: str, body: Callable[[DictConfig], Any], uses_run: bool = False, verbatim: Sequence[str] = ()
+) -> Callable[..., int]:
+    """`main(argv=None) -> exit status` of a command: `body(cfg)` under Hydra with `conf/<config_name>.yaml`.
+
+    `uses_run`: the command works on a trained run named by `ckpt=` (required), whose saved config is merged
+    under the command's own (see the module docstring). `verbatim`: keys whose values are free text, taken as
+    typed (see quote_verbatim).
+    """
+
+    @hydra.main(version_base="1.3", config_path=str(CONF), config_name=config_name)
+    def app(cfg: DictConfig) -> Any:
+        try:
+            return body(cfg)
+        except MissingMandatoryValue as err:  # a `???` key of the command's YAML that the user did not give
+            usage = HydraConfig.get().help.header.strip()
+            missing = UsageError(f"missing {err.full_key}=<value>; {usage[0].lower()}{usage[1:]}")
+            raise SystemExit(report_error(missing)) from None
+        except USER_ERRORS as err:
+            raise SystemExit(report_error(err)) from None
+
+    def main(argv: Sequence[str] | None = None) -> int:
+        argv = quote_verbatim(sys.argv[1:] if argv is None else argv, verbatim)
+        try:
+            check_plugins(argv)
+            register_trained_run(argv, required=uses_run)
+        except USER_ERRORS as err:
+            return report_error(err)
+        saved, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+        sys.argv = [f"matching-{config_name}", *argv]
+        # Hydra then raises its errors (a bad override, a missing option) instead of printing them with a
+        # traceback hint and exiting 1, so that they are reported like every other mistake.
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+        try:
+            app()
+        except HydraException as err:
+            overrides = [a for a in argv if not a.startswith("-")]
+            return report_error(OverrideError(_override_message(config_name, overrides, err)))
+        except USER_ERRORS as err:  # Hydra's own argument checks (e.g. --cfg with -m)
+            return report_error(err)
+        except Exception as err:
+            if type(err).__module__.startswith("submitit"):  # a job of hydra/launcher=slurm or submitit_local
+                return report_error(sweep_job_error(err))
+            raise
+        except SystemExit as done:  # --help, a Hydra error (status 1) or a user error (status 2)
+            return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        finally:
+            sys.argv = saved
+            if full_error is None:
+                os.environ.pop("HYDRA_FULL_ERROR", None)
+        return 0
+
+    main.__doc__ = f"Run `{config_name}` with Hydra overrides `argv` (default: the command line); the exit status."
+    return main

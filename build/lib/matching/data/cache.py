@@ -1,0 +1,88 @@
+"""On-disk cache of prepared splits (token ids, labels, groups) and the vocabulary built with them.
+
+Reading and tokenising a large corpus is the slow part of starting a run; the result depends only on the
+split files (path, size, modification time), the slice, the text preparation settings and the label space,
+so it is cached under `paths.cache_dir/corpora/` keyed by a hash of exactly those. Files are written through
+a temporary name and a rename, and an unreadable cache entry is rebuilt, never trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from matching.files import existing, write_npz_atomic
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+
+
+def cache_key(parts: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps({"v": FORMAT_VERSION, **parts}, sort_keys=True, default=str).encode()).hexdigest()[
+        :24
+    ]
+
+
+def file_stamp(path: Path) -> dict[str, Any] | None:
+    """Identity of a local split file or folder (None when it is not local, e.g. read from the hub)."""
+    p = existing(path)
+    if p is not None and p.is_file():
+        st = p.stat()
+        return {"path": str(p.resolve()), "size": st.st_size, "mtime": st.st_mtime_ns}
+    if p is not None and p.is_dir():  # TrecQA's token folders
+        files = sorted(q for q in p.iterdir() if q.is_file())
+        return {"path": str(p.resolve()), "files": [(q.name, q.stat().st_size, q.stat().st_mtime_ns) for q in files]}
+    return None
+
+
+def _flatten(seqs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in seqs], out=offsets[1:])
+    flat = np.concatenate(seqs).astype(np.int32) if seqs else np.zeros(0, np.int32)
+    return flat, offsets
+
+
+def _unflatten(flat: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
+    return np.split(flat, offsets[1:-1])
+
+
+def save(path: Path, words: list[str] | None, splits: Mapping[str, Any]) -> None:
+    """Store the vocabulary words (when built here) and each EncodedSplit."""
+    arrays: dict[str, np.ndarray] = {}
+    meta: dict[str, Any] = {"words": words, "splits": {}}
+    for name, split in splits.items():
+        arrays[f"{name}.a"], arrays[f"{name}.a_off"] = _flatten(split.a)
+        arrays[f"{name}.b"], arrays[f"{name}.b_off"] = _flatten(split.b)
+        arrays[f"{name}.labels"], arrays[f"{name}.groups"] = split.labels, split.groups
+        meta["splits"][name] = {"group_names": split.group_names, "truncated": split.truncated}
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    write_npz_atomic(path, **arrays)
+
+
+def load(path: Path) -> tuple[list[str] | None, dict[str, dict[str, Any]]] | None:
+    """(vocabulary words or None, {split: fields of EncodedSplit}), or None when absent or unreadable."""
+    if not path.exists():
+        return None
+    try:
+        with np.load(path) as data:
+            meta = json.loads(data["meta"].tobytes().decode("utf-8"))
+            splits = {}
+            for name, extra in meta["splits"].items():
+                splits[name] = {
+                    "a": _unflatten(data[f"{name}.a"], data[f"{name}.a_off"]),
+                    "b": _unflatten(data[f"{name}.b"], data[f"{name}.b_off"]),
+                    "labels": data[f"{name}.labels"],
+                    "groups": data[f"{name}.groups"],
+                    **extra,
+                }
+        return meta["words"], splits
+    except Exception as err:  # a damaged cache entry is rebuilt, never trusted
+        log.warning("ignoring unreadable corpus cache %s (%s: %s); rebuilding it", path, type(err).__name__, err)
+        return None

@@ -1,0 +1,87 @@
+"""`matching-evaluate ckpt=<path> [split=dev|test|<split name>] [out=<file.json>] [overrides]` (conf/evaluate.yaml).
+
+Rebuilds the model from the run directory beside the checkpoint (saved config and vocabulary; no need to
+repeat the training overrides), evaluates it under the run's `trainer` config on the task's dev splits
+(`split=dev`, the default), test splits (`split=test`) or one named split, prints a small metrics table and
+writes the metrics as JSON (`<run dir>/eval_<split>.json` unless `out=` says otherwise). Any key of the run's
+config can be overridden, e.g. `paths.data_dir=/corpora` or `task.splits.test.path=/elsewhere/test.jsonl`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import lightning.pytorch as pl
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from matching.cli import command
+from matching.data.datamodule import split_prefix
+from matching.data.tasks import Task
+from matching.files import write_json
+from matching.runs import RunError, TrainedRun, load_trained
+from matching.scores import write_recorded
+from matching.system import MatchingSystem
+
+log = logging.getLogger(__name__)
+
+
+def splits_for(requested: str, task: Task) -> list[str]:
+    if requested == "dev":
+        return task.active_eval_splits
+    if requested == "test":
+        if not task.active_test_splits:
+            raise RunError("this task has no test split with labels (e.g. MNLI); evaluate split=dev instead")
+        return task.active_test_splits
+    if requested not in task.named_splits:
+        valid = ["dev", "test", *[s for s in task.named_splits if s not in ("dev", "test")]]
+        raise RunError(f"unknown split {requested!r}; choose one of {valid}")
+    return [requested]
+
+
+def evaluation_trainer(cfg: DictConfig) -> pl.Trainer:
+    """The run's own trainer settings (accelerator, precision, determinism), on one device, writing nothing."""
+    return instantiate(
+        cfg.trainer, devices=1, num_nodes=1, strategy="auto", logger=False, enable_checkpointing=False,
+        enable_model_summary=False, deterministic=bool(cfg.get("deterministic", False)),
+    )  # fmt: skip
+
+
+def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None) -> dict[str, float]:
+    names = splits_for(split, run.task)
+    run.data.prepare_splits(names)
+    prefixes = [split_prefix(s) for s in names]
+    system = MatchingSystem(run.model, None, run.labels, kind=run.kind, val_prefixes=prefixes, test_prefixes=())
+    system.record_predictions = True
+    metrics: dict[str, float] = {}
+    loaders = [run.data.loader(s) for s in names]
+    for result in evaluation_trainer(run.cfg).validate(system, dataloaders=loaders, verbose=False):
+        metrics |= {k: float(v) for k, v in result.items()}
+    scores = write_recorded(run.run_dir, system.recorded, run.data, run.labels, run.kind)
+    path = Path(out) if out else run.run_dir / f"eval_{split}.json"
+    record = {
+        "checkpoint": str(run.checkpoint),
+        "split": split,
+        "pairs": {s: len(run.data.splits[s]) for s in names},
+        "metrics": metrics,
+    }
+    write_json(path, record)
+    width = max(len(k) for k in metrics)
+    print(f"{run.task.name} · {run.checkpoint}")
+    for key in sorted(metrics):
+        print(f"  {key:<{width}}  {metrics[key]:.4f}")
+    print(f"wrote {path} and the per-{'question' if run.kind == 'rank' else 'example'} scores in {scores[0].parent}")
+    return metrics
+
+
+def evaluate(cfg: DictConfig) -> dict[str, float]:
+    """The `evaluate` command on a composed config (conf/evaluate.yaml over the run's saved config)."""
+    return evaluate_run(load_trained(cfg.ckpt, cfg), str(cfg.split), cfg.out)
+
+
+main = command("evaluate", evaluate, uses_run=True)
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Files: writes that a kill cannot leave half-done, and the plain-or-gzip files that corpora and vectors come in.
+
+Every file `matching` writes (run config, vocabulary, metrics, checkpoints, corpus and vectors caches) goes
+through :func:`write_atomic`: the bytes go to a temporary file in the same folder, which is then renamed over
+the target, so a reader sees the old file or the new one, never a truncated one. (Lightning's own checkpoint
+writer is not enough: its fsspec transaction writes to the system temp folder and *moves* the file, which is a
+copy, not a rename, whenever /tmp is another filesystem.)
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+GZIP_MAGIC = b"\x1f\x8b"
+ZIP_MAGIC = b"PK\x03\x04"
+
+
+def write_atomic(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
+    """Call `write(temporary path)`, then rename the temporary file onto `path`; on error nothing is left."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's bytes, read in 16 MB blocks (an encoder's weights, a cache of its states)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_json(path: str | os.PathLike, data: Any) -> Path:
+    return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def write_npz_atomic(path: str | os.PathLike, **arrays: Any) -> Path:
+    """`numpy.savez` through :func:`write_atomic` (given a file object, numpy adds no `.npz` to the name)."""
+    import numpy as np
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+
+    return write_atomic(path, write)
+
+
+def gz_twin(path: str | os.PathLike) -> Path:
+    """`x` -> `x.gz` and `x.gz` -> `x`."""
+    p = Path(path)
+    return p.with_name(p.name[:-3]) if p.name.endswith(".gz") else p.with_name(p.name + ".gz")
+
+
+def existing(path: str | os.PathLike) -> Path | None:
+    """`path` if it exists, else its gzip twin if that exists, else None."""
+    p = Path(path)
+    if p.exists():
+        return p
+    twin = gz_twin(p)
+    return twin if twin.exists() else None
+
+
+def zip_member(raw: BinaryIO, path: Path) -> BinaryIO:
+    """The one data file inside a zip archive (GloVe ships `glove.840B.300d.zip` holding one .txt), streamed."""
+    archive = zipfile.ZipFile(raw)
+    members = [m for m in archive.infolist() if not m.is_dir() and not m.filename.startswith("__MACOSX")]
+    if len(members) != 1:
+        names = [m.filename for m in members]
+        raise ValueError(
+            f"{path} holds {len(members)} files ({names[:5]}); a zip is read when it holds exactly one. Unpack it and "
+            "point at the file you want (e.g. embeddings.path=<file>)."
+        )
+    return archive.open(members[0])  # type: ignore[return-value]
+
+
+def open_binary(path: Path) -> BinaryIO:
+    """The file's bytes: gunzipped when it is gzip, the single member when it is a zip."""
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic[:2] == GZIP_MAGIC:
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    if magic == ZIP_MAGIC:
+        return zip_member(open(path, "rb"), path)
+    return open(path, "rb")

@@ -1,0 +1,328 @@
+"""Shared model folders (`matching-export format=hub`): write one, upload it, download it, and load it safely.
+
+A shared folder holds what a trained run needs for prediction, in formats that cannot run code when read:
+
+    config.yaml        the run's config, reduced to what builds the model and prepares text (task, data,
+                       embeddings, model, aligner, intra; plus the choices it was trained with)
+    vocab.txt          the vocabulary (one word a line, after the OOV-bucket count)
+    model.safetensors  every weight of the model, the frozen word-vectors table included (`embedding.weight`);
+                       its metadata holds the task, labels, kind and (contextual runs) the encoder's identity
+    tokenizer.json     the tokenisation as a Hugging Face `tokenizers` file
+    serving.json       labels, kind and every step of the text preparation (see matching.export)
+    metrics.json       the run's dev metrics (when it has them)
+    README.md          the model card: task, aligner, dev metrics, the training command, the vectors or encoder
+
+Loading (`load_shared`) reads YAML, text and safetensors only, never a pickle, and builds nothing that the
+config names unless it is one of matching's own model and text components (`SHARED_TARGETS`): a config.yaml from
+someone else cannot make Hydra call an arbitrary function. A contextual run's encoder is not in the folder: the
+config names it by hub id and revision, and the weights are checked against the sha256 recorded at training.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import get_object
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from matching.aligners import Aligner
+from matching.cli import CONF
+from matching.data.contextual import MINILM, ContextualEncoder
+from matching.data.datamodule import PairDataModule
+from matching.data.embeddings import PretrainedVectors, RandomVectors
+from matching.data.tasks import Task, keep_recent_turns
+from matching.data.vocab import Vocabulary, hf_tokenizer
+from matching.extras import require
+from matching.files import write_atomic, write_json, write_text_atomic
+from matching.model import DecomposableAttention
+from matching.report import option_name
+from matching.runs import RunError, TrainedRun, assemble_run, configured
+
+log = logging.getLogger(__name__)
+
+WEIGHTS = "model.safetensors"
+#: The files of a shared folder that loading reads (the others are for people and other clients).
+REQUIRED = ("config.yaml", "vocab.txt", WEIGHTS)
+#: The config nodes a shared folder keeps: what builds the model and prepares text, and the recorded choices.
+KEPT = ("task", "data", "embeddings", "model", "aligner", "intra", "choices", "seed")
+#: What a shared folder's config may name as a `_target_`: matching's own model and text components.
+SHARED_CLASSES = (Task, PairDataModule, PretrainedVectors, RandomVectors, ContextualEncoder, DecomposableAttention)
+
+
+def is_shared_folder(folder: Path) -> bool:
+    return folder.is_dir() and (folder / WEIGHTS).is_file() and (folder / "config.yaml").is_file()
+
+
+# --- writing ----------------------------------------------------------------------------------------------------
+
+
+def encoder_reference(run: TrainedRun, encoder: str | None, revision: str | None) -> tuple[str, str | None]:
+    """The hub id and revision that a contextual run's shared folder names its encoder by: `encoder` (and
+    `revision`) when given, else the run's own `embeddings.model` when that is a hub id (not a local folder)."""
+    model = str(run.cfg.embeddings.model)
+    if encoder is None:
+        if Path(model).expanduser().exists() or model.startswith(("/", ".", "~")):
+            raise RunError(
+                f"the run's encoder is the local folder {model}; a shared folder names its encoder by hub id, so that "
+                "whoever loads it can fetch it: give encoder=<owner/name> (and encoder_revision=<commit or tag>) of "
+                "the same weights on the Hugging Face hub (they are checked by sha256 when the folder is loaded)"
+            )
+        encoder, revision = (MINILM[1] if model == MINILM[0] else model), revision or run.cfg.embeddings.revision
+    return encoder, revision
+
+
+def shared_config(run: TrainedRun, encoder: tuple[str, str | None] | None = None) -> DictConfig:
+    """The run's config for a shared folder: the KEPT nodes, with no path of the training machine in it."""
+    cfg = OmegaConf.create({k: copy.deepcopy(run.cfg[k]) for k in KEPT if k in run.cfg})
+    cfg.data.data_dir, cfg.data.cache_dir = "data", "data/cache"  # for evaluating on local corpora, if ever
+    if encoder is not None:
+        cfg.embeddings.model, cfg.embeddings.revision = encoder
+        cfg.embeddings.device = "auto"
+    elif cfg.embeddings.get("path"):
+        cfg.embeddings.path = Path(str(cfg.embeddings.path)).name  # the file it came from, by name only
+    if cfg.embeddings.get("hub") is not None:
+        cfg.embeddings.hub = None  # where the vectors file would be fetched from: not needed, the table is saved
+    if "download" in cfg.embeddings:
+        del cfg.embeddings["download"]  # how to get the vectors file (it names the file's path): not needed either
+    for split in (cfg.task.get("splits") or {}).values():  # an absolute split (a file of one's own, the demo's
+        if split is not None and Path(str(split.path)).is_absolute():  # sample): by name only, like the vectors
+            split.path = Path(str(split.path)).name
+    return cfg
+
+
+def metadata(run: TrainedRun, encoder: tuple[str, str | None] | None) -> dict[str, Any]:
+    """What the checkpoint says about itself (MatchingSystem.on_save_checkpoint), for the safetensors header."""
+    identity = run.model.source_identity
+    if identity is not None:
+        identity = {**identity, "encoder": encoder[0], "revision": encoder[1]}
+    return {"task": run.task.name, "labels": run.labels, "kind": run.kind, "encoder": identity}
+
+
+def write_folder(run: TrainedRun, out: Path, encoder: str | None = None, encoder_revision: str | None = None) -> Path:
+    """Write the shared folder of a trained run into `out`; returns `out`."""
+    safetensors = require("safetensors.torch", "hub", "writing a shared model folder (safetensors)")
+    contextual = run.data.contextual is not None
+    if not contextual and (encoder or encoder_revision):
+        raise RunError("encoder= and encoder_revision= name a contextual run's encoder; this run uses word vectors")
+    reference = encoder_reference(run, encoder, encoder_revision) if contextual else None
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = shared_config(run, reference)
+    write_text_atomic(out / "config.yaml", OmegaConf.to_yaml(cfg))
+    shutil.copy(run.run_dir / "vocab.txt", out / "vocab.txt")
+    tensors = {k: v.detach().cpu().contiguous() for k, v in run.model.state_dict().items()}
+    meta = {"matching": json.dumps(metadata(run, reference)), "format": "pt"}
+    write_atomic(out / WEIGHTS, lambda tmp: safetensors.save_file(tensors, str(tmp), metadata=meta))
+    hf_tokenizer(run.data.tokenizer, run.vocab).save(str(out / "tokenizer.json"))
+    from matching.export import serving_spec  # export imports this module
+
+    write_json(out / "serving.json", serving_spec(run, "hub", WEIGHTS, reference))
+    metrics = _metrics(run)
+    if metrics:
+        write_json(out / "metrics.json", metrics)
+    write_text_atomic(out / "README.md", model_card(run, metrics, reference))
+    return out
+
+
+def _metrics(run: TrainedRun) -> dict[str, float]:
+    file = run.run_dir / "metrics.json"
+    return json.loads(file.read_text()) if file.is_file() else {}
+
+
+def training_command(run: TrainedRun) -> tuple[str, bool]:
+    """The command that trained the run, and whether it is the recorded one (Hydra's .hydra/overrides.yaml) or
+    rebuilt from the config groups it chose."""
+    recorded = run.run_dir / ".hydra" / "overrides.yaml"
+    if recorded.is_file():
+        overrides = [str(o) for o in OmegaConf.load(recorded)]
+        overrides = [o for o in overrides if not o.split("=")[0].startswith(("paths.", "hydra."))]
+        return " ".join(["python -m matching.train", *overrides]), True
+    chosen = {k: v for k, v in (run.cfg.get("choices") or {}).items() if "/" not in k and k != "paths"}
+    listed = OmegaConf.to_container(OmegaConf.load(CONF / "train.yaml").defaults)
+    defaults = {k: v for item in listed if isinstance(item, dict) for k, v in item.items()}
+    first = [k for k in ("task", "aligner") if k in chosen]
+    words = [f"{k}={chosen[k]}" for k in first] + [
+        f"{k}={v}" for k, v in chosen.items() if k not in first and str(v) != str(defaults.get(k))
+    ]
+    return " ".join(["python -m matching.train", *words, f"seed={run.cfg.get('seed')}"]), False
+
+
+def _source(run: TrainedRun, encoder: tuple[str, str | None] | None) -> str:
+    if encoder is not None:
+        sha = run.data.contextual.weights
+        return (f"contextual encoder [{encoder[0]}](https://huggingface.co/{encoder[0]}) at revision "
+                f"`{encoder[1] or 'main (not pinned)'}` (weights sha256 `{sha[:16]}…`, checked when loaded), "
+                "last hidden states averaged over each word's pieces")  # fmt: skip
+    emb = run.cfg.embeddings
+    if emb.get("path"):
+        return f"frozen word vectors from `{Path(str(emb.path)).name}` ({emb.get('dim')} dimensions)"
+    return "randomly initialised, trained embeddings (no pretrained vectors)"
+
+
+def model_card(run: TrainedRun, metrics: dict[str, float], encoder: tuple[str, str | None] | None) -> str:
+    """The folder's README.md: what the model is, how well it did on dev, how it was trained, how to load it."""
+    task, kind = run.task.name, run.kind
+    aligner = option_name(run.cfg, "aligner")
+    intra = option_name(run.cfg, "intra") if run.cfg.get("intra") else "none"
+    command, recorded = training_command(run)
+    dev = {k: v for k, v in metrics.items() if k.startswith("val")}
+    rows = "\n".join(f"| {k} | {v:.4f} |" for k, v in sorted(dev.items())) or "| (no metrics.json in the run) | |"
+    params = sum(p.numel() for p in run.model.parameters())
+    what = "ranks candidates (pointwise, by P(match))" if kind == "rank" else f"classifies pairs into {run.labels}"
+    tags = ["matching", "decomposable-attention", f"aligner-{aligner}", task]
+    front = {"library_name": "matching", "tags": tags, "pipeline_tag": "text-classification"}
+    return f"""---
+{OmegaConf.to_yaml(OmegaConf.create(front)).strip()}
+---
+# {task} · {aligner} · Decomposable Attention
+
+A sentence-pair model trained with `matching` (Decomposable Attention, Parikh et al. 2016, with the
+`{aligner}` aligner). It {what}.
+
+| | |
+|---|---|
+| task | `{task}` ({kind}; labels {run.labels}) |
+| aligner | `{aligner}` (intra-sentence attention: `{intra}`) |
+| word representations | {_source(run, encoder)} |
+| parameters | {params:,} |
+
+## Dev metrics (best checkpoint)
+
+| metric | value |
+|---|---|
+{rows}
+
+## How it was trained
+
+```bash
+{command}
+```
+{"" if recorded else "(rebuilt from the options the run chose; config.yaml holds every other setting)"}
+
+## Use it
+
+```python
+from matching import Matcher
+
+matcher = Matcher.load("<this folder, or owner/name on the hub>")
+matcher.predict([("first text", "second text")])
+```
+
+Loading reads `config.yaml`, `vocab.txt` and `model.safetensors` only: no pickle, and the config may name only
+matching's own components, so loading this folder cannot run code. `tokenizer.json` and `serving.json` describe
+the text preparation for clients that do not use `matching`.
+"""
+
+
+def push(folder: Path, repo_id: str, private: bool = False) -> str:
+    """Upload a shared folder to the hub repository `repo_id` (created if needed); returns the commit's URL."""
+    hub = require("huggingface_hub", "hub", "uploading to the Hugging Face hub")
+    try:
+        api = hub.HfApi()
+        api.create_repo(repo_id, exist_ok=True, private=private)
+        commit = api.upload_folder(folder_path=str(folder), repo_id=repo_id, commit_message="matching-export")
+    except Exception as err:  # no login, no permission, offline: the same advice
+        raise RunError(
+            f"cannot upload {folder} to the hub repository {repo_id} ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''}); log in first (hf auth login, or set HF_TOKEN) with a "
+            f"token that may write to {repo_id.split('/')[0]}, and check the network. The folder itself is complete: "
+            "upload it again with push_to_hub=true, or by hand."
+        ) from None
+    return str(getattr(commit, "commit_url", commit))
+
+
+def download(repo_id: str, revision: str | None = None) -> Path:
+    """The local copy of a shared folder on the hub (downloaded once into the hub library's cache)."""
+    hub = require("huggingface_hub", "hub", f"loading {repo_id} from the Hugging Face hub")
+    try:
+        folder = Path(hub.snapshot_download(repo_id, revision=revision))
+    except Exception as err:  # offline and not cached, unknown name, no permission
+        raise RunError(
+            f"no folder {repo_id} here, and cannot get the model {repo_id!r}"
+            f"{f' at revision {revision}' if revision else ''} from the Hugging Face "
+            f"hub ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). Check the name (owner/name), "
+            "the network and your login for a private model; offline, a model loads only once it is in the hub "
+            "cache, or from a local folder: Matcher.load('/path/to/folder')"
+        ) from None
+    if not is_shared_folder(folder):
+        raise RunError(
+            f"{repo_id} is not a shared model of matching: it has no {' and '.join(REQUIRED)}; such a folder is "
+            "written by matching-export format=hub"
+        )
+    return folder
+
+
+# --- loading ----------------------------------------------------------------------------------------------------
+
+
+def check_targets(node: Any, folder: Path, key: str = "") -> None:
+    """RunError unless every `_target_` under `node` is one of matching's own model and text components, and no
+    value is an interpolation (`${...}`: a resolver could read the environment)."""
+    if isinstance(node, DictConfig):
+        target = node.get("_target_") if "_target_" in node else None
+        if target is not None and not _allowed(str(target)):
+            raise RunError(
+                f"{folder / 'config.yaml'}: {key or 'the config'} names {target!r} (_target_), which is not one of "
+                "matching's own components; a shared folder builds nothing else, so that loading it cannot run "
+                "code. If you trust this model, train or load it as a run directory instead"
+            )
+        for name in node:
+            value = node._get_node(name)
+            if value is not None and not isinstance(value, (DictConfig, ListConfig)) and value._is_interpolation():
+                raise RunError(f"{folder / 'config.yaml'}: {key}.{name} is an interpolation; a shared folder holds "
+                               "plain values only")  # fmt: skip
+            check_targets(node[name], folder, f"{key}.{name}".lstrip("."))
+    elif isinstance(node, ListConfig):
+        for i, value in enumerate(node):
+            check_targets(value, folder, f"{key}[{i}]")
+
+
+def _allowed(target: str) -> bool:
+    module, _, name = target.rpartition(".")
+    if not module.startswith("matching.") or name.startswith("_"):
+        return False
+    if module == "matching.data.readers":
+        return name.startswith("read_")
+    try:
+        obj = get_object(target)  # a module of matching: importing it runs nothing but our own code
+    except Exception:  # a name this version of matching does not have
+        return False
+    if obj is keep_recent_turns:
+        return True
+    return isinstance(obj, type) and (issubclass(obj, Aligner) or obj in SHARED_CLASSES)
+
+
+def load_shared(folder: Path, settings: dict[str, Any] | None = None, device: str = "cpu") -> TrainedRun:
+    """The TrainedRun of a shared folder (offline once a contextual run's encoder is cached), from YAML, text and
+    safetensors only; `settings`: dotted config keys to override (see Matcher.load)."""
+    safetensors = require("safetensors", "hub", "loading a shared model folder (safetensors)")
+    missing = [name for name in REQUIRED if not (folder / name).is_file()]
+    if missing:
+        raise RunError(f"{folder} is not a complete shared model folder: {', '.join(missing)} missing")
+    try:
+        cfg = OmegaConf.load(folder / "config.yaml")
+    except Exception as err:
+        raise RunError(f"cannot read {folder / 'config.yaml'} ({type(err).__name__}: {err})") from None
+    if not isinstance(cfg, DictConfig) or any(k not in cfg for k in ("task", "data", "embeddings", "model")):
+        raise RunError(f"{folder / 'config.yaml'} is not the config of a shared model (task, data, embeddings, model)")
+    check_targets(cfg, folder)
+    cfg = configured(cfg, settings or {}, device)
+    weights_file = folder / WEIGHTS
+    try:
+        with safetensors.safe_open(str(weights_file), framework="pt") as f:
+            meta = json.loads((f.metadata() or {}).get("matching", "{}"))
+            weights = {f"model.{k}": f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no iteration)
+    except Exception as err:
+        raise RunError(
+            f"cannot read {weights_file} ({type(err).__name__}: {err}); the file is damaged or not safetensors: "
+            "download or export the folder again"
+        ) from None
+    encoder = meta.get("encoder")
+    if encoder is not None and not re.fullmatch(r"[0-9a-f]{64}", str(encoder.get("weights_sha256", ""))):
+        raise RunError(f"{weights_file}: its metadata names no encoder weights sha256; export the folder again")
+    return assemble_run(folder, weights_file, cfg, Vocabulary.load(folder / "vocab.txt"), weights, meta)

@@ -1,0 +1,467 @@
+"""Runs: build a run's parts from its config, and load a trained run back from its directory.
+
+`train` builds; `evaluate`, `predict`, `visualize` and `export` load. A run directory holds `config.yaml`
+(resolved), `vocab.txt`, `checkpoints/*.ckpt` and `metrics.json`; that is all a trained model needs, offline.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import get_object, instantiate
+from lightning.fabric.utilities.apply_func import move_data_to_device
+from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from omegaconf import DictConfig, OmegaConf
+
+from matching.data.contextual import ContextualEncoder
+from matching.data.datamodule import PairDataModule, pair_sides, split_prefix
+from matching.data.readers import Pair
+from matching.data.tasks import Task
+from matching.data.vocab import Vocabulary
+from matching.files import write_atomic
+from matching.model import DecomposableAttention, MatchOutput
+from matching.system import MatchingSystem
+
+log = logging.getLogger(__name__)
+
+
+def build(node: DictConfig, **kwargs: Any) -> Any:
+    """The object a `_target_` node describes, with `kwargs` (objects made at run time) added to its arguments.
+
+    The node is made a partial first and then called: Hydra would otherwise merge the run-time objects into the
+    config (turning a dataclass into a config node), and would wrap a constructor's own error (a bad value, a
+    missing file) in an InstantiationException that hides what the user did wrong."""
+    if not isinstance(node, DictConfig) or "_target_" not in node:
+        key = node._get_full_key(None) if isinstance(node, DictConfig) else "a config node"
+        raise RunError(
+            f"config node {key!r} has no _target_ (the class or function it builds); it was probably saved by an "
+            "older version of matching: retrain, or start from the matching file under conf/"
+        )
+    return instantiate(node, _partial_=True)(**kwargs)
+
+
+#: The `_target_` nodes of a training config whose values are checked against what their targets take.
+CHECKED_NODES = ("task", "data", "embeddings", "model", "aligner", "intra", "optim", "callbacks", "logger", "trainer")
+
+
+def check_arguments(node: DictConfig, key: str) -> None:
+    """A `_target_` node's values that cannot be what its class or function takes (a word where a number is
+    expected, a number where a flag is, a key it does not have) raise RunError naming `key.name`; nested nodes,
+    and the nodes of a group without a `_target_` of its own (callbacks), are checked too. Arguments are
+    type-checked where their annotation (or default) says bool, int or float."""
+    if "_target_" not in node:  # a group of nodes (e.g. callbacks): check each one that builds something
+        for name, child in node.items():
+            if isinstance(child, DictConfig):
+                check_arguments(child, f"{key}.{name}")
+        return
+    target = get_object(node._target_)
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    for name in node:
+        if name.startswith("_") and name.endswith("_"):
+            continue
+        value = node[name]
+        if isinstance(value, DictConfig):
+            check_arguments(value, f"{key}.{name}")
+            continue
+        if name not in params and not takes_any:
+            raise RunError(f"{key}.{name}: {node._target_} takes no argument {name!r}; its arguments: {sorted(params)}")
+        kind = _expected_kind(params[name]) if name in params else None
+        if value is None or kind is None:
+            continue
+        ok = {"bool": lambda v: isinstance(v, bool),
+              "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+              "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}[kind](value)  # fmt: skip
+        if not ok:
+            what = {"bool": "true or false", "int": "a whole number", "number": "a number"}[kind]
+            default = params[name].default
+            shown = "" if default is inspect.Parameter.empty else f" (the default is {json.dumps(default)})"
+            raise RunError(f"{key}.{name}={value!r}: expected {what}{shown}")
+
+
+_KINDS = {"bool": "bool", "int": "int", "float": "number", "int | float": "number", "float | int": "number"}
+
+
+def _expected_kind(param: inspect.Parameter) -> str | None:
+    """ "bool", "int", "number" or None (anything else, or not known) for a parameter, from its annotation (as
+    written, e.g. "int", "Optional[int]", "float | Tensor"), else from the type of its default."""
+    annotation = param.annotation
+    if annotation is not inspect.Parameter.empty:
+        if isinstance(annotation, type):
+            text = annotation.__name__
+        else:
+            text = annotation if isinstance(annotation, str) else repr(annotation).replace("typing.", "")
+        text = text.replace("NoneType", "None").replace("Optional[", "Union[None, ").replace("torch.Tensor", "Tensor")
+        if text.startswith("Union[") and text.endswith("]"):
+            text = " | ".join(t.strip() for t in text[6:-1].split(",") if t.strip() != "None")
+        text = " | ".join(t for t in (x.strip() for x in text.split("|")) if t not in ("None", "Tensor"))
+        return _KINDS.get(text)
+    default = param.default
+    if isinstance(default, bool):
+        return "bool"
+    return "number" if isinstance(default, (int, float)) else None  # torch's int defaults take floats too
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Everything that can be checked before any data is read: the types of the components' arguments, and that
+    the optimiser builds."""
+    for key in CHECKED_NODES:
+        node = cfg.get(key)
+        if isinstance(node, DictConfig):
+            check_arguments(node, key)
+    try:
+        instantiate(cfg.optim)([torch.nn.Parameter(torch.zeros(1))])
+    except (TypeError, ValueError) as err:
+        raise RunError(
+            f"optim: the optimiser cannot be built from {OmegaConf.to_container(cfg.optim)} ({err})"
+        ) from None
+
+
+def build_task(cfg: DictConfig) -> Task:
+    task = build(cfg.task)
+    if not isinstance(task, Task):
+        raise RunError(
+            f"the task config {cfg.task.get('name', '')!r} is not a Task node (_target_: matching.data.tasks.Task); "
+            "it was probably saved by an older version of matching: retrain, or start from conf/task/<name>.yaml"
+        )
+    return task
+
+
+def is_contextual(cfg: DictConfig) -> bool:
+    """Whether the run's embedding source is a pretrained encoder (`embeddings=minilm_contextual`)."""
+    target = cfg.get("embeddings", {}).get("_target_")
+    return bool(target) and getattr(get_object(target), "contextual", False)
+
+
+def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None) -> PairDataModule:
+    """The task's data module; without `vocab` it builds the vocabulary (training words, plus every word with a
+    pretrained vector among the dev splits and the vectors file's first `embeddings.top_words` words), and the
+    embedding source is built (and its file checked) before any corpus is read. A contextual embedder is built
+    with `vocab` too: new text is encoded with it."""
+    task = build_task(cfg)
+    vectors = build(cfg.embeddings) if vocab is None or is_contextual(cfg) else None
+    pad_to = cfg.data.get("pad_to") or (8 if cfg.get("compile") else 1)
+    return build(cfg.data, task=task, vocab=vocab, vectors=vectors, pad_to=pad_to)
+
+
+def build_callbacks(cfg: DictConfig) -> dict[str, pl.Callback]:
+    """The configured callbacks (`callbacks.<name>`: a `_target_` node, or null to leave it out); a progress bar
+    only while `trainer.enable_progress_bar` is on (Lightning refuses one otherwise)."""
+    built = {name: build(node) for name, node in (cfg.get("callbacks") or {}).items() if node is not None}
+    if not cfg.get("trainer", {}).get("enable_progress_bar", True):
+        built = {name: c for name, c in built.items() if not isinstance(c, ProgressBar)}
+    return built
+
+
+def build_model(
+    cfg: DictConfig, vectors: torch.Tensor, num_classes: int, contextual: ContextualEncoder | None = None
+) -> DecomposableAttention:
+    """The model; with a `contextual` embedder it takes word states, and owns the encoder when it is fine-tuned."""
+    intra = instantiate(cfg.intra) if cfg.get("intra") else None
+    encoder = contextual.word_encoder() if contextual is not None and contextual.trainable_layers else None
+    model = instantiate(
+        cfg.model,
+        vectors=vectors,
+        num_classes=num_classes,
+        aligner=instantiate(cfg.aligner),
+        intra_aligner=intra,
+        contextual=contextual is not None,
+        encoder=encoder,
+    )
+    model.source_identity = contextual.identity() if contextual is not None else None  # saved in checkpoints
+    return model
+
+
+def class_weights(cfg: DictConfig, dm: PairDataModule) -> list[float] | None:
+    """`loss.class_weights`: null (plain cross-entropy), "balanced" (n / (classes · count of the class) over the
+    training split, as in scikit-learn) or one weight per label."""
+    choice = cfg.get("loss", {}).get("class_weights")
+    if choice is None:
+        return None
+    if choice == "balanced":
+        counts = np.bincount(dm.splits["train"].labels, minlength=len(dm.labels)).astype(float)
+        weights = (counts.sum() / (len(counts) * np.maximum(counts, 1))).tolist()
+        log.info("class weights (balanced over the training split): %s", dict(zip(dm.labels, weights, strict=True)))
+        return weights
+    if isinstance(choice, str):
+        raise ValueError(f"loss.class_weights must be null, 'balanced' or a list of {len(dm.labels)} numbers")
+    return [float(w) for w in choice]
+
+
+def build_system(cfg: DictConfig, model: DecomposableAttention, dm: PairDataModule) -> MatchingSystem:
+    return MatchingSystem(
+        model,
+        optimizer=instantiate(cfg.optim),
+        labels=dm.labels,
+        kind=dm.task.kind,
+        val_prefixes=[split_prefix(s) for s in dm.eval_splits],
+        test_prefixes=[split_prefix(s) for s in dm.test_splits],
+        task=dm.task.name,
+        class_weights=class_weights(cfg, dm),
+    )
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer through :func:`matching.files.write_atomic`, so that a run killed while
+    saving keeps its previous checkpoint intact instead of a truncated one that breaks `evaluate` or resume."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        write_atomic(path, lambda tmp: torch.save(checkpoint, tmp))
+
+
+def check_writable(folder: Path) -> None:
+    """Fail early, before any work, when outputs cannot be written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise RunError(
+            f"cannot write to the output directory {folder} ({err.strerror or err}); choose a writable place with "
+            f"paths.output_root=<dir> (runs go under it) or hydra.run.dir=<dir>"
+        ) from err
+
+
+class RunError(ValueError):
+    """A checkpoint or run directory cannot be used; the message says what is wrong and what to do."""
+
+
+@dataclass
+class TrainedRun:
+    """A trained model with everything needed to use it: the run's config, its data module (vocabulary and text
+    preparation, no corpus read yet) and an evaluation-only MatchingSystem in eval mode."""
+
+    run_dir: Path
+    checkpoint: Path
+    cfg: DictConfig  # the run's saved config, with the caller's overrides applied
+    data: PairDataModule
+    system: MatchingSystem
+    truncated: int = 0  # new pairs cut to data.max_length by `logits`
+
+    @property
+    def vocab(self) -> Vocabulary:
+        return self.data.vocab
+
+    @property
+    def model(self) -> DecomposableAttention:
+        return self.system.model
+
+    @property
+    def labels(self) -> list[str]:
+        return self.system.labels
+
+    @property
+    def kind(self) -> str:
+        return self.system.kind
+
+    @property
+    def task(self) -> Task:
+        return self.data.task
+
+    def batch(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
+        """New pairs as one model batch, prepared exactly as the training data was."""
+        a, b, _, words = self.data.prepare_pairs(pairs)
+        self.data.budget.check(pair_sides(a, b), "input", [p.line for p in pairs])
+        return self.data.batch_of(a, b, words)
+
+    @torch.inference_mode()
+    def logits(self, pairs: Sequence[Pair], source: str = "input") -> torch.Tensor:
+        """(N, C) float32 logits of new pairs, in their order. The pairs are run in batches of similar length that
+        fit the run's memory budget (`data.batch_cells`, `data.batch_tokens`), so one long text cannot inflate a
+        batch; a pair too long to fit alone is an error naming its line, raised before anything is allocated.
+        `self.truncated` counts the pairs cut to `data.max_length`."""
+        a, b, cut, (words_a, words_b) = self.data.prepare_pairs(pairs)
+        self.truncated += cut
+        sides = pair_sides(a, b)
+        budget = self.data.budget
+        budget.check(sides, source, [p.line for p in pairs])
+        order = np.argsort(sides.sum(1), kind="stable")
+        out = torch.empty(len(pairs), len(self.labels))
+        for index in budget.batches(order, sides, len(pairs)) if budget else [order]:
+            words = ([words_a[i] for i in index], [words_b[i] for i in index])
+            batch = self.data.batch_of([a[i] for i in index], [b[i] for i in index], words)
+            out[torch.from_numpy(index)] = self.predict(batch).logits.float().cpu()
+        return out
+
+    @torch.inference_mode()
+    def predict(self, batch: dict[str, torch.Tensor]) -> MatchOutput:
+        """The one inference path of every command: MatchingSystem.predict_step (on the model's device)."""
+        device = self.system.device
+        if device.type != "cpu":  # nested too: a fine-tuned contextual run's word pieces are dicts of tensors
+            batch = move_data_to_device(batch, device)
+        return self.system.predict_step(batch, 0)
+
+
+def find_run_dir(checkpoint: Path) -> Path:
+    for folder in (checkpoint.parent, checkpoint.parent.parent):
+        if (folder / "config.yaml").exists():
+            return folder
+    raise RunError(
+        f"no config.yaml beside {checkpoint} or in its parent folder: a checkpoint is used from inside its run "
+        f"directory (outputs/runs/<task>/<aligner>/<time>/checkpoints/best.ckpt), which holds config.yaml and vocab.txt"
+    )
+
+
+def check_checkpoint(checkpoint: str | os.PathLike) -> Path:
+    """The checkpoint file, or a RunError that lists the checkpoints of its folder."""
+    checkpoint = Path(checkpoint)
+    if not checkpoint.is_file():
+        hint = (
+            f"; checkpoints there: {sorted(p.name for p in checkpoint.parent.glob('*.ckpt'))}"
+            if checkpoint.parent.is_dir()
+            else ""
+        )
+        raise RunError(f"no checkpoint file at {checkpoint}{hint}")
+    return checkpoint
+
+
+def find_checkpoint(path: str | os.PathLike) -> Path:
+    """The checkpoint that `path` names: the file itself, or a run directory's checkpoints/best.ckpt."""
+    path = Path(path)
+    if path.is_dir():
+        best = path / "checkpoints" / "best.ckpt"
+        if best.is_file():
+            return best
+        found = sorted(p.name for p in (path / "checkpoints").glob("*.ckpt"))
+        raise RunError(
+            f"{path} is not a run directory with checkpoints/best.ckpt"
+            + (f" (checkpoints there: {found}; give one of them)" if found else "")
+            + ", nor a shared model folder (config.yaml, vocab.txt, model.safetensors); give a run directory, a "
+            "checkpoint file, a folder written by matching-export format=hub, or a hub repository id owner/name"
+        )
+    if not path.exists():
+        raise RunError(
+            f"no run directory, checkpoint or shared model folder at {path}; give a run directory "
+            "(outputs/runs/<task>/<aligner>/<time>), a checkpoint file, a folder written by matching-export "
+            "format=hub, or a hub repository id owner/name"
+        )
+    return check_checkpoint(path)
+
+
+def saved_config(checkpoint: str | os.PathLike) -> DictConfig:
+    """The saved config of the run a checkpoint belongs to."""
+    return OmegaConf.load(find_run_dir(check_checkpoint(checkpoint)) / "config.yaml")
+
+
+def configured(cfg: DictConfig, settings: dict[str, Any], device: str | None = None) -> DictConfig:
+    """A copy of a run's config with `settings` (dotted keys of the config: `{"data.batch_tokens": 4096}`) applied;
+    a key the config does not have is a RunError. `device`: where a contextual run's encoder runs."""
+    cfg = copy.deepcopy(cfg)
+    for key, value in settings.items():
+        if OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
+            raise RunError(f"the run's config has no key {key!r} to set; its keys are in config.yaml beside the model")
+        OmegaConf.update(cfg, key, value)
+    if device is not None and is_contextual(cfg):
+        cfg.embeddings.device = device
+    return cfg
+
+
+_ABSENT = object()
+
+
+def load_trained(checkpoint: str | os.PathLike, cfg: DictConfig | None = None) -> TrainedRun:
+    """Rebuild a trained run from its directory alone (no vectors file or training data needed). `cfg` is the
+    run's config as a command composed it (the saved one with the command line's overrides); None reads the
+    saved one as it is."""
+    checkpoint = check_checkpoint(checkpoint)
+    run_dir = find_run_dir(checkpoint)
+    cfg = OmegaConf.load(run_dir / "config.yaml") if cfg is None else cfg
+    vocab_file = run_dir / "vocab.txt"
+    if not vocab_file.exists():
+        raise RunError(f"{run_dir} has no vocab.txt; the run directory is incomplete (was training interrupted early?)")
+    vocab = Vocabulary.load(vocab_file)
+    try:
+        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        weights = state["state_dict"]
+    except Exception as err:  # truncated file, not a checkpoint, pickle garbage: same advice
+        raise RunError(
+            f"cannot read checkpoint {checkpoint} ({type(err).__name__}: {err}); the file is corrupt or not a "
+            f"checkpoint of matching. Use another one from {checkpoint.parent} (e.g. last.ckpt) or retrain."
+        ) from err
+    return assemble_run(run_dir, checkpoint, cfg, vocab, weights, state.get("matching", {}))
+
+
+def assemble_run(
+    run_dir: Path, checkpoint: Path, cfg: DictConfig, vocab: Vocabulary, weights: dict[str, torch.Tensor], meta: dict
+) -> TrainedRun:
+    """A TrainedRun from its parts, checked against each other: the config, the vocabulary, the `weights` (the
+    system's state dict: keys `model.*`) and what the checkpoint says about itself (`meta`: task, labels, kind,
+    encoder; see MatchingSystem.on_save_checkpoint). `checkpoint` names the weights' file in messages."""
+    vocab_file = run_dir / "vocab.txt"
+    try:
+        data = build_datamodule(cfg, vocab=vocab)
+    except (InstantiationException, TypeError) as err:  # e.g. a config key this version no longer has
+        raise _another_version(run_dir, err) from err
+    labels = data.labels
+    if meta.get("task") not in (None, data.task.name):
+        raise RunError(
+            f"checkpoint {checkpoint} was trained on task {meta['task']!r} but its run config says "
+            f"{data.task.name!r}; the checkpoint does not belong to this run directory"
+        )
+    if meta.get("labels") is not None and list(meta["labels"]) != labels:
+        raise RunError(
+            f"label space mismatch: checkpoint {checkpoint} predicts {meta['labels']} but task.labels is {labels}; "
+            f"evaluate with the labels the model was trained on"
+        )
+    if meta.get("kind") not in (None, data.task.kind):
+        raise RunError(
+            f"checkpoint {checkpoint} is a {meta['kind']!r} model but task.kind is {data.task.kind!r}; a model is "
+            "evaluated as the kind of task it was trained on"
+        )
+    rows = weights.get("model.embedding.weight")
+    if rows is None:
+        raise RunError(f"checkpoint {checkpoint} holds no DecomposableAttention weights (model.embedding.weight)")
+    contextual = data.contextual
+    if contextual is not None:
+        check_encoder(checkpoint, meta.get("encoder"), contextual)
+    elif rows.shape[0] != len(vocab):
+        raise RunError(
+            f"vocabulary mismatch: {vocab_file} has {len(vocab)} entries but checkpoint {checkpoint} has "
+            f"{rows.shape[0]} embedding rows; the checkpoint and vocab.txt come from different runs"
+        )
+    try:
+        model = build_model(cfg, torch.zeros_like(rows), num_classes=len(labels), contextual=contextual)
+    except (InstantiationException, TypeError, ValueError) as err:  # e.g. an option this version no longer has
+        raise _another_version(run_dir, err) from err
+    model.load_state_dict({k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")})
+    system = MatchingSystem(model, None, labels, kind=meta.get("kind", data.task.kind), task=data.task.name,
+                            val_prefixes=(), test_prefixes=())  # fmt: skip
+    system.eval()
+    return TrainedRun(run_dir, checkpoint, cfg, data, system)
+
+
+def check_encoder(checkpoint: Path, trained: dict | None, encoder: ContextualEncoder) -> None:
+    """A contextual run is used with the encoder it was trained with (the same weights), or not at all."""
+    if trained is None:
+        raise RunError(f"checkpoint {checkpoint} was not trained with a contextual embedder, but its config says so")
+    if trained.get("weights_sha256") != encoder.weights:
+        raise RunError(
+            f"checkpoint {checkpoint} was trained with the encoder at {trained.get('encoder')} (weights sha256 "
+            f"{str(trained.get('weights_sha256'))[:12]}...), but embeddings.model={encoder.name} gives {encoder.path} "
+            f"(sha256 {encoder.weights[:12]}...); point embeddings.model at the encoder the run was trained with"
+        )
+
+
+def _another_version(run_dir: Path, err: Exception) -> RunError:
+    cause = err.__cause__ or err  # Hydra wraps the constructor's own error
+    return RunError(
+        f"cannot rebuild the model of {run_dir} from its config.yaml ({cause}); the run was probably made by "
+        f"another version of matching. Retrain it, or edit config.yaml to the current options (see conf/)."
+    )

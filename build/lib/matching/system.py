@@ -1,0 +1,231 @@
+"""MatchingSystem: the training system around a matching model (loss, metrics, optimiser), apart from the model."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+from matching.data.datamodule import batches_trained
+from matching.metrics import EvaluationRecord, RankingMetrics, describe
+from matching.model import CONTEXT_INPUTS, MatchOutput
+
+log = logging.getLogger(__name__)
+
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+
+def match_margin(logits: torch.Tensor) -> torch.Tensor:
+    """Ranking score of a 2-class (no match, match) model: logit[match] − logit[no match], in float32.
+
+    It orders candidates exactly as P(match) = sigmoid(margin) does, but never saturates: P(match) in float32
+    rounds to 1.0 once the margin passes ≈ 17, and such ties would then be broken against the model.
+    """
+    logits = logits.float()
+    return logits[:, 1] - logits[:, 0]
+
+
+def label_probabilities(logits: torch.Tensor, labels: Sequence[str]) -> list[tuple[str, dict[str, float]]]:
+    """Each row of (N, C) logits as its most probable label and every label's probability (the softmax): the
+    classification answer of `predict` and of the server."""
+    answers = []
+    for row in torch.softmax(logits, dim=-1).tolist():
+        best = max(range(len(labels)), key=row.__getitem__)
+        answers.append((labels[best], dict(zip(labels, row, strict=True))))
+    return answers
+
+
+class MatchingSystem(pl.LightningModule):
+    """Cross-entropy training of `model` (called as model(a_ids, b_ids) -> MatchOutput), optionally
+    weighted per class (`class_weights`, e.g. inverse class frequencies for WikiQA's 5 % positives).
+
+    kind="classify": logged keys `{prefix}/{loss,acc}`. kind="rank" (pointwise ranking, label 1 = match):
+    also `{prefix}/{map,mrr,map_raw,mrr_raw,top1,top2,top5,questions,...}`, computed per question over the
+    whole split (see matching.metrics). The prefix of each evaluation split is given by `val_prefixes` (one per
+    validation dataloader, e.g. ["val", "val_mismatched"]) and `test_prefixes`.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: OptimizerFactory | None,
+        labels: Sequence[str],
+        kind: str = "classify",
+        val_prefixes: Sequence[str] = ("val",),
+        test_prefixes: Sequence[str] = ("test",),
+        task: str | None = None,
+        class_weights: Sequence[float] | None = None,
+    ):
+        super().__init__()
+        self.task = task
+        self.model = model
+        self.optimizer_factory = optimizer
+        self.labels = list(labels)
+        self.val_prefixes, self.test_prefixes = list(val_prefixes), list(test_prefixes)
+        if kind not in ("classify", "rank"):
+            raise ValueError(f"task kind must be 'classify' or 'rank', got {kind!r}")
+        if kind == "rank" and len(self.labels) != 2:
+            raise ValueError(f"ranking is pointwise with two labels (no-match, match), got {self.labels}")
+        self.kind = kind
+        n = len(self.labels)
+        if class_weights is not None and len(class_weights) != n:
+            raise ValueError(f"loss.class_weights needs one weight per label {self.labels}, got {list(class_weights)}")
+        # Training loss only; evaluation losses stay unweighted so that they compare across settings.
+        weights = None if class_weights is None else torch.tensor([float(w) for w in class_weights])
+        self.register_buffer("class_weights", weights, persistent=False)
+        self.ranking = nn.ModuleDict(
+            {p: RankingMetrics() for p in self.val_prefixes + self.test_prefixes} if kind == "rank" else {}
+        )
+        # Training accuracy: correct pairs counted on the device, summed over processes once an epoch.
+        self.register_buffer("train_correct", torch.zeros((), dtype=torch.long), persistent=False)
+        self.train_seen = 0
+        prefixes = self.val_prefixes + self.test_prefixes
+        self.eval_acc = nn.ModuleDict({p: MulticlassAccuracy(n, average="micro") for p in prefixes})
+        # A metric object (not a plain per-process mean) so that the loss is exact over all processes.
+        # No NaN check per update (each one would wait for the device); a NaN loss shows in the mean all the same.
+        self.eval_loss = nn.ModuleDict({p: MeanMetric(nan_strategy="disable") for p in prefixes})
+        # Every pair's prediction, kept only when asked (the final evaluation of a run, `evaluate`): `recorded`.
+        self.record_predictions = False
+        self.records = nn.ModuleDict({p: EvaluationRecord() for p in prefixes})
+        self.recorded: dict[str, dict[str, np.ndarray]] = {}
+
+    #: Plain values that Lightning and the training step set several times a step (the name of the hook being run;
+    #: the pairs counted). nn.Module.__setattr__ checks every assignment against the parameters, buffers and
+    #: submodules, about 1.3 µs each on a CPU; these can never be one, so they are set directly: ~45 a step.
+    _PLAIN_ATTRIBUTES = frozenset({"_current_fx_name", "train_seen"})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._PLAIN_ATTRIBUTES:
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> MatchOutput:
+        return self.model(a, b)
+
+    def predict_step(self, batch: dict[str, Any], batch_idx: int = 0, dataloader_idx: int = 0) -> MatchOutput:
+        """Logits, alignment matrices and token masks of a batch: what evaluate, predict, visualize and export
+        use (under a Trainer or called directly)."""
+        return self.model(batch["a"], batch["b"], **{k: batch[k] for k in CONTEXT_INPUTS if k in batch})
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        logits = self.predict_step(batch).logits
+        loss = F.cross_entropy(logits, batch["label"], weight=self.class_weights)
+        # Nothing here waits for an accelerator: the accuracy accumulates on the device and is logged once an
+        # epoch; the step loss is logged on the steps whose metrics the loggers write (log_every_n_steps) and on
+        # an epoch's first step (so that even an epoch shorter than that interval shows one).
+        self.train_correct.add_((logits.detach().argmax(-1) == batch["label"]).sum())
+        self.train_seen += len(batch["label"])
+        every = self.trainer.log_every_n_steps
+        if batch_idx == 0 or (every > 0 and (self.global_step + 1) % every == 0):
+            self.log("train/loss", loss.detach(), prog_bar=True, batch_size=len(batch["label"]))
+        return loss
+
+    def on_train_epoch_end(self) -> None:
+        counts = torch.stack([self.train_correct, self.train_correct.new_tensor(self.train_seen)])
+        correct, seen = self.trainer.strategy.reduce(counts, reduce_op="sum").tolist()
+        self.train_correct.zero_()
+        self.train_seen = 0
+        if seen:
+            self.log("train/acc", correct / seen)
+
+    def _eval_step(self, batch: dict[str, Any], prefix: str) -> None:
+        logits = self.predict_step(batch).logits
+        loss = F.cross_entropy(logits, batch["label"])
+        size = len(batch["label"])
+        metric = self.eval_acc[prefix]
+        metric(logits, batch["label"])
+        self.eval_loss[prefix].update(loss, weight=size)
+        self.log(f"{prefix}/loss", self.eval_loss[prefix], batch_size=size, add_dataloader_idx=False)
+        self.log(f"{prefix}/acc", metric, prog_bar=prefix == "val", batch_size=size, add_dataloader_idx=False)
+        if self.kind == "rank":
+            self.ranking[prefix].update(match_margin(logits), batch["label"], batch["group"], batch["index"])
+        if self.record_predictions:
+            probs = logits.float().softmax(-1)
+            predicted = probs.argmax(-1)
+            score = match_margin(logits) if self.kind == "rank" else probs.gather(1, predicted[:, None])
+            self.records[prefix].update(batch["index"], batch["label"], batch["group"], predicted, score)
+
+    def _keep_records(self, prefixes: Sequence[str]) -> None:
+        """The recorded predictions of each split, gathered from every process (all of them take part)."""
+        for prefix in prefixes:
+            record = self.records[prefix]
+            if self.record_predictions and record.update_called:
+                self.recorded[prefix] = record.compute()
+            record.reset()
+
+    def _log_ranking(self, prefixes: Sequence[str]) -> None:
+        for prefix in prefixes:
+            metric = self.ranking[prefix]
+            if not metric.update_called:
+                continue
+            values = metric.compute()
+            metric.reset()
+            for name, value in values.items():
+                self.log(f"{prefix}/{name}", value, prog_bar=name == "map" and prefix == "val")
+            if not self.trainer.sanity_checking and self.trainer.is_global_zero:
+                log.info(describe(prefix, values))
+
+    def on_validation_epoch_end(self) -> None:
+        if self.kind == "rank":
+            self._log_ranking(self.val_prefixes)
+        self._keep_records(self.val_prefixes)
+
+    def on_test_epoch_end(self) -> None:
+        if self.kind == "rank":
+            self._log_ranking(self.test_prefixes)
+        self._keep_records(self.test_prefixes)
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval_step(batch, self.val_prefixes[dataloader_idx])
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval_step(batch, self.test_prefixes[dataloader_idx])
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Resuming continues the random streams (dropout) exactly where the interrupted run left them.
+        counts = checkpoint.get("train_counts")
+        if counts and self._trainer is not None and self.trainer.world_size == 1:
+            # A run stopped in the middle of an epoch counts that epoch's accuracy on from where it stopped. (With
+            # several processes each counted its own pairs and the checkpoint holds one's: the epoch's accuracy
+            # then covers the pairs after the resume.)
+            self.train_correct.fill_(int(counts[0]))
+            self.train_seen = int(counts[1])
+        rng = checkpoint.get("rng")
+        if rng:
+            torch.set_rng_state(rng["torch"])
+            name, keys, pos, has_gauss, cached = rng["numpy"]
+            np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+            random.setstate(rng["python"])
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Tensors and plain Python values only, so the checkpoint still loads with torch.load(weights_only=True).
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        numpy_state = (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))
+        checkpoint["rng"] = {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
+        if self._trainer is not None and 0 < batches_trained(self.trainer) < self.trainer.num_training_batches:
+            # saved in the middle of an epoch (a scheduler's signal): its accuracy so far
+            checkpoint["train_counts"] = [int(self.train_correct), self.train_seen]
+        # What `evaluate`/`predict` check a checkpoint against before trusting it with data.
+        model = self.model
+        checkpoint["matching"] = {
+            "task": self.task,
+            "labels": self.labels,
+            "kind": self.kind,
+            "vocab_size": model.embedding.num_embeddings if hasattr(model, "embedding") else None,
+            "encoder": getattr(model, "source_identity", None),  # a contextual run's encoder (matching.runs)
+        }
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        if self.optimizer_factory is None:
+            raise RuntimeError("this MatchingSystem was built for evaluation only (no optimizer)")
+        return self.optimizer_factory([p for p in self.parameters() if p.requires_grad])

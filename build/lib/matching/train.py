@@ -1,0 +1,393 @@
+"""`matching-train [overrides]` (conf/train.yaml): train one model; every run directory is self-contained.
+
+A run directory holds `config.yaml` (resolved), `vocab.txt`, `checkpoints/{best,last}.ckpt`,
+`metrics.json` (dev metrics of the best checkpoint, its epoch `best_epoch` counted from 1, optional test metrics,
+timing) and the CSV log.
+Checkpoints are written atomically at the end of every epoch; `python -m matching.train resume=<run dir>`
+continues an interrupted run from its last completed epoch, with its own saved config. A job of a sweep (`-m`)
+does the same by itself: relaunched into the same sweep directory, it skips a complete run and continues an
+interrupted one (see matching/sweeps.py). A run told to stop (SIGTERM, or the SIGUSR1/SIGUSR2 that SLURM sends
+before a time limit or preemption) first writes `last.ckpt` at the end of the current training step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+# By name: a sweep launcher (submitit) pickles this module's functions, and cloudpickle cannot pickle
+# torch.backends.cpu reached as an attribute (a GenericModule).
+from torch.backends.cpu import get_cpu_capability
+
+from matching.cli import command
+from matching.data.vocab import Vocabulary
+from matching.files import write_json, write_text_atomic
+from matching.runs import (
+    AtomicCheckpointIO,
+    RunError,
+    build_callbacks,
+    build_datamodule,
+    build_model,
+    build_system,
+    check_config,
+    check_writable,
+    find_run_dir,
+)
+from matching.scores import write_recorded
+from matching.sweeps import check_sweep_processes, is_sweep_job, prior_run
+
+log = logging.getLogger(__name__)
+
+
+class EpochTimer(pl.Callback):
+    """Wall-clock seconds of each training epoch, validation excluded.
+
+    Lightning validates inside the training epoch, before the epoch's end hook: the time from `on_validation_start`
+    to `on_validation_end` is taken off the epoch's (the checkpoints written after a validation are still counted:
+    milliseconds for these models)."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self._start: float | None = None  # None in an epoch resumed from a mid-epoch checkpoint: not timed
+        self._validating_since: float | None = None
+        self._validated = 0.0  # seconds of this epoch spent validating
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._start, self._validated = time.perf_counter(), 0.0
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if self._start is not None:  # not the sanity check before training, nor a validation after it
+            self._validating_since = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self._validating_since is not None:
+            self._validated += time.perf_counter() - self._validating_since
+            self._validating_since = None
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if self._start is not None:
+            self.seconds.append(time.perf_counter() - self._start - self._validated)
+        self._start = None
+
+
+class NonFiniteLossError(ValueError):
+    """The training loss became NaN or infinite; reported like a user's mistake (what to change is in the message:
+    the learning rate, clipping, the data), without a traceback."""
+
+
+class FiniteLossGuard(pl.Callback):
+    """Stops the run at the first non-finite training loss, naming the step; checkpoints already written
+    (the last completed epoch) are kept.
+
+    On a CPU the loss is read at every step, before backward, so the weights in memory are never touched by the
+    bad loss. Reading it on the host would wait for an accelerator, so there the first bad step is recorded on
+    the device and read every `log_every_n_steps` steps and always before validation, the end of an
+    epoch and the end of training, i.e. before any checkpoint could be written from weights the bad loss reached.
+    """
+
+    def __init__(self) -> None:
+        self._first: torch.Tensor | None = None  # global step of the first non-finite loss, −1 while none
+        self._loss: torch.Tensor | None = None  # that loss
+        self._where: dict[int, tuple[int, int]] = {}  # global step -> (epoch, batch) since the last check
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._where[trainer.global_step] = (trainer.current_epoch, batch_idx)
+
+    def on_before_backward(self, trainer, pl_module, loss) -> None:
+        if loss.device.type == "cpu":  # free to read: checked now, before backward and the optimizer step
+            if not math.isfinite(value := float(loss.detach())):
+                self._stop(trainer, trainer.global_step, value)
+            self._where.clear()
+            return
+        loss = loss.detach()
+        if self._first is None or self._first.device != loss.device:
+            self._first, self._loss = torch.full((), -1, device=loss.device), torch.zeros((), device=loss.device)
+        new = ~torch.isfinite(loss) & (self._first < 0)
+        self._first = torch.where(new, trainer.global_step, self._first)
+        self._loss = torch.where(new, loss.float(), self._loss)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        every = trainer.log_every_n_steps
+        if every > 0 and trainer.global_step % every == 0:
+            self._check(trainer)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._check(trainer)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._check(trainer)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._check(trainer)
+
+    def _check(self, trainer) -> None:
+        if self._first is None:
+            return
+        step = int(self._first)
+        if step < 0:
+            self._where.clear()
+            return
+        self._stop(trainer, step, float(self._loss))
+
+    def _stop(self, trainer, step: int, loss: float) -> None:
+        epoch, batch_idx = self._where.get(step, (trainer.current_epoch, -1))
+        last = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt" if trainer.checkpoint_callback else None
+        kept = f"the last good checkpoint is {last}" if last and last.exists() else "no checkpoint was written yet"
+        raise NonFiniteLossError(
+            f"training loss became {loss} at global step {step} (epoch {epoch}, batch {batch_idx}); "
+            f"{kept}. Lower optim.lr, set trainer.gradient_clip_val, or check the data."
+        )
+
+
+class StopCheckpoint(pl.Callback):
+    """Writes `last.ckpt` before a run that is told to stop ends, so that a relaunch loses no finished step.
+
+    SIGTERM (what SLURM sends on preemption or `scancel`, Ray and Kubernetes when they stop a worker) is Lightning's
+    own: it stops at the end of the current step and calls `on_exception`. SIGUSR1 and SIGUSR2 (SLURM's warning
+    before a time limit: `--signal`, submitit's and Lightning's requeue signal) are caught here: at the end of the
+    current step the checkpoint is written, then the handler that was there before runs (submitit's or Lightning's
+    requeue of the job; by default, the signal ends the process as it would have). Under DDP the processes agree
+    every `log_every_n_steps` steps whether one was signalled; then all write and stop at that same step."""
+
+    SIGNALS = ("SIGUSR1", "SIGUSR2")
+
+    def __init__(self) -> None:
+        self._previous: dict[int, Any] = {}
+        self._pending: int | None = None
+
+    def _path(self, trainer: pl.Trainer) -> Path | None:
+        callback = trainer.checkpoint_callback
+        return Path(callback.dirpath) / "last.ckpt" if callback and callback.dirpath else None
+
+    def _save(self, trainer: pl.Trainer, why: str) -> None:
+        path = self._path(trainer)
+        if path is not None:
+            # Recorded as the checkpoint callback's last.ckpt (in the checkpoint too): otherwise a run stopped before
+            # that callback's first save would, once resumed, keep this file and write its own to last-v1.ckpt.
+            trainer.checkpoint_callback.last_model_path = str(path)
+            trainer.save_checkpoint(path)
+            if trainer.is_global_zero:
+                log.warning("%s: wrote %s (step %d); relaunch to continue from it", why, path, trainer.global_step)
+
+    def on_train_start(self, trainer, pl_module) -> None:  # after Lightning's own handlers, which ours then call
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers belong to the main thread
+        for name in self.SIGNALS:
+            signum = getattr(signal, name, None)
+            if signum is not None:
+                self._previous[signum] = signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self._pending = signum  # acted on at the end of the current step, when the weights are whole
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.world_size > 1:  # all processes stop at the same step (the signal may reach them a step apart),
+            # agreed every log_every_n_steps steps, not at every step: the agreement waits for the device
+            if trainer.global_step % max(1, trainer.log_every_n_steps):
+                return
+            got = trainer.strategy.reduce(torch.tensor(self._pending or 0), reduce_op="max")
+            self._pending = int(got) or None
+        if self._pending is not None:
+            self._save(trainer, f"received {signal.Signals(self._pending).name}")
+            self._deliver()
+
+    def _deliver(self) -> None:
+        """The pending signal, to the handler that was there before ours."""
+        signum, self._pending = self._pending, None
+        self._restore()
+        previous = signal.getsignal(signum)
+        if callable(previous):
+            previous(signum, None)
+        elif previous != signal.SIG_IGN:
+            signal.raise_signal(signum)  # the default action: the process ends as it would have
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if isinstance(exception, SIGTERMException) and trainer.state.fn == "fit":
+            self._save(trainer, "received SIGTERM")
+        self._restore()
+
+    def _restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self._pending is not None:  # signalled after the last step: the epoch-end checkpoints are written
+            self._deliver()
+        self._restore()
+
+
+def _resume_config(resume: str) -> tuple[DictConfig, Path]:
+    """The saved config of the run to resume and its last checkpoint."""
+    target = Path(resume)
+    run_dir = find_run_dir(target) if target.suffix == ".ckpt" else target
+    if not (run_dir / "config.yaml").exists():
+        raise RunError(f"resume={resume}: no config.yaml there; give the run directory (the one holding checkpoints/)")
+    ckpt = target if target.suffix == ".ckpt" else run_dir / "checkpoints" / "last.ckpt"
+    if not ckpt.exists():
+        raise RunError(
+            f"resume={resume}: no checkpoint at {ckpt}; the run ended before its first epoch, start it again"
+        )
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    return cfg, ckpt
+
+
+def config_choices() -> dict[str, str]:
+    """The option chosen in each config group (`task: wikiqa`, `aligner: coda`, ...), saved with the run so that
+    reports name aligners and tasks by the names a user typed; empty when the config was not composed by Hydra."""
+    if not HydraConfig.initialized():
+        return {}
+    choices = HydraConfig.get().runtime.choices
+    return {k: v for k, v in choices.items() if v is not None and not k.startswith("hydra")}
+
+
+def _floats(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items()}
+
+
+def run_callbacks(cfg: DictConfig) -> tuple[list[pl.Callback], ModelCheckpoint, EpochTimer]:
+    """A training run's callbacks: the configured ones (`callbacks.checkpoint`, a ModelCheckpoint, among them), the
+    epoch timer, the finite-loss guard and the checkpoint on a stop signal; also the checkpoint callback and the
+    timer, whose results the run reports."""
+    configured = build_callbacks(cfg)
+    checkpoint = configured.get("checkpoint")
+    if not isinstance(checkpoint, ModelCheckpoint):
+        raise RunError("callbacks.checkpoint must be a ModelCheckpoint: the run directory's best.ckpt comes from it")
+    timer = EpochTimer()
+    return [*configured.values(), timer, FiniteLossGuard(), StopCheckpoint()], checkpoint, timer
+
+
+def numerics(cfg: DictConfig) -> str:
+    """What a seed's numbers depend on besides the config and the data: the torch version, the CPU kernel set
+    (PyTorch picks AVX-512 or AVX2 kernels at run time, and they round differently: a softmax over 8 to 15 entries
+    is computed element by element by the AVX-512 kernels and vectorised by the AVX2 ones, and a longer one sums in
+    another order; `ATEN_CPU_CAPABILITY=avx2` makes an AVX-512 machine use the AVX2 kernels), the processor (the
+    same seed, code and kernel set gave other numbers on an Intel Xeon than on an AMD EPYC), the threads, the GPU."""
+    threads = torch.get_num_threads()
+    parts = [f"torch {torch.__version__}", f"CPU kernels {get_cpu_capability()}"]
+    if processor := cpu_model():
+        parts.append(f"processor {processor}")
+    parts.append(f"{threads} thread{'s' * (threads > 1)}")
+    if cfg.trainer.get("accelerator") in ("gpu", "cuda") and torch.cuda.is_available():
+        parts.append(f"GPU {torch.cuda.get_device_name()}, precision {cfg.trainer.get('precision')}")
+    if cfg.get("deterministic"):
+        parts.append("deterministic algorithms")
+    return ", ".join(parts)
+
+
+def cpu_model() -> str:
+    """The processor's model name as the operating system gives it (Linux: /proc/cpuinfo), or "" where it does not."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            return next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "")
+    except OSError:
+        return ""
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    """Train as configured (or resume the run named by `cfg.resume`); returns the dev (and optionally test)
+    metrics of the best checkpoint."""
+    resume_from = None
+    if cfg.get("resume"):
+        cfg, resume_from = _resume_config(str(cfg.resume))
+        log.info("resuming %s from %s", cfg.paths.output_dir, resume_from)
+    check_config(cfg)  # before any data is read
+    run_dir = Path(cfg.paths.output_dir)
+    if resume_from is None:
+        with open_dict(cfg):
+            cfg.choices = config_choices()
+        if is_sweep_job():  # a relaunched sweep finishes what an interrupted one left
+            check_sweep_processes(cfg)
+            prior = prior_run(cfg, run_dir)
+            if prior.state == "complete":
+                log.info("sweep run %s: skipped, complete (its metrics.json is for this config)", run_dir)
+                return prior.metrics
+            resume_from = prior.checkpoint
+            log.info("sweep run %s: %s", run_dir, f"resumed from {resume_from}" if resume_from else "started")
+    pl.seed_everything(cfg.seed, workers=True)
+    check_writable(run_dir)
+    if resume_from is None:
+        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        dm = build_datamodule(cfg)
+        dm.setup("fit")
+        dm.vocab.save(run_dir / "vocab.txt")
+        vectors = dm.vectors.matrix(dm.vocab, cfg.seed, cfg.paths.cache_dir)
+    else:  # the same vocabulary; the checkpoint restores every weight, the vectors file is not needed
+        dm = build_datamodule(cfg, vocab=Vocabulary.load(run_dir / "vocab.txt"))
+        dm.setup("fit")
+        rows = len(dm.vocab) if dm.contextual is None else 2  # a contextual model's table: padding and NULL
+        vectors = torch.zeros(rows, cfg.embeddings.dim if dm.contextual is None else dm.contextual.dim)
+    model = build_model(cfg, vectors, num_classes=len(dm.labels), contextual=dm.contextual)
+    if cfg.get("compile"):
+        model.compile(mode=str(cfg.get("compile_mode") or "default"))  # in place: checkpoint keys stay the same
+    system = build_system(cfg, model, dm)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    log.info("model: %s aligner, %s trainable parameters", type(model.aligner).__name__, f"{trainable:,}")
+    log.info("numerics: %s", numerics(cfg))
+
+    callbacks, checkpoint, timer = run_callbacks(cfg)
+    logger = instantiate(cfg.logger) if cfg.get("logger") else False
+    trainer: pl.Trainer = instantiate(
+        cfg.trainer, callbacks=callbacks, logger=logger, default_root_dir=run_dir, plugins=[AtomicCheckpointIO()]
+    )
+    started = time.perf_counter()
+    try:
+        trainer.fit(system, datamodule=dm, ckpt_path=resume_from)
+    except SIGTERMException:  # stopped, last.ckpt written (StopCheckpoint): a failure for the scheduler, not a success
+        raise SystemExit(128 + signal.SIGTERM) from None
+    metrics: dict[str, float] = {
+        "train_seconds": time.perf_counter() - started,
+        "epochs": trainer.current_epoch,
+    }
+    if timer.seconds:
+        metrics["seconds_per_epoch_median"] = statistics.median(timer.seconds)
+        metrics["seconds_last_epoch"] = timer.seconds[-1]
+    if trainer.fast_dev_run or not checkpoint.best_model_path:
+        metrics |= _floats(trainer.callback_metrics)
+    else:
+        # Counted from 1, as people count epochs (and as the README's tables do); Lightning counts from 0.
+        metrics["best_epoch"] = 1 + int(
+            torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=False)["epoch"]
+        )
+        system.record_predictions = True  # each pair's prediction, for scores/ (matching.scores)
+        for result in trainer.validate(system, datamodule=dm, ckpt_path="best", verbose=False):
+            metrics |= _floats(result)
+        if cfg.test and dm.test_splits:
+            for result in trainer.test(system, datamodule=dm, ckpt_path="best", verbose=False):
+                metrics |= _floats(result)
+        if trainer.is_global_zero:
+            write_recorded(run_dir, system.recorded, dm, system.labels, system.kind)
+    if trainer.is_global_zero:
+        write_json(run_dir / "metrics.json", metrics)
+        shown = {k: round(v, 4) for k, v in metrics.items() if "/" in k}
+        log.info("run dir %s; best checkpoint metrics %s", run_dir, shown)
+    return metrics
+
+
+def train_command(cfg: DictConfig) -> float | None:
+    """The `train` command: trains, and returns the monitored dev metric (the objective for sweepers)."""
+    metrics = train(cfg)
+    value = metrics.get(cfg.callbacks.checkpoint.monitor)
+    return None if value is None or np.isnan(value) else float(value)
+
+
+main = command("train", train_command)
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""The package as a user installs it: a wheel that carries its configs and the demo's data, and whose commands work
+from any folder. The fast tests build the wheel and run a command from it; the slow one installs it, non-editable
+and at the lock, into a fresh virtual environment and trains there."""
+
+import os
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import CONF, ROOT, SUBPROCESS_ENV
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+#: The console scripts of pyproject.toml.
+SCRIPTS = sorted(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The project's wheel, built as `pip wheel .` builds it (setuptools from this environment: no download)."""
+    out = tmp_path_factory.mktemp("wheel")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
+        capture_output=True, text=True, env=SUBPROCESS_ENV,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "absent from the `packages` configuration" not in done.stderr, done.stderr  # a conf/ folder not listed
+    (built,) = out.glob("matching-*.whl")
+    return built
+
+
+def test_the_wheel_carries_every_config_and_the_demo_data(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    configs = {f"matching/conf/{p.relative_to(CONF).as_posix()}" for p in CONF.rglob("*.yaml")}
+    assert configs and configs <= names, sorted(configs - names)
+    demo = {f"matching/demo_data/{p.name}" for p in (ROOT / "matching" / "demo_data").iterdir()}
+    assert demo <= names, sorted(demo - names)
+    assert "hydra_plugins/matching_ray_launcher/ray_launcher.py" in names
+    assert not any(n.startswith(("conf/", "tests/", "benchmarks/")) for n in names)  # nothing at the top level
+
+
+def test_a_command_of_the_unpacked_wheel_finds_its_configs_from_any_folder(wheel, tmp_path):
+    """The wheel's files alone (the clone out of sight), run from a folder that has no conf/: the configs are found
+    through the package."""
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = SUBPROCESS_ENV | {"PYTHONPATH": str(site)}
+    script = "import matching.cli, sys; print(matching.cli.CONF); sys.exit(__import__('matching.train').train.main())"
+    done = subprocess.run(
+        [sys.executable, "-c", script, "task=wikiqa", "aligner=coda", "--cfg", "job"],
+        cwd=elsewhere, capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[0] == str(site / "matching" / "conf")
+    assert "name: wikiqa" in done.stdout and "CoDAAligner" in done.stdout
+
+
+def test_every_folder_of_conf_is_a_listed_package():
+    """setuptools ships a folder's YAML files only when the folder is in pyproject.toml's `packages`."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {"matching.conf"} | {
+        "matching.conf." + ".".join(p.relative_to(CONF).parts) for p in CONF.rglob("*") if p.is_dir()
+    }
+    assert folders <= listed, sorted(folders - listed)
+
+
+@pytest.mark.slow
+def test_the_wheel_installed_at_the_lock_trains_offline_from_any_folder(wheel, tmp_path):
+    """What `pip install matching` gives: a fresh virtual environment, the wheel and its dependencies at the tested
+    versions (constraints.txt), then from a folder outside the clone: every command's --help, a short offline
+    training on the shipped sample, prediction with the trained run, a two-job sweep, and a config folder of the
+    user's own on Hydra's search path."""
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    bin_dir = env_dir / "bin"
+    install = subprocess.run(
+        [bin_dir / "pip", "install", "-q", "-c", ROOT / "constraints.txt", f"{wheel}[plots]"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stdout + install.stderr
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in SUBPROCESS_ENV.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+
+    def run(*argv: str) -> str:
+        done = subprocess.run([*argv], cwd=home, capture_output=True, text=True, env=env)
+        assert done.returncode == 0, f"{argv}\n{done.stdout}\n{done.stderr}"
+        return done.stdout + done.stderr
+
+    for script in SCRIPTS:
+        assert "usage" in run(script, "--help").lower(), script
+    short = ["experiment=demo", "trainer.max_epochs=1", "+trainer.limit_train_batches=4", "data.eval_batch_size=500"]
+    run("matching-train", *short, "hydra.run.dir=run")
+    metrics = (home / "run" / "metrics.json").read_text()
+    assert '"val/acc"' in metrics
+    pairs = home / "pairs.tsv"
+    pairs.write_text("A man is sleeping.\tA person rests.\nTwo dogs run.\tNo animals are outside.\n")
+    run("matching-predict", "ckpt=run/checkpoints/best.ckpt", f"input={pairs}", "output=predictions.jsonl")
+    assert len((home / "predictions.jsonl").read_text().splitlines()) == 2
+    run("matching-train", "-m", *short, "seed=1,2", "hydra.sweep.dir=sweep")
+    assert len(list((home / "sweep").glob("*/metrics.json"))) == 2
+    own = home / "my_conf" / "aligner"
+    own.mkdir(parents=True)
+    (own / "coda2.yaml").write_text("defaults:\n  - coda\n  - _self_\n\nalpha: 2.0\n")
+    composed = run("matching-train", f"hydra.searchpath=[file://{home / 'my_conf'}]", "aligner=coda2", "--cfg", "job")
+    assert "alpha: 2.0" in composed and "CoDAAligner" in composed
