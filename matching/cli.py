@@ -71,9 +71,6 @@ PLUGIN_EXTRAS = {
     "sweep=optuna": ("hydra_plugins.hydra_optuna_sweeper", "sweep"),
     "sweep=optuna_coda": ("hydra_plugins.hydra_optuna_sweeper", "sweep"),
 }
-# conf/hydra/launcher/submitit_local.yaml sets our defaults over the plugin's schema of the same name, which Hydra
-# validates it against (a typo in a key is an error) while warning that 1.1 deprecated this; hydra-core is pinned.
-warnings.filterwarnings("ignore", message=r"\n'hydra/launcher/submitit_local' is validated against ConfigStore schema")
 
 
 def _no_cloud_tip(record: logging.LogRecord) -> bool:
@@ -86,7 +83,14 @@ def quiet_libraries() -> None:
     own code (lightning/pytorch/utilities/_pytree.py; nothing of ours uses it); and on ONNX export, onnxscript's
     log of every graph rewrite (INFO, which the commands' stderr logging shows), torch's warning that torchvision,
     which no matching model uses, is not installed, and its note that two dynamic axes share the name `batch`
-    (a contextual model's inputs do, on purpose). Their warnings and errors still show."""
+    (a contextual model's inputs do, on purpose); Hydra's note that conf/hydra/launcher/submitit_local.yaml, which
+    sets our defaults over the plugin's schema of the same name, is validated against that schema (a typo in a key
+    is still an error; hydra-core is pinned). Their warnings and errors still show.
+
+    Process-wide settings, so only a command's entry point calls this (its `main` and its Hydra task function,
+    which a sweep runs in other processes): importing matching, or using it as a library, changes nothing."""
+    submitit_local = r"\n'hydra/launcher/submitit_local' is validated against ConfigStore schema"
+    warnings.filterwarnings("ignore", message=submitit_local)
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
     warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used", category=UserWarning)
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
@@ -97,8 +101,6 @@ def quiet_libraries() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
 
-
-quiet_libraries()
 
 #: Arguments that ask Hydra about the command instead of running it (no checkpoint needed).
 _HYDRA_QUERIES = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion", "-sc")
@@ -264,6 +266,7 @@ def command(
 
     @hydra.main(version_base="1.3", config_path=str(CONF), config_name=config_name)
     def app(cfg: DictConfig) -> Any:
+        quiet_libraries()  # again here: a sweep's launcher runs this function in processes of its own
         try:
             return body(cfg)
         except MissingMandatoryValue as err:  # a `???` key of the command's YAML that the user did not give
@@ -275,6 +278,7 @@ def command(
 
     def main(argv: Sequence[str] | None = None) -> int:
         argv = quote_verbatim(sys.argv[1:] if argv is None else argv, verbatim)
+        quiet_libraries()
         try:
             check_plugins(argv)
             register_trained_run(argv, required=uses_run)

@@ -204,7 +204,7 @@ def export(
             verbose=False,  # no step-by-step report of the exporter's passes
         )
         program.save(str(path))
-    shutil.copy(run.run_dir / "vocab.txt", out_dir / "vocab.txt")
+    shutil.copyfile(run.run_dir / "vocab.txt", out_dir / "vocab.txt")  # the mode of a new file (umask)
     hf_tokenizer(run.data.tokenizer, run.vocab).save(str(out_dir / "tokenizer.json"))
     write_json(out_dir / "serving.json", serving_spec(run, fmt, path.name))
     return path

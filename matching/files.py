@@ -23,12 +23,19 @@ ZIP_MAGIC = b"PK\x03\x04"
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
-    """Call `write(temporary path)`, then rename the temporary file onto `path`; on error nothing is left."""
+    """Call `write(temporary path)`, then rename the temporary file onto `path`; on error nothing is left.
+
+    The file gets the permissions of any new file of the user's (0666 less the umask), whatever `write` does: some
+    writers (safetensors) create their file private (0600), which a team's shared model folder cannot be."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        os.close(os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o666))  # the mode the umask gives
+        mode = os.stat(tmp).st_mode & 0o777
         write(tmp)
+        if os.stat(tmp).st_mode & 0o777 != mode:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

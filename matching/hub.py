@@ -114,7 +114,7 @@ def write_folder(run: TrainedRun, out: Path, encoder: str | None = None, encoder
     out.mkdir(parents=True, exist_ok=True)
     cfg = shared_config(run, reference)
     write_text_atomic(out / "config.yaml", OmegaConf.to_yaml(cfg))
-    shutil.copy(run.run_dir / "vocab.txt", out / "vocab.txt")
+    shutil.copyfile(run.run_dir / "vocab.txt", out / "vocab.txt")  # the mode of a new file (umask)
     tensors = {k: v.detach().cpu().contiguous() for k, v in run.model.state_dict().items()}
     meta = {"matching": json.dumps(metadata(run, reference)), "format": "pt"}
     write_atomic(out / WEIGHTS, lambda tmp: safetensors.save_file(tensors, str(tmp), metadata=meta))
