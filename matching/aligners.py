@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from matching.errors import ConfigError
 from matching.layers import Dropout, FeedForward, masked_mean, masked_softmax, pair_mask, per_token
 
 
@@ -41,7 +42,7 @@ class Aligner(nn.Module):
     def __init__(self, dim: int):
         super().__init__()
         if dim <= 0:
-            raise ValueError(f"{type(self).__name__} needs a positive input dimension, got {dim}")
+            raise ConfigError(f"{type(self).__name__} needs a positive input dimension, got {dim}")
         self.dim = dim
 
     def _check(self, a: Tensor, b: Tensor, mask_a: Tensor, mask_b: Tensor) -> None:
@@ -75,7 +76,7 @@ def _projection(dim: int, hidden: int, dropout: float, kind: str) -> tuple[nn.Mo
         return nn.Sequential(Dropout(dropout), nn.Linear(dim, hidden, bias=False)), hidden
     if kind == "none":
         return nn.Identity(), dim
-    raise ValueError(f"unknown projection {kind!r}; choose one of {list(PROJECTIONS)}")
+    raise ConfigError(f"unknown projection {kind!r}; choose one of {list(PROJECTIONS)}")
 
 
 def _attend_both_ways(
@@ -132,7 +133,7 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 
 def _activation(name: str, role: str) -> Callable[[Tensor], Tensor]:
     if name not in ACTIVATIONS:
-        raise ValueError(f"unknown {role} activation {name!r}; choose one of {sorted(ACTIVATIONS)}")
+        raise ConfigError(f"unknown {role} activation {name!r}; choose one of {sorted(ACTIVATIONS)}")
     return ACTIVATIONS[name]
 
 
@@ -177,11 +178,11 @@ class CoDAAligner(Aligner):
     ):
         super().__init__(dim)
         if gate not in self.GATES:
-            raise ValueError(f"unknown CoDA gate normalisation {gate!r}; choose one of {list(self.GATES)}")
+            raise ConfigError(f"unknown CoDA gate normalisation {gate!r}; choose one of {list(self.GATES)}")
         if gate_projection not in ("shared", "separate"):
-            raise ValueError(f"gate_projection must be 'shared' or 'separate', got {gate_projection!r}")
+            raise ConfigError(f"gate_projection must be 'shared' or 'separate', got {gate_projection!r}")
         if alpha < 0 or beta < 0:
-            raise ValueError(f"CoDA temperatures must be non-negative, got alpha={alpha} beta={beta}")
+            raise ConfigError(f"CoDA temperatures must be non-negative, got alpha={alpha} beta={beta}")
         self.phi_e = _activation(phi_e, "phi_e")
         self.phi_n = _activation(phi_n, "phi_n")
         self.alpha, self.beta, self.gate, self.center_e = alpha, beta, gate, center_e
@@ -237,7 +238,7 @@ class ConflictAligner(Aligner):
     def __init__(self, dim: int, hidden: int = 200, dropout: float = 0.2, score: str = "l1"):
         super().__init__(dim)
         if score not in self.SCORES:
-            raise ValueError(f"unknown conflict score {score!r}; choose one of {list(self.SCORES)}")
+            raise ConfigError(f"unknown conflict score {score!r}; choose one of {list(self.SCORES)}")
         self.score_kind = score
         self.dropout = Dropout(dropout)
         self.project_a = nn.Linear(dim, hidden)  # W_u

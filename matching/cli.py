@@ -7,8 +7,10 @@ before composition, and the command's YAML lists it first in its defaults. So ev
 overridden as in training (`paths.data_dir=/corpora`, `task.splits.test.path=...`), with the run's own task
 and split names, and a typo is an error naming the key.
 
-A user's mistake (a missing file, a bad value, an unusable checkpoint) prints one paragraph starting with
-`error:` on stderr and exits with status 2, without a traceback; `MATCHING_DEBUG=1` shows the traceback.
+A user's mistake (a `UserError`, matching/errors.py: a missing file, a bad value, an unusable checkpoint) prints
+one paragraph starting with `error:` on stderr and exits with status 2, without a traceback; `MATCHING_DEBUG=1`
+shows the traceback. Anything else is a bug in matching: its traceback, a line saying so and where to report it,
+and exit status 1.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import os
 import re
 import sys
+import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,6 +33,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue
+
+from matching.errors import BUG_REPORT, UsageError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +56,6 @@ def config_dir() -> Path:
 CONF = config_dir()
 
 
-class UsageError(ValueError):
-    """The command line cannot be used as given (a missing or repeated argument)."""
-
-
-#: The errors a user's input can cause; each carries a message that says what was wrong and what to do.
-#: (DataFormatError, VectorsError, LabelError, RunError and UsageError are ValueErrors; a missing corpus is a
-#: FileNotFoundError.)
-USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError)
 #: Options of config groups that a plugin provides, from an extra: (module, extra). Checked before Hydra composes
 #: anything, so that a missing plugin is named with the extra that installs it (Hydra would only say that the
 #: option or the plugin class cannot be found).
@@ -211,11 +208,11 @@ def _unparsable(overrides: Sequence[str]) -> str | None:
     return None
 
 
-class OverrideError(ValueError):
+class OverrideError(UserError, ValueError):
     """A command-line override that Hydra cannot apply."""
 
 
-class SweepJobError(ValueError):
+class SweepJobError(UserError, ValueError):
     """A job of a sweep run by another process (submitit) failed; the message carries its error and its logs."""
 
 
@@ -240,6 +237,22 @@ def report_error(err: BaseException) -> int:
         raise err
     print(f"error: {err}", file=sys.stderr)
     return 2
+
+
+def report_bug(err: BaseException) -> int:
+    """Print a bug of ours: its traceback, then a line that says it is a bug and where to report it; status 1."""
+    traceback.print_exception(err, file=sys.stderr)
+    print(f"\n{BUG_REPORT}", file=sys.stderr)
+    return 1
+
+
+def _raised_by_hydra(err: BaseException) -> bool:
+    """Whether Hydra itself raised `err` (its checks of the command line's flags, e.g. `--cfg` with `-m`, are
+    ValueErrors), not code of ours that it called."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and f"{os.sep}hydra{os.sep}" in tb.tb_frame.f_code.co_filename
 
 
 def quote_verbatim(argv: Sequence[str], keys: Sequence[str]) -> list[str]:
@@ -273,7 +286,7 @@ def command(
             usage = HydraConfig.get().help.header.strip()
             missing = UsageError(f"missing {err.full_key}=<value>; {usage[0].lower()}{usage[1:]}")
             raise SystemExit(report_error(missing)) from None
-        except USER_ERRORS as err:
+        except UserError as err:
             raise SystemExit(report_error(err)) from None
 
     def main(argv: Sequence[str] | None = None) -> int:
@@ -282,8 +295,10 @@ def command(
         try:
             check_plugins(argv)
             register_trained_run(argv, required=uses_run)
-        except USER_ERRORS as err:
+        except UserError as err:
             return report_error(err)
+        except Exception as err:
+            return report_bug(err)
         saved, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
         sys.argv = [f"matching-{config_name}", *argv]
         # Hydra then raises its errors (a bad override, a missing option) instead of printing them with a
@@ -294,12 +309,14 @@ def command(
         except HydraException as err:
             overrides = [a for a in argv if not a.startswith("-")]
             return report_error(OverrideError(_override_message(config_name, overrides, err)))
-        except USER_ERRORS as err:  # Hydra's own argument checks (e.g. --cfg with -m)
+        except UserError as err:
             return report_error(err)
         except Exception as err:
             if type(err).__module__.startswith("submitit"):  # a job of hydra/launcher=slurm or submitit_local
                 return report_error(sweep_job_error(err))
-            raise
+            if isinstance(err, ValueError) and _raised_by_hydra(err):  # Hydra's own argument checks
+                return report_error(err)
+            return report_bug(err)
         except SystemExit as done:  # --help, a Hydra error (status 1) or a user error (status 2)
             return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
         finally:

@@ -29,12 +29,13 @@ from matching.cli import command
 from matching.data.readers import Pair
 from matching.data.sources import resolve_path
 from matching.demo_sample import DEV, NEW_PAIRS, TRAIN, VECTORS
+from matching.errors import MissingFileError, UserError
 from matching.files import open_binary
 
 log = logging.getLogger(__name__)
 
 
-class DemoError(ValueError):
+class DemoError(UserError, ValueError):
     """The demo cannot go on (its sample is missing, training failed); the message says what to do."""
 
 
@@ -56,7 +57,7 @@ def read_pairs(path: Path) -> tuple[list[Pair], list[str]]:
     from matching.predict import read_input
 
     if not path.is_file():
-        raise FileNotFoundError(f"pairs={path}: no such file; give a file of pairs as predict reads them")
+        raise MissingFileError(f"pairs={path}: no such file; give a file of pairs as predict reads them")
     with open_binary(path) as stream:
         pairs = list(read_input(stream, str(path)))
     if not pairs:

@@ -31,6 +31,7 @@ from omegaconf import DictConfig
 from matching import DEMO_DATA
 from matching.cli import command
 from matching.data.readers import DataFormatError
+from matching.errors import MissingFileError
 from matching.files import existing, open_binary, write_atomic
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ def demo_sample(cfg: DictConfig) -> dict[str, int]:
     for given, path, what in ((cfg.snli, snli, "SNLI 1.0 dev (snli_1.0_dev.jsonl)"),
                               (cfg.vectors, vectors, "the MiniLM static vectors (embeddings=minilm)")):  # fmt: skip
         if path is None or path.is_dir():
-            raise FileNotFoundError(f"no file at {given}: the sample is taken from {what}; set paths.data_dir")
+            raise MissingFileError(f"no file at {given}: the sample is taken from {what}; set paths.data_dir")
     out = Path(str(cfg.out)) if cfg.out else DEMO_DATA
     written = make_sample(snli, vectors, out, int(cfg.train_pairs), int(cfg.dev_pairs), int(cfg.seed),
                           int(cfg.decimals))  # fmt: skip

@@ -34,6 +34,7 @@ from omegaconf import DictConfig
 
 from matching.cli import command
 from matching.data.readers import DataFormatError
+from matching.errors import MissingFileError
 from matching.extras import MissingExtraError
 from matching.files import existing, open_binary, write_atomic
 
@@ -75,14 +76,14 @@ def corpus_texts(cfg: DictConfig) -> Iterable[str]:
                 yield pair.a
                 yield pair.b
     if not found:
-        raise FileNotFoundError(f"no corpus files of `corpora` were found under {data_dir}; set paths.data_dir")
+        raise MissingFileError(f"no corpus files of `corpora` were found under {data_dir}; set paths.data_dir")
 
 
 def vocabulary(cfg: DictConfig) -> list[str]:
     if cfg.words:
         source = existing(cfg.words)
         if source is None:
-            raise FileNotFoundError(f"words={cfg.words}: no such file (one word per line, or a vectors file)")
+            raise MissingFileError(f"words={cfg.words}: no such file (one word per line, or a vectors file)")
         words = words_of_file(source)
     else:
         from wordfreq import top_n_list

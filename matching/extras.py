@@ -6,8 +6,10 @@ import importlib
 import importlib.util
 from types import ModuleType
 
+from matching.errors import UserError
 
-class MissingExtraError(ValueError):
+
+class MissingExtraError(UserError, ValueError):
     """An optional dependency is not installed; the message names the extra that installs it."""
 
 

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from matching.errors import DataFormatError
+
 GZIP_MAGIC = b"\x1f\x8b"
 ZIP_MAGIC = b"PK\x03\x04"
 
@@ -91,7 +93,7 @@ def zip_member(raw: BinaryIO, path: Path) -> BinaryIO:
     members = [m for m in archive.infolist() if not m.is_dir() and not m.filename.startswith("__MACOSX")]
     if len(members) != 1:
         names = [m.filename for m in members]
-        raise ValueError(
+        raise DataFormatError(
             f"{path} holds {len(members)} files ({names[:5]}); a zip is read when it holds exactly one. Unpack it and "
             "point at the file you want (e.g. embeddings.path=<file>)."
         )

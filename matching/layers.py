@@ -14,6 +14,8 @@ from torch import Tensor, nn
 from torch.backends.cpu import get_cpu_capability
 from torch.compiler import is_compiling
 
+from matching.errors import ConfigError
+
 
 class Dropout(nn.Dropout):
     """nn.Dropout, with a faster mask on a CPU: one 64-bit random number for four elements.
@@ -52,7 +54,7 @@ class FeedForward(nn.Sequential):
 
     def __init__(self, in_dim: int, hidden: int, dropout: float = 0.2, layers: int = 2):
         if in_dim <= 0 or hidden <= 0 or layers <= 0:
-            raise ValueError(f"FeedForward needs positive sizes, got in_dim={in_dim} hidden={hidden} layers={layers}")
+            raise ConfigError(f"FeedForward needs positive sizes, got in_dim={in_dim} hidden={hidden} layers={layers}")
         blocks: list[nn.Module] = []
         for i in range(layers):
             blocks += [Dropout(dropout), nn.Linear(in_dim if i == 0 else hidden, hidden), nn.ReLU()]

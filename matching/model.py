@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from matching.aligners import Aligner
+from matching.errors import ConfigError
 from matching.layers import FeedForward, split_sides
 
 PAD_ID = 0
@@ -47,7 +48,7 @@ class IntraAttention(nn.Module):
         self.max_distance = max_distance
         self.aligner = aligner(dim=dim)
         if self.aligner.copies != 1:
-            raise ValueError("the intra-sentence aligner must return one aligned vector per token (copies=1)")
+            raise ConfigError("the intra-sentence aligner must return one aligned vector per token (copies=1)")
         self.distance_bias = nn.Embedding(2 * max_distance + 3, 1)
         nn.init.zeros_(self.distance_bias.weight)
 
@@ -104,7 +105,7 @@ class DecomposableAttention(nn.Module):
         if vectors.dim() != 2 or vectors.shape[0] <= NULL_ID:
             raise ValueError(f"vectors must be a (V, E) matrix with V > {NULL_ID}, got {tuple(vectors.shape)}")
         if num_classes < 2:
-            raise ValueError(f"num_classes must be at least 2, got {num_classes}")
+            raise ConfigError(f"num_classes must be at least 2, got {num_classes}")
         vectors = vectors.float()
         if normalize_embeddings:
             vectors = vectors / vectors.norm(dim=1, keepdim=True).clamp_min(1e-12)

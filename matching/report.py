@@ -38,6 +38,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig
 
 from matching.cli import command
+from matching.errors import ConfigError, MissingFileError
 from matching.extras import MissingExtraError, require
 from matching.files import write_text_atomic
 from matching.scores import METRIC_COLUMNS, ranked_answers, unit_rows, unit_scores
@@ -181,7 +182,7 @@ def find_runs(paths: list[Path], left_out: list[Run] | None = None, superseded: 
     planned: list[Run] = []
     for root in paths:
         if not root.exists():
-            raise FileNotFoundError(f"no such run or multirun directory: {root}")
+            raise MissingFileError(f"no such run or multirun directory: {root}")
         if (root / "metrics.json").exists() or (root / "config.yaml").exists():
             candidates = [root]
         else:  # a run directory holds config.yaml (written first) and, once finished, metrics.json
@@ -203,7 +204,7 @@ def find_runs(paths: list[Path], left_out: list[Run] | None = None, superseded: 
         for sweep_dir in sweeps:
             planned += _not_started(sweep_dir, [r for r in runs if r.path.is_relative_to(sweep_dir)])
     if not runs and not planned:
-        raise FileNotFoundError(f"no run directories (metrics.json + config.yaml) under {', '.join(map(str, paths))}")
+        raise MissingFileError(f"no run directories (metrics.json + config.yaml) under {', '.join(map(str, paths))}")
     wiring = [r for r in runs if wiring_reason(r.config or {})]
     if left_out is not None:
         left_out += wiring
@@ -571,7 +572,7 @@ def report(
     superseded: list[Run] = []
     runs = find_runs(paths, wiring, superseded)
     if not runs:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"only wiring or debug runs under {', '.join(map(str, paths))} ({len(wiring)}: "
             f"{wiring_reason(wiring[0].config or {})}, ...); they are not results. Train without debug= to report"
         )
@@ -586,7 +587,7 @@ def report(
     if baseline:
         aligner = baseline.split()[0]
         if not any(r["aligner"] == aligner for r in rows):
-            raise ValueError(
+            raise ConfigError(
                 f"baseline={baseline!r}: no run has the aligner {aligner!r}; the runs have "
                 f"{sorted({str(r['aligner']) for r in rows})}"
             )
@@ -633,7 +634,7 @@ def report_command(cfg: DictConfig) -> list[dict[str, object]]:
     """The `report` command on its composed config (conf/report.yaml)."""
     runs = cfg.runs if isinstance(cfg.runs, ListConfig) else [cfg.runs]
     if not runs:
-        raise FileNotFoundError("runs= names no folder; give a multirun or run directory, or a list: runs=[a,b]")
+        raise MissingFileError("runs= names no folder; give a multirun or run directory, or a list: runs=[a,b]")
     baseline = str(cfg.baseline) if cfg.get("baseline") else None
     return report([Path(str(r)) for r in runs], Path(cfg.out) if cfg.out else None, baseline, int(cfg.disagreements))
 

@@ -31,6 +31,7 @@ from matching.data.datamodule import PairDataModule, pair_sides, split_prefix
 from matching.data.readers import Pair
 from matching.data.tasks import Task
 from matching.data.vocab import Vocabulary
+from matching.errors import ConfigError, UserError
 from matching.files import write_atomic
 from matching.model import DecomposableAttention, MatchOutput
 from matching.system import MatchingSystem
@@ -200,7 +201,7 @@ def class_weights(cfg: DictConfig, dm: PairDataModule) -> list[float] | None:
         log.info("class weights (balanced over the training split): %s", dict(zip(dm.labels, weights, strict=True)))
         return weights
     if isinstance(choice, str):
-        raise ValueError(f"loss.class_weights must be null, 'balanced' or a list of {len(dm.labels)} numbers")
+        raise ConfigError(f"loss.class_weights must be null, 'balanced' or a list of {len(dm.labels)} numbers")
     return [float(w) for w in choice]
 
 
@@ -239,7 +240,7 @@ def check_writable(folder: Path) -> None:
         ) from err
 
 
-class RunError(ValueError):
+class RunError(UserError, ValueError):
     """A checkpoint or run directory cannot be used; the message says what is wrong and what to do."""
 
 

@@ -16,6 +16,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from matching.data.datamodule import batches_trained
+from matching.errors import ConfigError
 from matching.metrics import EvaluationRecord, RankingMetrics, describe
 from matching.model import CONTEXT_INPUTS, MatchOutput
 
@@ -72,13 +73,13 @@ class MatchingSystem(pl.LightningModule):
         self.labels = list(labels)
         self.val_prefixes, self.test_prefixes = list(val_prefixes), list(test_prefixes)
         if kind not in ("classify", "rank"):
-            raise ValueError(f"task kind must be 'classify' or 'rank', got {kind!r}")
+            raise ConfigError(f"task kind must be 'classify' or 'rank', got {kind!r}")
         if kind == "rank" and len(self.labels) != 2:
-            raise ValueError(f"ranking is pointwise with two labels (no-match, match), got {self.labels}")
+            raise ConfigError(f"ranking is pointwise with two labels (no-match, match), got {self.labels}")
         self.kind = kind
         n = len(self.labels)
         if class_weights is not None and len(class_weights) != n:
-            raise ValueError(f"loss.class_weights needs one weight per label {self.labels}, got {list(class_weights)}")
+            raise ConfigError(f"loss.class_weights needs one weight per label {self.labels}, got {list(class_weights)}")
         # Training loss only; evaluation losses stay unweighted so that they compare across settings.
         weights = None if class_weights is None else torch.tensor([float(w) for w in class_weights])
         self.register_buffer("class_weights", weights, persistent=False)

@@ -37,6 +37,7 @@ from torch.backends.cpu import get_cpu_capability
 
 from matching.cli import command
 from matching.data.vocab import Vocabulary
+from matching.errors import UserError
 from matching.files import write_json, write_text_atomic
 from matching.runs import (
     AtomicCheckpointIO,
@@ -86,7 +87,7 @@ class EpochTimer(pl.Callback):
         self._start = None
 
 
-class NonFiniteLossError(ValueError):
+class NonFiniteLossError(UserError, ValueError):
     """The training loss became NaN or infinite; reported like a user's mistake (what to change is in the message:
     the learning rate, clipping, the data), without a traceback."""
 

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from matching.errors import UserError
 from matching.extras import require
 from matching.files import file_sha256, write_atomic, write_npz_atomic
 
@@ -44,7 +45,7 @@ _WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 _HASHES: dict[tuple[str, int, int], str] = {}  # (weights file, size, mtime) -> sha256, computed once per process
 
 
-class EncoderError(ValueError):
+class EncoderError(UserError, ValueError):
     """The encoder cannot be found or used; the message says what to install or which folder to point at."""
 
 

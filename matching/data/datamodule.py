@@ -32,11 +32,12 @@ from matching.data.readers import Pair
 from matching.data.sources import read_split, resolve_path
 from matching.data.tasks import Task
 from matching.data.vocab import Tokenizer, Vocabulary
+from matching.errors import ConfigError, DataFormatError, UserError
 
 log = logging.getLogger(__name__)
 
 
-class BadExampleError(ValueError):
+class BadExampleError(UserError, ValueError):
     """A pair that cannot be used; the message names its file and line and what to do."""
 
 
@@ -218,7 +219,7 @@ def encode_split(
     """Ids of a split. A pair with an unknown label or an empty text raises (on_bad="error") or is counted
     and skipped (on_bad="skip")."""
     if on_bad not in ("error", "skip"):
-        raise ValueError(f"data.on_bad_example must be 'error' or 'skip', got {on_bad!r}")
+        raise ConfigError(f"data.on_bad_example must be 'error' or 'skip', got {on_bad!r}")
     label_ids = {label: i for i, label in enumerate(labels)}
     skipped: dict[str, list[int]] = {}
     keep = []
@@ -351,7 +352,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         budget: Budget | None = None,
     ):
         if batch_size < 1:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
+            raise ConfigError(f"batch_size must be positive, got {batch_size}")
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} outside 0..{num_replicas - 1}")
         self.lengths, self.batch_size, self.shuffle = lengths, batch_size, shuffle
@@ -553,9 +554,9 @@ class PairDataModule(pl.LightningDataModule):
                             ("max_length", max_length), ("batch_cells", batch_cells),
                             ("batch_tokens", batch_tokens), ("pad_to", pad_to)):  # fmt: skip
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"data.{name} must be a positive whole number, got {value!r}")
+                raise ConfigError(f"data.{name} must be a positive whole number, got {value!r}")
         if on_bad_example not in ("error", "skip"):
-            raise ValueError(f"data.on_bad_example must be 'error' or 'skip', got {on_bad_example!r}")
+            raise ConfigError(f"data.on_bad_example must be 'error' or 'skip', got {on_bad_example!r}")
         self.max_length, self.oov_buckets = max_length, oov_buckets
         self.budget = Budget(batch_cells, batch_tokens)
         self.pad_to = pad_to
@@ -669,7 +670,7 @@ class PairDataModule(pl.LightningDataModule):
                 pairs = keep_answered_questions(pairs, self.labels[1], f"{self.task.name} train")
             if not pairs:
                 where = resolve_path(self.task.splits[name].path, self.data_dir)
-                raise ValueError(
+                raise DataFormatError(
                     f"{self.task.name} {name} split is empty: {where} holds no pair with a label (an empty file, or "
                     f"a [start, stop) slice that selects nothing); check task.splits.{name}"
                 )

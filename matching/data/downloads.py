@@ -13,6 +13,7 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
+from matching.errors import UserError
 from matching.extras import require
 
 log = logging.getLogger(__name__)
@@ -20,7 +21,7 @@ log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 3.0
 
 
-class OfflineError(OSError):
+class OfflineError(UserError, OSError):
     """The hub cannot be reached (HF_HUB_OFFLINE is set, or no connection)."""
 
 

@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from matching.data.downloads import OfflineError, download_from_hub
 from matching.data.vocab import Vocabulary
+from matching.errors import ConfigError, MissingFileError, UserError
 from matching.extras import require
 from matching.files import GZIP_MAGIC, ZIP_MAGIC, existing, open_binary, write_npz_atomic, zip_member
 
@@ -44,7 +45,7 @@ _PANDAS_MIN_ROWS = 256  # below this, pandas' C parser does not pay for itself
 _BOM = b"\xef\xbb\xbf"
 
 
-class VectorsError(ValueError):
+class VectorsError(UserError, ValueError):
     """Bad/unsupported vectors file; message says which file, which line, what to do."""
 
 
@@ -77,16 +78,16 @@ def locate_vectors(path: str | os.PathLike, hub: dict | None = None, download: s
                 raise VectorsError(f"embeddings.path={found} is a folder; point it at the vectors file inside it")
             return found
     if not hub:
-        raise FileNotFoundError(missing_vectors_message(path, download=download))
+        raise MissingFileError(missing_vectors_message(path, download=download))
     fetched = Path(hub["folder"]) / hub["filename"]
     if fetched.is_file():
         return fetched
     try:
         return download_from_hub(hub["repo_id"], hub["filename"], Path(hub["folder"]))
     except OfflineError as err:
-        raise FileNotFoundError(missing_vectors_message(path, hub, str(err), download)) from None
+        raise MissingFileError(missing_vectors_message(path, hub, str(err), download)) from None
     except Exception as err:  # hub errors, disk full, a renamed repository: the same advice
-        raise FileNotFoundError(missing_vectors_message(path, hub, f"{type(err).__name__}: {err}", download)) from None
+        raise MissingFileError(missing_vectors_message(path, hub, f"{type(err).__name__}: {err}", download)) from None
 
 
 def load_vectors(
@@ -106,7 +107,7 @@ def load_vectors(
     result is cached as .npz keyed by (absolute path, size, mtime, format, hash of the word list).
     """
     if format not in FORMATS:
-        raise ValueError(f"unknown vectors format {format!r}; expected one of {', '.join(FORMATS)}")
+        raise ConfigError(f"unknown vectors format {format!r}; expected one of {', '.join(FORMATS)}")
     path = _existing(Path(path))
     words = list(words)
 
@@ -155,9 +156,9 @@ class PretrainedVectors:
     def __init__(self, path: str | os.PathLike, format: str = "auto", dim: int | None = None, top_words: int = 0,
                  freeze: bool = True, normalize: bool = True, hub: dict | None = None, download: str = ""):  # fmt: skip
         if top_words < 0:
-            raise ValueError(f"embeddings.top_words must be 0 or more, got {top_words}")
+            raise ConfigError(f"embeddings.top_words must be 0 or more, got {top_words}")
         if format not in FORMATS:
-            raise ValueError(f"unknown vectors format embeddings.format={format!r}; expected one of {FORMATS}")
+            raise ConfigError(f"unknown vectors format embeddings.format={format!r}; expected one of {FORMATS}")
         self.path, self.format, self.dim, self.top_words = locate_vectors(path, hub, download), format, dim, top_words
         self.freeze, self.normalize = freeze, normalize
         self._read: tuple[list[str], np.ndarray, np.ndarray] | None = None  # extra_words' pass, for matrix
@@ -259,7 +260,7 @@ def first_words(path: str | os.PathLike, count: int, format: str = "auto") -> li
 def _existing(path: Path) -> Path:
     found = existing(path)
     if found is None:
-        raise FileNotFoundError(missing_vectors_message(path))
+        raise MissingFileError(missing_vectors_message(path))
     return found
 
 

@@ -29,6 +29,7 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Any, TextIO
 
+from matching.errors import DataFormatError, MissingFileError
 from matching.files import existing, gz_twin, open_binary
 
 logger = logging.getLogger(__name__)
@@ -69,10 +70,6 @@ class Pair:
     line: int = field(default=0, compare=False)
 
 
-class DataFormatError(ValueError):
-    """A corpus file is malformed. The message names the file, the 1-based line number and what to do."""
-
-
 #: The field names of a pair's two texts in JSON objects (predict's input, `Matcher.predict`'s dicts), and of its
 #: group (question) id.
 FIELD_ALIASES = [("a", "b"), ("sentence1", "sentence2"), ("premise", "hypothesis"), ("question", "answer"),
@@ -105,7 +102,7 @@ def _resolve(path: str | os.PathLike[str]) -> Path:
     """``path`` if it exists, else its twin (``x`` <-> ``x.gz``); FileNotFoundError names both paths tried."""
     found = existing(path)
     if found is None:
-        raise FileNotFoundError(f"corpus file not found: tried {str(path)!r} and {str(gz_twin(path))!r}")
+        raise MissingFileError(f"corpus file not found: tried {str(path)!r} and {str(gz_twin(path))!r}")
     if found.is_dir():
         raise DataFormatError(
             f"{found} is a folder, but this corpus format is one file per split: point task.splits.<split>.path at "
@@ -516,7 +513,7 @@ def _trecqa_files(folder: Path) -> list[Path]:
     expected = ", ".join(_TRECQA_FILES)
     if not folder.is_dir():
         what = "is a file, not a folder" if folder.exists() else "not found"
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"TrecQA split folder {str(folder)!r} {what}: pass the folder (e.g. trecqa/raw-dev) holding "
             f"{expected} (each plain or .gz), one line per pair."
         )
@@ -527,7 +524,7 @@ def _trecqa_files(folder: Path) -> list[Path]:
         except FileNotFoundError:
             missing.append(name)
     if missing:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"TrecQA split folder {str(folder)!r} lacks {', '.join(missing)} (nor .gz); it must hold {expected} "
             "(each plain or .gz), one line per pair."
         )

@@ -15,13 +15,14 @@ from pathlib import Path
 from matching.data.downloads import check_reachable
 from matching.data.readers import Pair
 from matching.data.tasks import Task
+from matching.errors import UserError
 from matching.extras import require
 from matching.files import existing
 
 log = logging.getLogger(__name__)
 
 
-class CorpusNotFoundError(FileNotFoundError):
+class CorpusNotFoundError(UserError, FileNotFoundError):
     """A split could be found neither locally nor on the hub; the message says how to get it."""
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from matching.data.readers import Pair
+from matching.errors import ConfigError
 
 Reader = Callable[[str | os.PathLike], Iterator[Pair]]
 KINDS = ("classify", "rank")
@@ -66,16 +67,16 @@ class Task:
         self.eval_splits, self.test_splits = list(self.eval_splits), list(self.test_splits or [])
         self.keep_tokens = list(self.keep_tokens or [])
         if self.kind not in KINDS:
-            raise ValueError(f"task.kind must be one of {KINDS}, got {self.kind!r}")
+            raise ConfigError(f"task.kind must be one of {KINDS}, got {self.kind!r}")
         if self.kind == "rank" and len(self.labels) != 2:
-            raise ValueError(f"ranking is pointwise with two labels (no-match, match), got task.labels={self.labels}")
+            raise ConfigError(f"ranking is pointwise with two labels (no-match, match), got task.labels={self.labels}")
         if self.train_questions not in TRAIN_QUESTIONS:
-            raise ValueError(f"task.train_questions must be one of {TRAIN_QUESTIONS}, got {self.train_questions!r}")
+            raise ConfigError(f"task.train_questions must be one of {TRAIN_QUESTIONS}, got {self.train_questions!r}")
         if self.train_questions == "answered" and self.kind != "rank":
-            raise ValueError("task.train_questions=answered applies to ranking tasks (questions with candidates)")
+            raise ConfigError("task.train_questions=answered applies to ranking tasks (questions with candidates)")
         unknown = [s for s in self.eval_splits + self.test_splits if s not in self.splits]
         if unknown:
-            raise ValueError(f"task splits {unknown} are listed in eval_splits/test_splits but not in task.splits")
+            raise ConfigError(f"task splits {unknown} are listed in eval_splits/test_splits but not in task.splits")
 
     @property
     def active_eval_splits(self) -> list[str]:
@@ -101,7 +102,7 @@ def _split(name: str, spec: Split | Mapping[str, Any] | str | None) -> Split | N
     if isinstance(spec, str):
         return Split(spec)
     if "path" not in spec:
-        raise ValueError(f"task.splits.{name} needs a path (got {dict(spec)})")
+        raise ConfigError(f"task.splits.{name} needs a path (got {dict(spec)})")
     return Split(**spec)
 
 

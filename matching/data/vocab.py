@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import normalizers, pre_tokenizers
 
+from matching.errors import ConfigError, DataFormatError
 from matching.files import write_text_atomic
 from matching.model import NULL_ID, PAD_ID
 
@@ -79,7 +80,7 @@ class Vocabulary:
 
     def __init__(self, words: Sequence[str], oov_buckets: int = 100):
         if oov_buckets < 1:
-            raise ValueError(f"oov_buckets must be at least 1, got {oov_buckets}")
+            raise ConfigError(f"oov_buckets must be at least 1, got {oov_buckets}")
         self.oov_buckets = oov_buckets
         self.first_word_id = 2 + oov_buckets
         specials = [PAD, NULL] + [f"<oov{i}>" for i in range(oov_buckets)]
@@ -135,5 +136,5 @@ class Vocabulary:
     def load(cls, path: str | os.PathLike) -> Vocabulary:
         lines = Path(path).read_text(encoding="utf-8").split("\n")
         if not lines or not lines[0].startswith("#oov_buckets="):
-            raise ValueError(f"{path} is not a vocabulary written by matching (first line must be #oov_buckets=N)")
+            raise DataFormatError(f"{path} is not a vocabulary written by matching (first line must be #oov_buckets=N)")
         return cls([w for w in lines[1:] if w], int(lines[0].split("=", 1)[1]))
