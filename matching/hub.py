@@ -286,7 +286,7 @@ def _allowed(target: str) -> bool:
     module, _, name = target.rpartition(".")
     if not module.startswith("matching.") or name.startswith("_"):
         return False
-    if module == "matching.data.readers":
+    if module in ("matching.data.readers", "matching.data.tables"):
         return name.startswith("read_")
     try:
         obj = get_object(target)  # a module of matching: importing it runs nothing but our own code

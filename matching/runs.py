@@ -24,11 +24,12 @@ from hydra.utils import get_object, instantiate
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from matching.data.contextual import ContextualEncoder
 from matching.data.datamodule import PairDataModule, pair_sides, split_prefix
 from matching.data.readers import Pair
+from matching.data.sources import labels_from_data
 from matching.data.tasks import Task
 from matching.data.vocab import Vocabulary
 from matching.errors import ConfigError, UserError
@@ -156,6 +157,10 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None) -> PairDa
     embedding source is built (and its file checked) before any corpus is read. A contextual embedder is built
     with `vocab` too: new text is encoded with it."""
     task = build_task(cfg)
+    if not task.labels:  # a generic task (task=pairs): the data's label names, kept in the config the run saves
+        task.labels = labels_from_data(task, cfg.paths.data_dir, cfg.paths.cache_dir)
+        with open_dict(cfg):
+            cfg.task.labels = list(task.labels)
     vectors = build(cfg.embeddings) if vocab is None or is_contextual(cfg) else None
     pad_to = cfg.data.get("pad_to") or (8 if cfg.get("compile") else 1)
     return build(cfg.data, task=task, vocab=vocab, vectors=vectors, pad_to=pad_to)

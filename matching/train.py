@@ -38,6 +38,7 @@ from torch.backends.cpu import get_cpu_capability
 from matching.cli import command
 from matching.data.vocab import Vocabulary
 from matching.errors import UserError
+from matching.extras import check_installed
 from matching.files import write_json, write_text_atomic
 from matching.runs import (
     AtomicCheckpointIO,
@@ -301,6 +302,32 @@ def cpu_model() -> str:
         return ""
 
 
+#: The loggers that need an extra: (module, extra).
+LOGGER_EXTRAS = {"WandbLogger": ("wandb", "wandb"), "MLFlowLogger": ("mlflow", "mlflow"),
+                 "TensorBoardLogger": ("tensorboard", "tensorboard")}  # fmt: skip
+
+
+def build_loggers(cfg: DictConfig) -> list[pl.loggers.Logger] | bool:
+    """The configured loggers (`logger=csv`, or several: `logger=[csv,wandb,mlflow]`), each under its own key of
+    `logger`; a run saved before loggers were keyed holds one `_target_` node. False without any. A logger whose
+    library is not installed is a MissingExtraError naming the extra."""
+    node = cfg.get("logger")
+    if not node:
+        return False
+    nodes = [node] if "_target_" in node else [n for n in node.values() if n is not None]
+    for each in nodes:
+        name = str(each._target_).rpartition(".")[2]
+        if name in LOGGER_EXTRAS:
+            module, extra = LOGGER_EXTRAS[name]
+            check_installed(module, extra, f"logger={extra}")
+    loggers = [instantiate(each) for each in nodes]
+    settings = OmegaConf.to_container(cfg, resolve=True)
+    for logger in loggers:  # a tracker shows the run's config beside its metrics (the CSV log has config.yaml)
+        if not isinstance(logger, pl.loggers.CSVLogger):
+            logger.log_hyperparams(settings)
+    return loggers or False
+
+
 def train(cfg: DictConfig) -> dict[str, float]:
     """Train as configured (or resume the run named by `cfg.resume`); returns the dev (and optionally test)
     metrics of the best checkpoint."""
@@ -324,8 +351,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     pl.seed_everything(cfg.seed, workers=True)
     check_writable(run_dir)
     if resume_from is None:
+        dm = build_datamodule(cfg)  # first: a generic task's label names, read from the data, go into config.yaml
         write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-        dm = build_datamodule(cfg)
         dm.setup("fit")
         dm.vocab.save(run_dir / "vocab.txt")
         vectors = dm.vectors.matrix(dm.vocab, cfg.seed, cfg.paths.cache_dir)
@@ -343,7 +370,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     log.info("numerics: %s", numerics(cfg))
 
     callbacks, checkpoint, timer = run_callbacks(cfg)
-    logger = instantiate(cfg.logger) if cfg.get("logger") else False
+    logger = build_loggers(cfg)
     trainer: pl.Trainer = instantiate(
         cfg.trainer, callbacks=callbacks, logger=logger, default_root_dir=run_dir, plugins=[AtomicCheckpointIO()]
     )

@@ -61,7 +61,8 @@ def test_embeddings_options(make_cfg, name, tmp_path, tiny_encoder):
 @pytest.mark.parametrize("name", options("task/reader"))
 def test_reader_options_are_reader_functions(make_cfg, name):
     """Every reader option builds a reader of the task (a `_partial_` function of a path)."""
-    task = {"trecqa": "trecqa", "ubuntu": "ubuntu", "wikiqa": "wikiqa", "dnli": "dnli", "scitail": "scitail"}
+    task = {"trecqa": "trecqa", "ubuntu": "ubuntu", "wikiqa": "wikiqa", "dnli": "dnli", "scitail": "scitail",
+            "pair": "pairs"}  # fmt: skip
     cfg = make_cfg(f"task={task.get(name.split('_')[0], 'snli')}", f"task/reader={name}")
     task = build_task(cfg)
     assert callable(task.reader) and task.reader.func.__name__.startswith("read_")
@@ -103,10 +104,14 @@ def test_trainer_options_compose(make_cfg, name):
 
 
 @pytest.mark.parametrize("name", options("logger"))
-def test_logger_options(make_cfg, name):
+def test_logger_options(make_cfg, name, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     cfg = make_cfg(f"logger={name}")
-    logger = instantiate(cfg.logger)
-    assert str(cfg.paths.output_dir) in str(logger.log_dir)
+    assert list(cfg.logger) == [name]  # one node per logger, so that several can run at once
+    logger = instantiate(cfg.logger[name])
+    where = logger.save_dir if name in ("wandb", "mlflow") else logger.log_dir
+    assert str(cfg.paths.output_dir) in str(where) or name == "mlflow"
 
 
 @pytest.mark.parametrize("group", ["experiment", "debug"])

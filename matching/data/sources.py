@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 from matching.data.downloads import check_reachable
 from matching.data.readers import Pair
+from matching.data.tables import label_names, pairs_from_rows, read_pair_table, resolve_columns, rows_of_dataset
 from matching.data.tasks import Task
-from matching.errors import UserError
+from matching.errors import ConfigError, DataFormatError, UserError
 from matching.extras import require
 from matching.files import existing
 
@@ -43,10 +46,23 @@ def read_split(task: Task, split: str, data_dir: str | os.PathLike, cache_dir: s
     return list(islice(pairs, spec.start, spec.stop))
 
 
-def _read_hub(task: Task, split: str, path: Path, cache_dir: str | os.PathLike):
+def _read_hub(task: Task, split: str, path: Path, cache_dir: str | os.PathLike) -> Iterator[Pair]:
+    """The split's pairs from the task's hub dataset, its columns named by `hub.fields` or `task.columns` (else
+    found by their usual names, see matching.data.tables)."""
+    dataset = _load_hub(task, split, path, cache_dir)
+    rows, names, is_text, declared = rows_of_dataset(dataset)
+    fields = {**(task.columns or {}), **{k: v for k, v in (task.hub.get("fields") or {}).items() if v is not None}}
+    where = f"{task.hub['name']} {task.hub['splits'][split]} (Hugging Face hub)"
+    columns = resolve_columns(names, is_text, *(fields.get(k) for k in ("a", "b", "label", "group")), where)
+    return pairs_from_rows(rows, columns, where, declared.get(columns.label), task.kind == "rank", unit="row")
+
+
+def _load_hub(task: Task, split: str, path: Path, cache_dir: str | os.PathLike) -> Any:
+    """The split as a `datasets.Dataset` from the task's hub entry (cached under `cache_dir/hub`), or a
+    CorpusNotFoundError that says where a local copy goes and how to get one."""
     hub = task.hub
     how = task.download
-    if not hub or split not in hub.get("splits", {}):
+    if not hub or not hub.get("name") or split not in (hub.get("splits") or {}):
         raise CorpusNotFoundError(
             f"{task.name} {split} split not found: no file at {path} (nor {path}.gz).\n"
             f"{how}\nPoint at your copy with paths.data_dir=<folder> (or MATCHING_DATA_DIR), or at this one file "
@@ -56,7 +72,7 @@ def _read_hub(task: Task, split: str, path: Path, cache_dir: str | os.PathLike):
         datasets = require("datasets", "hub", f"fetching {task.name} from the Hugging Face hub")
         check_reachable()  # offline: fail in seconds, not after datasets' retries
         log.info("%s not found locally; loading %s from the Hugging Face hub (%s)", path, split, hub["name"])
-        ds = datasets.load_dataset(
+        return datasets.load_dataset(
             hub["name"], hub.get("config"), split=hub["splits"][split], cache_dir=str(Path(cache_dir) / "hub")
         )
     except Exception as err:  # offline, hub down, dataset renamed: all end the same way for the user
@@ -66,22 +82,54 @@ def _read_hub(task: Task, split: str, path: Path, cache_dir: str | os.PathLike):
             f"Or point at your copy with paths.data_dir=<folder> (or MATCHING_DATA_DIR), or at this one file with "
             f"task.splits.{split}.path=<file>."
         ) from err
-    fields = hub["fields"]
-    label_feature = ds.features[fields["label"]]
-    names = getattr(label_feature, "names", None)  # ClassLabel: ints -> names; -1 means "no gold label"
-    dropped = 0
-    for row in ds:
-        label = row[fields["label"]]
-        if names is not None:
-            if label is None or label < 0:
-                dropped += 1
-                continue
-            label = names[label]
-        label = str(label).strip()
-        if not label or label == "-":
-            dropped += 1
-            continue
-        group = str(row[fields["group"]]) if fields.get("group") else None
-        yield Pair(str(row[fields["a"]]).strip(), str(row[fields["b"]]).strip(), label, group)
-    if dropped:
-        log.info("%s %s (hub): dropped %d rows without a gold label", task.name, split, dropped)
+
+
+def labels_from_data(task: Task, data_dir: str | os.PathLike, cache_dir: str | os.PathLike) -> list[str]:
+    """The label names of a task whose config leaves `labels` empty (the generic tasks, task=pairs): the names its
+    training data declares (a ClassLabel of a Hugging Face dataset or of a Parquet file the hub wrote), else the
+    values of its labelled training pairs, in numeric order when all are numbers (0 before 1: a ranking task's
+    match label is the second), else sorted. A ranking task must find exactly two."""
+    pairs = read_split(task, "train", data_dir, cache_dir)
+    seen = sorted({p.label for p in pairs}, key=lambda v: (0, float(v), v) if _is_number(v) else (1, 0.0, v))
+    declared = _declared_labels(task, data_dir, cache_dir)
+    labels, source = (declared, "declared by the dataset") if declared else (seen, "seen in the training split")
+    if declared and not set(seen) <= set(declared):
+        raise DataFormatError(
+            f"{task.name} train: labels {sorted(set(seen) - set(declared))} are not among the names its dataset "
+            f"declares ({declared}); set task.labels to the corpus's labels"
+        )
+    if task.kind == "rank" and len(labels) != 2:
+        raise ConfigError(
+            f"{task.name} is a ranking task, which needs two labels (no match, match), but its training split has "
+            f"{labels}; set task.labels=[<no match>,<match>] or choose a classification task (task=pairs)"
+        )
+    if len(labels) < 2:
+        raise DataFormatError(
+            f"{task.name} train: every labelled pair has the label {labels}; a classifier needs two labels or more. "
+            "Check task.columns.label"
+        )
+    log.info("%s labels, %s: %s", task.name, source, labels)
+    return labels
+
+
+def _is_number(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _declared_labels(task: Task, data_dir: str | os.PathLike, cache_dir: str | os.PathLike) -> list[str] | None:
+    path = resolve_path(task.splits["train"].path, data_dir)
+    column = (task.columns or {}).get("label")
+    if existing(path) is None:  # from the hub (read_split has just loaded it: datasets' cache answers)
+        dataset = _load_hub(task, "train", path, cache_dir)
+        _, names, is_text, declared = rows_of_dataset(dataset)
+        label = resolve_columns(names, is_text, None, None, column, None, str(path), labelled=False).label
+        return declared.get(label) if label else None
+    reader = getattr(task.reader, "func", task.reader)
+    if reader is not read_pair_table:
+        return None
+    options = getattr(task.reader, "keywords", {})
+    return label_names(path, options.get("label") or column, options.get("format"))

@@ -38,7 +38,10 @@ class Task:
     `eval_splits` are logged as val*/ (the first drives checkpointing and early stopping), `test_splits` as
     test*/. `report_metrics` are the logged metric names `report` shows (e.g. "map", "raw/map_raw"), `paper` the
     CoDA paper's test numbers per aligner option and metric. `options` holds free values that the YAML's split
-    paths interpolate (TrecQA's `train_set` and `variant`), so one override switches several paths.
+    paths interpolate (TrecQA's `train_set` and `variant`), so one override switches several paths. `columns`
+    names a table's columns (`a`, `b`, `label`, `group`) for the generic tasks (`task=pairs`, matching/data/tables.py)
+    and their hub fallback. Empty `labels`: the label names come from the training data (see
+    matching.data.sources.labels_from_data) and are written into the run's config.
     """
 
     name: str
@@ -60,6 +63,7 @@ class Task:
     report_metrics: list[str] = field(default_factory=lambda: ["acc"])
     paper: dict[str, dict[str, float]] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
+    columns: dict[str, str | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.splits = {k: _split(k, v) for k, v in dict(self.splits).items()}
@@ -68,7 +72,7 @@ class Task:
         self.keep_tokens = list(self.keep_tokens or [])
         if self.kind not in KINDS:
             raise ConfigError(f"task.kind must be one of {KINDS}, got {self.kind!r}")
-        if self.kind == "rank" and len(self.labels) != 2:
+        if self.kind == "rank" and self.labels and len(self.labels) != 2:
             raise ConfigError(f"ranking is pointwise with two labels (no-match, match), got task.labels={self.labels}")
         if self.train_questions not in TRAIN_QUESTIONS:
             raise ConfigError(f"task.train_questions must be one of {TRAIN_QUESTIONS}, got {self.train_questions!r}")
