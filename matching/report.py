@@ -368,7 +368,8 @@ def compare(rows: list[dict], runs: list[Run], baseline: str) -> list[dict]:
 
     compared = []
     for row in rows:
-        extra = {"baseline": "", "diff": "", "ci_low": "", "ci_high": "", "p_value": "", "units": "", "note": ""}
+        extra = {"baseline": "", "diff": "", "ci_low": "", "ci_high": "", "p_value": "", "units": "", "detectable": "",
+                 "verdict": "", "note": ""}  # fmt: skip
         if row["aligner"] == aligner and (not variant or row["variant"] == variant):
             extra["note"] = "baseline"
         elif row["n"]:
@@ -387,7 +388,7 @@ def compare(rows: list[dict], runs: list[Run], baseline: str) -> list[dict]:
                     extra |= {
                         "diff": round(100 * test.difference, 2), "ci_low": round(100 * test.low, 2),
                         "ci_high": round(100 * test.high, 2), "p_value": float(f"{test.p_value:.3g}"),
-                        "units": test.units,
+                        "units": test.units, "detectable": round(100 * test.detectable, 2), "verdict": test.verdict,
                     }  # fmt: skip
                     if mine_seeds < row["n"] or their_seeds < base["n"]:
                         extra["note"] = f"scores of {mine_seeds} of {row['n']} and {their_seeds} of {base['n']} seeds"
@@ -407,10 +408,13 @@ def _points(x: object) -> str:
     return "0.00" if text in ("+0.00", "-0.00") else text
 
 
-def _versus(r: Mapping[str, object]) -> tuple[str, str]:
+def _versus(r: Mapping[str, object]) -> tuple[str, str, str]:
+    """(Δ [95 % CI], p, what the comparison resolves) of a row compared with its baseline."""
     if r.get("diff", "") == "":
-        return (r.get("note") or "–", "–") if r.get("note") != "baseline" else ("baseline", "–")
-    return f"{_points(r['diff'])} [{_points(r['ci_low'])}, {_points(r['ci_high'])}]", f"{r['p_value']:.3g}"
+        return (r.get("note") or "–", "–", "–") if r.get("note") != "baseline" else ("baseline", "–", "–")
+    detectable = "" if r["detectable"] != r["detectable"] else f"; detectable: {float(r['detectable']):.2f}"  # nan
+    return (f"{_points(r['diff'])} [{_points(r['ci_low'])}, {_points(r['ci_high'])}]", f"{r['p_value']:.3g}",
+            f"{r['verdict']}{detectable}")  # fmt: skip
 
 
 def to_markdown(rows: list[dict[str, object]]) -> str:
@@ -419,7 +423,7 @@ def to_markdown(rows: list[dict[str, object]]) -> str:
     compared = any("diff" in r for r in rows)
     header = "| task | aligner | variant | split | metric | ours (mean ± std, %) | seeds | paper (test, %) |"
     if compared:
-        header += " vs baseline: Δ [95 % CI] | p |"
+        header += " vs baseline: Δ [95 % CI] | p | verdict; detectable Δ (80 % power) |"
     lines = [header + " missing |", "|---" * (header.count("|")) + "|"]
     for r in rows:
         seeds = f"{r['n']} of {r['planned']}" if r["missing"] else f"{r['n']}"
@@ -428,16 +432,18 @@ def to_markdown(rows: list[dict[str, object]]) -> str:
             f"| {seeds} | {r['paper_test'] if r['paper_test'] != '' else '–'} |"
         )
         if compared:
-            delta, p = _versus(r)
-            line += f" {delta} | {p} |"
+            delta, p, verdict = _versus(r)
+            line += f" {delta} | {p} | {verdict} |"
         lines.append(line + f" {r['missing'] or '–'} |")
     return "\n".join(lines) + "\n"
 
 
 def write_chart(rows: list[dict[str, object]], path: Path) -> list[str]:
     """One panel per task × metric × split: each row's mean with its std over seeds (no bar for a single seed's
-    spread), the paper's test number dashed, and with a baseline each row's Δ and p above its bar. Returns the
-    panels' titles."""
+    spread), the paper's test number dashed, and with a baseline each row's Δ, p and verdict above its bar. Each
+    aligner keeps one colour in every panel (the baseline hatched); the axis starts at 0, so that a bar's height
+    does not exaggerate a difference; a test split is marked final, a dev split as the one models were selected on.
+    Returns the panels' titles."""
     require("matplotlib", "plots", "the report's chart").use("Agg")
     import textwrap
 
@@ -454,14 +460,17 @@ def write_chart(rows: list[dict[str, object]], path: Path) -> list[str]:
     widest = max(len(v) for v in panels.values())
     fig, axes = plt.subplots(-(-len(panels) // columns), columns, figsize=(columns * max(4.0, 1.3 * widest), height),
                              squeeze=False)  # fmt: skip
+    palette = plt.get_cmap("tab10").colors
+    colours = {a: palette[i % len(palette)] for i, a in enumerate(sorted({str(r["aligner"]) for r in rows}))}
     for ax, ((task, metric, split), shown) in zip(axes.flat, sorted(panels.items()), strict=False):
         x = range(len(shown))
         means = [float(r["mean"]) for r in shown]
         errors = [float(r["std"]) if int(r["n"]) > 1 else 0.0 for r in shown]
-        colour = "tab:blue" if split == "dev" else "tab:orange"
-        ax.bar(
-            x, means, yerr=errors, capsize=4, color=[colour if r.get("note") != "baseline" else "grey" for r in shown]
-        )
+        bars = ax.bar(x, means, yerr=errors, capsize=4, color=[colours[str(r["aligner"])] for r in shown])
+        for bar, r in zip(bars, shown, strict=True):
+            if r.get("note") == "baseline":
+                bar.set_hatch("//")
+                bar.set_edgecolor("black")
         for i, r in enumerate(shown):
             top = means[i] + errors[i]
             if r["paper_test"] != "":
@@ -469,15 +478,17 @@ def write_chart(rows: list[dict[str, object]], path: Path) -> list[str]:
                 top = max(top, float(r["paper_test"]))
             note = f"n = {r['n']}" + ("\nbaseline" if r.get("note") == "baseline" else "")
             if r.get("diff", "") != "":
-                note = f"Δ {_points(r['diff'])} vs\n{r['baseline']}\np = {float(r['p_value']):.2g}\n" + note
+                verdict = str(r["verdict"]).replace(" at this size", "")
+                note = (f"Δ {_points(r['diff'])} vs\n{r['baseline']}\np = {float(r['p_value']):.2g}, {verdict}\n"
+                        f"detectable {float(r['detectable']):.1f}\n" + note)  # fmt: skip
             ax.text(i, top + 0.5, note, ha="center", va="bottom", fontsize=7)
         ax.set_xticks(list(x), ["\n".join(textwrap.wrap(_label(r), 16)) for r in shown], fontsize=7)
-        ax.set_title(f"{task}: {split} {metric}", fontsize=10)
+        role = "held-out, final" if split.startswith("test") else "selection"
+        ax.set_title(f"{task}: {split} {metric} ({role})", fontsize=10)
         ax.set_ylabel(f"{split} {metric} (%)")
         ax.set_xlabel("aligner and variant (bars: mean ± std over seeds; dashed: paper, test)", fontsize=7)
-        low = min(m - e for m, e in zip(means, errors, strict=True))
         high = max([m + e for m, e in zip(means, errors, strict=True)] + [float(r["paper_test"] or 0) for r in shown])
-        ax.set_ylim(max(0.0, low - 8), min(100.0, high + 10))
+        ax.set_ylim(0.0, min(100.0, high + 14) if high + 14 < 100 else high + 14)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.tight_layout()

@@ -13,18 +13,27 @@ variation are both in what is tested. For the differences d_q = score_q(system) 
 
 Smucker, Allan & Carterette (CIKM 2007) compare these tests for information retrieval; the randomization test is
 their recommendation. Both use a fixed seed, so a report is the same every time it is made.
+
+What a comparison can resolve: a p-value above 0.05 means "not resolved at this size", not "no difference". The
+detectable difference says how large a true difference would have to be for the test to find it with 80 % power at
+α = 0.05 (two-sided), given the spread of the per-unit differences and their number: (z₀.₉₇₅ + z₀.₈) · s_d / √n, the
+normal approximation of the paired test (s_d the sample standard deviation of d_q). A comparison is "resolved" when
+p < 0.05.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
 PERMUTATIONS = 10_000
 RESAMPLES = 10_000
 SEED = 0
+ALPHA = 0.05  # a comparison is resolved when p < ALPHA
+POWER = 0.8  # the detectable difference is the one found with this probability
 _CHUNK = 500  # draws per block: memory stays ~ _CHUNK × units
 
 
@@ -35,6 +44,28 @@ class PairedTest:
     high: float
     p_value: float  # two-sided paired randomization test
     units: int  # questions (or examples) both systems were scored on
+    detectable: float  # the smallest true difference found with 80 % power at α = 0.05 (see the module docstring)
+
+    @property
+    def resolved(self) -> bool:
+        """Whether the test tells the two systems apart (p < 0.05); if not, the difference is not resolved at this
+        size, which is not evidence that they are equal."""
+        return self.p_value < ALPHA
+
+    @property
+    def verdict(self) -> str:
+        return "resolved" if self.resolved else "not resolved at this size"
+
+
+def detectable_difference(d: np.ndarray, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest mean difference a paired test over these units detects with probability `power` at level
+    `alpha` (two-sided): (z_{1−α/2} + z_power) · sd(d) / √n, sd with n − 1 degrees of freedom; 0 for one unit or
+    none that differ."""
+    d = np.asarray(d, dtype=np.float64)
+    if len(d) < 2:
+        return float("nan")
+    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
+    return float(z * d.std(ddof=1) / np.sqrt(len(d)))
 
 
 def _flipped_means(d: np.ndarray, permutations: int, rng: np.random.Generator) -> np.ndarray:
@@ -82,7 +113,7 @@ def paired_test(system: dict[str, float], baseline: dict[str, float]) -> PairedT
         return None
     d = np.array([system[u] - baseline[u] for u in units])
     low, high = bootstrap_interval(d)
-    return PairedTest(float(d.mean()), low, high, randomization_p(d), len(units))
+    return PairedTest(float(d.mean()), low, high, randomization_p(d), len(units), detectable_difference(d))
 
 
 def seed_mean(per_seed: list[dict[str, float]]) -> dict[str, float]:

@@ -173,8 +173,28 @@ def test_controlled_rows_are_compared_with_the_baseline_of_the_same_score_functi
     assert rows[("conflict", "", "map")]["baseline"] == "softmax F=parikh"
     assert rows[("softmax", "F=none", "map")]["baseline"] == "softmax F=parikh"  # F's own effect, not itself
     assert rows[("coda", "F=none", "map")]["baseline"] == "softmax F=none"  # the same F first
+    assert coda["verdict"] == "resolved" and 0 < coda["detectable"] < coda["diff"]
     printed = capsys.readouterr().out
     assert "| wikiqa | coda | F=none | dev | map | 70.50 ± 0.00 | 2 | 70.5 | +20.50 [" in printed
+    assert "| resolved; detectable: " in printed
+
+
+def test_a_difference_in_noise_is_reported_as_not_resolved_with_what_would_be(tmp_path, capsys):
+    """CoDA +1 MAP point over softmax on 122 questions whose differences spread ±15 points: p is large, and the
+    report says 'not resolved at this size' with the difference this many questions could detect, never 'equal'."""
+    questions = [f"Q{i}" for i in range(122)]
+    base = {q: 0.6 for q in questions}
+    coda = {q: 0.6 + 0.01 + 0.15 * (-1) ** i for i, q in enumerate(questions)}
+    for seed in (1, 2, 3):
+        for aligner, units in (("softmax", base), ("coda", coda)):
+            mean = sum(units.values()) / len(units)
+            fake_run(tmp_path, f"{aligner}_{seed}", "wikiqa", aligner, seed, {"val/map": mean, "val/mrr": mean},
+                     [f"aligner={aligner}", "aligner.projection=none", f"seed={seed}"], "none", units)  # fmt: skip
+    rows = {(r["aligner"], r["metric"]): r for r in report(tmp_path, "softmax")}
+    row = rows[("coda", "map")]
+    assert row["verdict"] == "not resolved at this size" and row["p_value"] > 0.05
+    assert row["detectable"] == pytest.approx(100 * 2.8016 * 0.15 * (122 / 121) ** 0.5 / 122**0.5, abs=0.02)
+    assert f"| not resolved at this size; detectable: {row['detectable']:.2f} |" in capsys.readouterr().out
 
 
 def test_a_row_whose_same_f_baseline_has_not_finished_says_so(tmp_path):

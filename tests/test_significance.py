@@ -54,3 +54,25 @@ def test_the_bootstrap_interval_is_the_percentiles_of_resampled_means():
     assert bootstrap_interval(d) == (0.0, 1.0)
     low, high = bootstrap_interval(np.full(50, 0.3))
     assert low == pytest.approx(0.3) and high == pytest.approx(0.3)
+
+
+def test_the_detectable_difference_is_the_power_formula_by_hand():
+    from matching.significance import detectable_difference
+
+    d = np.array([0.1, -0.1] * 50)  # sd (n − 1) = 0.1 · √(100/99), n = 100
+    by_hand = (1.959964 + 0.841621) * 0.1 * np.sqrt(100 / 99) / np.sqrt(100)
+    assert detectable_difference(d) == pytest.approx(by_hand, rel=1e-5)
+    assert detectable_difference(np.array([0.3])) != detectable_difference(np.array([0.3]))  # nan: one unit
+
+
+def test_a_small_sample_leaves_a_difference_unresolved_and_a_large_one_resolves_it():
+    """The same per-question effect (+0.02 in noise of sd 0.2): 100 questions cannot resolve it, 10,000 can; the
+    detectable difference says so before the p-value does."""
+    rng = np.random.default_rng(5)
+    for n, verdict in ((100, "not resolved at this size"), (10_000, "resolved")):
+        base = {f"q{i}": 0.5 for i in range(n)}
+        noise = rng.normal(0.02, 0.2, n)
+        system = {f"q{i}": 0.5 + noise[i] for i in range(n)}
+        test = paired_test(system, base)
+        assert test.verdict == verdict
+        assert (test.detectable > abs(test.difference)) == (verdict != "resolved")
