@@ -70,8 +70,15 @@ def describe(name: str, cfg: Mapping | None = None) -> str:
     }
     if base in known:
         text = known[base]
-    elif kind in ("softmax", "conflict") and direction in ("a", "b"):
+    elif kind in ("softmax", "conflict", "attention") and direction in ("a", "b"):
         sums = "each row sums to 1" if direction == "a" else "each column sums to 1"
+        if kind == "attention":  # matching/attention.py: the weights of its parts, averaged over its heads
+            heads = "feature-wise, mean" if node.get("feature_wise") else f"{node.get('heads', 1)} heads, mean"
+            sums = (
+                f"{node.get('distribution', 'softmax')} of {node.get('score', 'dot')} scores"
+                + (f"; {heads}" if node.get("feature_wise") or node.get("heads", 1) != 1 else "")
+                + ("" if node.get("distribution") == "sigmoid" else f"; {sums}")
+            )
         if side:  # intra-sentence: one side against itself
             text = f"{base}: weights of each {side[-1]} token over {side[-1]} itself ({sums})"
         else:
