@@ -1,1 +1,0 @@
-"""`hydra/launcher=ray`: matching's Hydra launcher over Ray's own task API (see ray_launcher.py)."""
