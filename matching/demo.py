@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shlex
 import subprocess
@@ -25,7 +24,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from matching import DEMO_DATA
-from matching.cli import command
+from matching.cli import CONF, command
 from matching.data.readers import Pair
 from matching.data.sources import resolve_path
 from matching.demo_sample import DEV, NEW_PAIRS, TRAIN, VECTORS
@@ -74,10 +73,14 @@ def read_pairs(path: Path) -> tuple[list[Pair], list[str]]:
 
 
 def train_command(cfg: DictConfig, sweep: Path) -> list[str]:
-    """The training sweep as a command line: every aligner and seed with the demo's settings."""
+    """The training sweep as a command line: every aligner and seed with the demo's settings, and, when every
+    aligner has a score function F (`aligner.projection`), the same F for all (none: the model's own projection,
+    CoDA's default), so that the comparison is controlled: a difference is the aligner's, not F's."""
+    controlled = all("projection" in OmegaConf.load(CONF / "aligner" / f"{a}.yaml") for a in cfg.aligners)
     return [
         "-m", "experiment=demo", f"aligner={','.join(map(str, cfg.aligners))}",
-        f"seed={','.join(map(str, cfg.seeds))}", f"hydra.sweep.dir={sweep}", *shlex.split(str(cfg.train or "")),
+        f"seed={','.join(map(str, cfg.seeds))}", *(["aligner.projection=none"] if controlled else []),
+        f"hydra.sweep.dir={sweep}", *shlex.split(str(cfg.train or "")),
     ]  # fmt: skip
 
 
@@ -90,28 +93,31 @@ def dev_pairs(run_dir: Path) -> int:
 
 
 def comparison(rows: list[dict], n_dev: int) -> list[str]:
-    """What the table says and does not say: each aligner's dev accuracy, and whether the gap between them is
-    larger than what moves one accuracy anyway (twice the sampling error of `n_dev` pairs, the spread over seeds)."""
+    """What the table says and does not say: each aligner's dev accuracy and, against the first aligner, the paired
+    test's difference, interval and p over the `n_dev` dev pairs, whether that resolves which is better, and the
+    smallest difference this many pairs and seeds could resolve (see matching.significance)."""
     accuracy = {r["aligner"]: r for r in rows if r["metric"] == "acc" and r["split"] == "dev" and r["n"]}
     if len(accuracy) < 2:
         return []
     shown = ", ".join(f"{name} {r['mean']:.2f} ± {r['std']:.2f}" for name, r in accuracy.items())
-    means = [r["mean"] for r in accuracy.values()]
-    p = sum(means) / len(means) / 100
-    error = 100 * math.sqrt(p * (1 - p) / n_dev)  # one standard error of an accuracy measured on n_dev pairs
-    spread = max(r["std"] for r in accuracy.values())
-    gap = max(means) - min(means)
-    seeds = f" and differs between seeds (std up to {spread:.1f} points here)" if spread else ""
-    verdict = (
-        f"a gap of {gap:.2f} points between the means is within that: this run does not say which aligner is better"
-        if gap < max(2 * error, spread)
-        else f"the gap of {gap:.2f} points is larger than that, on this sample, these settings and these seeds"
-    )
-    return [
-        f"Dev accuracy (mean ± std over seeds): {shown}.",
-        f"Each is measured on {n_dev:,} dev pairs (sampling error about ±{error:.1f} points){seeds}: {verdict}.",
-        "The CoDA paper compares them on the full corpus (test accuracy: softmax 84.61, CoDA 85.71).",
-    ]
+    variant = next(iter(accuracy.values())).get("variant") or ""
+    lines = [f"Dev accuracy (mean ± std over seeds{', the same ' + variant if variant else ''}): {shown}."]
+    for name, r in accuracy.items():
+        if r.get("diff", "") == "":
+            continue
+        seeds = f"{r['n']} seed{'s' * (int(r['n']) > 1)}"
+        lines.append(
+            f"{name} − {r['baseline']}: {float(r['diff']):+.2f} points, 95 % CI [{float(r['ci_low']):+.2f}, "
+            f"{float(r['ci_high']):+.2f}], p = {float(r['p_value']):.2g} over {n_dev:,} dev pairs and {seeds}: "
+            + (
+                "resolved on this sample, with these settings and seeds."
+                if r["verdict"] == "resolved"
+                else f"not resolved at this size (which is not the same as equal): these pairs and seeds can only "
+                f"resolve a difference of about {float(r['detectable']):.1f} points (80 % power, α = 0.05)."
+            )
+        )
+    lines.append("The CoDA paper compares them on the full corpus (test accuracy: softmax 84.61, CoDA 85.71).")
+    return lines
 
 
 def demo(cfg: DictConfig) -> Path:
@@ -138,8 +144,8 @@ def demo(cfg: DictConfig) -> Path:
 
     from matching.report import find_runs, report
 
-    say("\n== 2. Comparison (matching.report: mean ± std over seeds, dev split)\n")
-    rows = report([sweep], out)
+    say("\n== 2. Comparison (matching.report: mean ± std over seeds, dev split; paired test against the first)\n")
+    rows = report([sweep], out, baseline=aligners[0] if len(aligners) > 1 else None)
     runs = {r.aligner: r.path for r in find_runs([sweep]) if r.seed == seeds[0] and not r.missing}
     for line in comparison(rows, dev_pairs(runs[aligners[0]])):
         say(line)

@@ -95,18 +95,36 @@ def test_a_missing_sample_is_one_clear_error(tmp_path, monkeypatch):
 
 
 def _rows(**accuracies):
-    return [{"aligner": a, "metric": "acc", "split": "dev", "n": 2, "mean": m, "std": s}
-            for a, (m, s) in accuracies.items()]  # fmt: skip
+    return [{"aligner": a, "variant": "F=none", "metric": "acc", "split": "dev", "n": 2, "mean": m, "std": s,
+             "diff": ""} for a, (m, s) in accuracies.items()]  # fmt: skip
 
 
-def test_the_comparison_says_when_a_gap_is_noise():
-    within = " ".join(comparison(_rows(softmax=(57.3, 0.4), coda=(58.5, 0.5)), 500))
-    assert "sampling error about ±2.2 points" in within and "does not say which aligner is better" in within
-    seeds = " ".join(comparison(_rows(softmax=(57.3, 0.4), coda=(63.2, 6.5)), 500))  # 5.9 > 2 x 2.2, < 6.5
-    assert "std up to 6.5" in seeds and "does not say" in seeds
-    beyond = " ".join(comparison(_rows(softmax=(57.3, 0.4), coda=(66.0, 0.5)), 500))
-    assert "larger than that" in beyond
+def test_the_comparison_says_what_the_paired_test_resolves():
+    """The demo's verdict is the report's paired test: 'not resolved at this size' with what 500 pairs and 2 seeds
+    could resolve, never 'equal'; 'resolved' only when p < 0.05."""
+    noise, real = _rows(softmax=(57.3, 0.4), coda=(58.5, 0.5)), _rows(softmax=(57.3, 0.4), coda=(66.0, 0.5))
+    noise[1] |= {"baseline": "softmax F=none", "diff": 1.2, "ci_low": -1.9, "ci_high": 4.3, "p_value": 0.45,
+                 "verdict": "not resolved at this size", "detectable": 4.4}  # fmt: skip
+    real[1] |= {"baseline": "softmax F=none", "diff": 8.7, "ci_low": 5.6, "ci_high": 11.8, "p_value": 0.0001,
+                "verdict": "resolved", "detectable": 4.1}  # fmt: skip
+    within = " ".join(comparison(noise, 500))
+    assert "Dev accuracy (mean ± std over seeds, the same F=none): softmax 57.30 ± 0.40, coda 58.50 ± 0.50" in within
+    assert "coda − softmax F=none: +1.20 points, 95 % CI [-1.90, +4.30], p = 0.45 over 500 dev pairs and 2 seeds: " \
+           "not resolved at this size (which is not the same as equal)" in within  # fmt: skip
+    assert "resolve a difference of about 4.4 points" in within
+    assert "resolved on this sample" in " ".join(comparison(real, 500))
     assert comparison(_rows(softmax=(57.3, 0.4)), 500) == []
+
+
+def test_the_demo_compares_with_the_same_score_function_when_every_aligner_has_one(tmp_path):
+    from omegaconf import OmegaConf
+
+    from matching.demo import train_command
+
+    args = train_command(OmegaConf.create({"aligners": ["softmax", "coda"], "seeds": [1, 2], "train": ""}), tmp_path)
+    assert "aligner.projection=none" in args
+    args = train_command(OmegaConf.create({"aligners": ["softmax", "conflict"], "seeds": [1], "train": ""}), tmp_path)
+    assert not any(a.startswith("aligner.projection") for a in args)  # conflict has no F
 
 
 def _run_demo(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
@@ -118,7 +136,8 @@ def _run_demo(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
 
 def _check_outputs(out: Path, aligners: list[str], stdout: str) -> None:
     assert "| snli_sample | coda |" in stdout and "| snli_sample | softmax |" in stdout  # the report's table
-    assert "Dev accuracy (mean ± std over seeds)" in stdout and "Go further:" in stdout
+    assert "Dev accuracy (mean ± std over seeds" in stdout and "Go further:" in stdout
+    assert "coda − softmax F=none: " in stdout and " over 500 dev pairs and " in stdout  # the paired test
     for aligner in aligners:
         predictions = [json.loads(line) for line in (out / f"predictions_{aligner}.jsonl").read_text().splitlines()]
         assert len(predictions) == 6 and predictions[0]["a"] == "A man is playing a guitar on a stage."
