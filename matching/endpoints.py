@@ -1,42 +1,29 @@
-"""The HTTP endpoints of `matching-serve` (see matching/serve.py): LitServe APIs over a trained run, their request
-schemas, and the JSON error answers. Needs the serve extra (litserve, which brings fastapi and pydantic).
+"""The HTTP front of `matching-serve` (see matching/serve.py): a FastAPI app, its request schemas, the JSON error
+answers, the page at `/`, and its handle on each model worker (matching/batcher.py). Needs the serve extra
+(fastapi, uvicorn); only their documented APIs are used.
 
-No `from __future__ import annotations` here: LitServe hands decode_request's annotation to FastAPI as the
-request body's type, which must be the class itself, not its name."""
+The front parses and checks what it can without the model (the body's size, its Content-Type, its JSON against
+the schema, the number of pairs or candidates), then hands the request to the worker of the run it names
+(`?run=<name>`; the first run without it) and awaits the finished answer. It never runs the model and never
+encodes an answer: both happen in the worker, on another core."""
+
+from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
-import gc
 import itertools
 import json
-import multiprocessing
-import os
-import threading
 import time
-import warnings
-from abc import abstractmethod
-from dataclasses import asdict, dataclass
-from multiprocessing.managers import SyncManager
-from queue import Empty, Queue
-from typing import Any, NamedTuple
+from dataclasses import asdict
+from importlib import resources
+from typing import Any
 
-import litserve
-import torch
-from fastapi import Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from litserve.loops.base import _SENTINEL_VALUE, _StopLoopError
-from litserve.loops.simple_loops import BatchedLoop
-from litserve.transport.base import MessageTransport
-from litserve.utils import LitAPIStatus, LoopResponseType
-from omegaconf import OmegaConf
-from pydantic import BaseModel, ConfigDict
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from matching.data.readers import Pair
-from matching.matcher import Matcher, ranking
+from matching.batcher import Job, Limits, error_body
 from matching.report import option_name
-from matching.runs import RunError, TrainedRun, load_trained
+from matching.runs import TrainedRun
 
 #: What each endpoint expects, quoted by the error messages.
 EXPECTED = {
@@ -44,6 +31,10 @@ EXPECTED = {
     "/rank": '{"query": "a question", "candidates": ["an answer", "another answer", ...]}',
     "/align": '{"a": "first text", "b": "second text"}',
 }
+
+#: The page's files (HTML, JS, CSS), shipped inside the package: nothing is fetched from elsewhere.
+PAGE = resources.files("matching") / "page"
+PAGE_TYPES = {"index.html": "text/html", "page.js": "text/javascript", "page.css": "text/css"}
 
 
 class _Strict(BaseModel):
@@ -69,343 +60,183 @@ class AlignRequest(_Strict):
     b: str
 
 
-@dataclass(frozen=True)
-class Limits:
-    """What one request may hold (conf/serve.yaml `limits`)."""
+class Refusal(Exception):
+    """A request the front answers itself with a 4xx JSON error."""
 
-    max_pairs: int = 256  # pairs in one /classify request
-    max_candidates: int = 1000  # candidates in one /rank request
-    max_text_tokens: int = 512  # tokens in one text, counted by the run's tokenizer
-    max_request_bytes: int = 4_000_000  # the request body
-
-    def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
-            if not isinstance(value, int) or value < 1:
-                raise RunError(f"limits.{name} must be a positive whole number, got {value!r}")
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
 
 
-class Rejected(NamedTuple):
-    """A request the model worker refuses: it is answered with its own status while the rest of its batch runs."""
-
-    status: int
-    message: str
-
-
-def error_response(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message, "status": status}, status_code=status)
+def error_response(status: int, message: str) -> Response:
+    return Response(error_body(status, message), status_code=status, media_type="application/json")
 
 
 def _location(loc: tuple) -> str:
-    parts = [p for p in loc if p != "body"]
-    text = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
+    text = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
     return text or "the body"
 
 
-async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-    """FastAPI's validation errors (not JSON, missing or extra fields, a text that is not a string) as one 400 or
-    422 answer that names every problem and shows what the endpoint expects."""
-    expected = EXPECTED.get(request.url.path, "a JSON object")
+def validation_message(path: str, err: ValidationError) -> Refusal:
+    """Pydantic's validation errors (missing or extra fields, a text that is not a string) as one 422 answer that
+    names every problem and shows what the endpoint expects."""
+    problems = "; ".join(f"{_location(tuple(e.get('loc', ())))}: {e.get('msg')}" for e in err.errors())
+    return Refusal(422, f"invalid request: {problems}; expected {EXPECTED[path]}")
+
+
+def _count(field: str, n: int, limit: int, key: str) -> None:
+    if n == 0:
+        raise Refusal(422, f"{field} is empty; give at least one")
+    if n > limit:
+        raise Refusal(413, f"{field} has {n} entries, over this server's limit of {limit} ({key}); split the request")
+
+
+class ModelClient:
+    """The front's handle on one model worker: its request queue, the pipe its answers come back on, and the
+    requests awaiting an answer. `name` is the run's name in `?run=` and on the page; `info` is what /info says
+    about it."""
+
+    def __init__(self, name: str, info: dict, process: Any, requests: Any, answers: Any):
+        self.name, self.info, self.process = name, info, process
+        self.requests, self.answers = requests, answers
+        self.pending: dict[int, asyncio.Future] = {}
+        self.ids = itertools.count()
+        self.stopped: str | None = None  # why the worker no longer answers
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Read answers in `loop` whenever the pipe is readable (no thread, no polling)."""
+        loop.add_reader(self.answers.fileno(), self._readable, loop)
+
+    def _readable(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            while self.answers.poll():
+                kind, batch = self.answers.recv()
+                for job_id, status, body in batch if kind == "answers" else ():
+                    future = self.pending.pop(job_id, None)
+                    if future is not None and not future.done():
+                        future.set_result((status, body))
+        except (EOFError, OSError):  # the worker is gone: its requests cannot be answered any more
+            loop.remove_reader(self.answers.fileno())
+            self.stopped = f"the model worker of run {self.name!r} stopped (exit code {self.process.exitcode})"
+            for future in self.pending.values():
+                if not future.done():
+                    future.set_result((503, error_body(503, f"{self.stopped}; restart the server")))
+            self.pending.clear()
+
+    async def ask(self, kind: str, texts: tuple) -> Response:
+        if self.stopped:
+            return error_response(503, f"{self.stopped}; restart the server")
+        job_id = next(self.ids)
+        future = asyncio.get_running_loop().create_future()
+        self.pending[job_id] = future
+        self.requests.put(Job(job_id, kind, texts, time.monotonic()))
+        status, body = await future
+        return Response(body, status_code=status, media_type="application/json")
+
+
+async def _read(request: Request, schema: type[BaseModel], limits: Limits) -> Any:
+    """The request's body, checked for size and Content-Type and validated against `schema`."""
+    path = request.url.path
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limits.max_request_bytes:
+        size = int(declared)
+    else:
+        body = await request.body()
+        size = len(body)
+    if size > limits.max_request_bytes:
+        raise Refusal(413, f"Payload too large: the request body has {size:,} bytes, over this server's limit of "
+                           f"{limits.max_request_bytes:,} (limits.max_request_bytes); split the request")  # fmt: skip
     content_type = request.headers.get("content-type", "")
     if "json" not in content_type:
-        return error_response(
-            415,
-            f"the request body must be JSON sent with the header Content-Type: application/json (this request's "
-            f"Content-Type: {content_type or 'none'}; with curl, add -H 'Content-Type: application/json'); "
-            f"expected {expected}",
-        )
-    errors = exc.errors()
-    if any(e.get("type") == "json_invalid" for e in errors):
-        reason = next(str(e.get("ctx", {}).get("error", "")) for e in errors if e.get("type") == "json_invalid")
-        return error_response(
-            400, f"the request body is not valid JSON ({reason}); send {expected} with Content-Type: application/json"
-        )
-    problems = "; ".join(f"{_location(tuple(e.get('loc', ())))}: {e.get('msg')}" for e in errors)
-    return error_response(422, f"invalid request: {problems}; expected {expected}")
+        raise Refusal(415, f"the request body must be JSON sent with the header Content-Type: application/json "
+                           f"(this request's Content-Type: {content_type or 'none'}; with curl, add -H "
+                           f"'Content-Type: application/json'); expected {EXPECTED[path]}")  # fmt: skip
+    try:
+        data = json.loads(body)
+    except ValueError as err:  # not JSON, or not UTF-8
+        raise Refusal(400, f"the request body is not valid JSON ({err}); send {EXPECTED[path]} with Content-Type: "
+                           f"application/json") from None  # fmt: skip
+    try:
+        return schema.model_validate(data)
+    except ValidationError as err:
+        raise validation_message(path, err) from None
 
 
-class WaitingBatchLoop(BatchedLoop):
-    """LitServe's batched loop (0.2.x) polls its request queue every millisecond, idle or not, which keeps one core
-    busy per endpoint: on a 2-core machine the three endpoints' workers took the cores the HTTP front and the model
-    need. This loop sleeps on the queue until a request comes, then takes every request already queued (those that
-    arrived while the previous batch ran) and, for `batch_timeout` seconds, more, up to `max_batch_size`."""
+def build_app(clients: list[ModelClient], limits: Limits, server: dict) -> FastAPI:
+    """The app over the started workers. `server`: what /info says about the server's settings."""
+    by_name = {c.name: c for c in clients}
 
-    def get_batch_requests(self, lit_api: litserve.LitAPI, request_queue: Queue, transport: Any) -> tuple[list, list]:
-        try:
-            items = [request_queue.get(timeout=1.0)]
-        except Empty:
-            return [], []
-        end = time.monotonic() + lit_api.batch_timeout
-        while len(items) < lit_api.max_batch_size:
-            try:
-                items.append(request_queue.get_nowait())
-            except Empty:
-                remaining = end - time.monotonic()
-                if remaining <= 0:
-                    break
-                try:
-                    items.append(request_queue.get(timeout=remaining))
-                except Empty:
-                    break
-        payloads, timed_out = [], []
-        for item in items:
-            if item == _SENTINEL_VALUE:
-                raise _StopLoopError()
-            response_queue_id, uid, timestamp, x_enc = item
-            self.put_response(transport, response_queue_id, uid, (), LitAPIStatus.START, LoopResponseType.REGULAR)
-            if lit_api.request_timeout not in (-1, False) and time.monotonic() - timestamp > lit_api.request_timeout:
-                timed_out.append((response_queue_id, uid))
-            else:
-                payloads.append((response_queue_id, uid, x_enc))
-        return payloads, timed_out
+    async def lifespan(app: FastAPI) -> Any:
+        loop = asyncio.get_running_loop()
+        for client in clients:
+            client.attach(loop)
+        yield
 
+    app = FastAPI(title="matching-serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 
-def _resolve(future: asyncio.Future) -> None:
-    if not future.done():
-        future.set_result(None)
+    @app.exception_handler(Refusal)
+    async def refused(request: Request, exc: Refusal) -> Response:
+        return error_response(exc.status, exc.message)
 
+    def client_of(request: Request) -> ModelClient:
+        name = request.query_params.get("run")
+        if name is None:
+            return clients[0]
+        if name not in by_name:
+            raise Refusal(404, f"no run named {name!r} is served here; runs: {list(by_name)} (GET /info lists them)")
+        return by_name[name]
 
-class PipeTransport(MessageTransport):
-    """Answers from the model workers to the HTTP front over plain multiprocessing queues (pipes). The front reads
-    them in its event loop when the pipe is readable, where LitServe's MPQueueTransport hands every get to a thread
-    (a thread hop per answer)."""
+    @app.post("/classify")
+    async def classify(request: Request) -> Response:
+        client = client_of(request)
+        body = await _read(request, ClassifyRequest, limits)
+        _count("pairs", len(body.pairs), limits.max_pairs, "limits.max_pairs")
+        return await client.ask("classify", tuple((p.a, p.b) for p in body.pairs))
 
-    def __init__(self, queues: list):
-        self.queues = queues
+    @app.post("/rank")
+    async def rank(request: Request) -> Response:
+        client = client_of(request)
+        body = await _read(request, RankRequest, limits)
+        info = client.info
+        if info["kind"] != "rank":
+            raise Refusal(400, f"this model classifies pairs into {info['labels']} (task {info['task']}); it does not "
+                               f"rank. POST the pairs to /classify, or serve a model trained on a ranking task "
+                               f"(wikiqa, trecqa, ubuntu)")  # fmt: skip
+        _count("candidates", len(body.candidates), limits.max_candidates, "limits.max_candidates")
+        return await client.ask("rank", (body.query, tuple(body.candidates)))
 
-    def send(self, item: Any, consumer_id: int) -> None:
-        self.queues[consumer_id].put(item)
+    @app.post("/align")
+    async def align(request: Request) -> Response:
+        client = client_of(request)
+        body = await _read(request, AlignRequest, limits)
+        return await client.ask("align", (body.a, body.b))
 
-    async def areceive(self, consumer_id: int, timeout: float | None = None, block: bool = True) -> Any:
-        queue = self.queues[consumer_id]
-        while True:
-            try:
-                return queue.get_nowait()
-            except Empty:
-                pass
-            loop, fd = asyncio.get_running_loop(), queue._reader.fileno()
-            readable = loop.create_future()
-            loop.add_reader(fd, _resolve, readable)
-            try:
-                await asyncio.wait_for(readable, 1.0)
-            except TimeoutError:
-                return None  # LitServe's consumer loop asks again
-            finally:
-                loop.remove_reader(fd)
+    @app.get("/health")
+    async def health() -> Response:
+        stopped = [c.stopped for c in clients if c.stopped]
+        return PlainTextResponse("ok") if not stopped else PlainTextResponse("; ".join(stopped), status_code=503)
 
-    def close(self, send_sentinel: bool = True) -> None:
-        if send_sentinel:
-            for queue in self.queues:
-                with contextlib.suppress(Exception):
-                    queue.put(None, block=False)
+    @app.get("/info")
+    async def info() -> Response:
+        runs = [{"name": c.name, **c.info} for c in clients]
+        return JSONResponse({"model": clients[0].info, "runs": runs, "server": server})
+
+    @app.get("/")
+    async def page() -> Response:
+        return HTMLResponse((PAGE / "index.html").read_text(encoding="utf-8"))
+
+    @app.get("/page/{name}")
+    async def page_file(name: str) -> Response:
+        if name not in PAGE_TYPES:
+            return error_response(404, f"no page file {name!r}; the page is at /")
+        return Response((PAGE / name).read_bytes(), media_type=PAGE_TYPES[name])
+
+    return app
 
 
-class PipeQueueServer(litserve.LitServer):
-    """A LitServer whose queues are plain multiprocessing queues (pipes), requests and answers alike. LitServe
-    0.2.x makes them Manager queues, which cost a round trip to the manager process for every put and every get
-    (the HTTP front makes its put inside its event loop), and its `fast_queue` (ZeroMQ) option is not applied
-    (TransportConfig gets `transport_config=` for `transport_type=`): under load those round trips were most of the
-    server's time."""
-
-    @contextlib.asynccontextmanager
-    async def lifespan(self, app: Any) -> Any:
-        """Each HTTP process also ends with the server that forked it: killed with SIGKILL, the server would leave
-        them answering /health "ok" on its port, with no model behind them."""
-        _watch_parent(os.getppid())
-        async with super().lifespan(app):
-            yield
-
-    def _init_manager(self, num_api_servers: int) -> Any:
-        """LitServer._init_manager of litserve 0.2.x with pipe queues, and a manager process that ends with the server
-        (it inherits the listening socket: left alive, it would hold the port with nobody answering)."""
-        manager = SyncManager()
-        manager.start(_watch_parent, (os.getpid(),))
-        self.transport_config.manager = manager
-        self.transport_config.num_consumers = num_api_servers
-        self.workers_setup_status = manager.dict()
-        self._shutdown_event = manager.Event()
-        context = multiprocessing.get_context("spawn")  # what LitServe starts the model workers with
-        for lit_api in self.litapi_connector:
-            self.litapi_request_queues[lit_api.api_path] = context.Queue()
-        self._logger_connector.run(self)
-        self._transport = PipeTransport([context.Queue() for _ in range(num_api_servers)])
-        return manager
-
-
-def _exit_with_parent(parent: int) -> None:
-    """A model worker ends when the server that started it is gone (killed with SIGKILL, say), instead of living on
-    as an orphan."""
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os._exit(0)
-
-
-def _watch_parent(parent: int) -> None:
-    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
-
-
-class RecentTexts:
-    """The run's tokenizer, remembering the tokens of the last texts it saw: a request's texts are tokenised to check
-    them (decode_request) and then again by TrainedRun.logits, a tenth of the worker's time without this."""
-
-    def __init__(self, tokenizer: Any, size: int = 4096):
-        self.tokenizer = tokenizer
-        self.tokens = functools.lru_cache(maxsize=size)(lambda text: tuple(tokenizer(text)))
-
-    def __call__(self, text: str) -> list[str]:
-        return list(self.tokens(text))
-
-    def __getattr__(self, name: str) -> Any:  # lowercase, keep_tokens, ...: the tokenizer's own
-        return getattr(self.tokenizer, name)
-
-
-class _ModelAPI(litserve.LitAPI):
-    """One endpoint over a trained run, loaded in the LitServe worker process (`setup`). Requests are checked there,
-    with the run's own tokenizer; a refused request answers for itself and never fails the batch it came in."""
-
-    path = ""
-
-    def __init__(
-        self, ckpt: str, config: dict, limits: Limits, threads: int, max_batch_size: int, batch_timeout: float
-    ):
-        with warnings.catch_warnings():  # batch/unbatch are ours also when max_batch_size is 1; LitServe warns
-            warnings.simplefilter("ignore", UserWarning)
-            super().__init__(
-                max_batch_size=max_batch_size, batch_timeout=batch_timeout, api_path=self.path, loop=WaitingBatchLoop()
-            )
-        self.ckpt, self.config, self.limits, self.threads = ckpt, config, limits, threads
-        self.matcher: Matcher | None = None
-        self.run: TrainedRun | None = None
-
-    async def authorize(self) -> None:
-        """No authentication (put the server behind your gateway for that). LitServe's default is a plain function,
-        which FastAPI runs in a thread pool: a thread hop for every request."""
-
-    def setup(self, device: str) -> None:
-        _watch_parent(os.getppid())
-        if self.threads:
-            torch.set_num_threads(self.threads)
-        self.matcher = Matcher(load_trained(self.ckpt, OmegaConf.create(self.config)))
-        self.run = self.matcher.run
-        self.run.data.tokenizer = RecentTexts(self.run.data.tokenizer)
-        gc.collect()
-        gc.freeze()  # the model, vocabulary and imports stay; full collections need not walk them on every request
-        if device != "cpu":
-            self.run.system.to(device)
-
-    # -- checks --------------------------------------------------------------------------------------------------
-    def _check_texts(self, texts: list[tuple[str, str]]) -> Rejected | None:
-        """Each (field name, text) must give at least one token and at most limits.max_text_tokens."""
-        tokenizer = self.run.data.tokenizer
-        for field, text in texts:
-            count = len(tokenizer(text))
-            if count == 0:
-                return Rejected(422, f"{field} is empty (no tokens); give a text with at least one word")
-            if count > self.limits.max_text_tokens:
-                return Rejected(
-                    413,
-                    f"{field} has {count} tokens, over this server's limit of {self.limits.max_text_tokens} "
-                    f"(limits.max_text_tokens); shorten the text",
-                )
-        return None
-
-    def _count(self, field: str, n: int, limit: int, key: str) -> Rejected | None:
-        if n == 0:
-            return Rejected(422, f"{field} is empty; give at least one")
-        if n > limit:
-            return Rejected(
-                413, f"{field} has {n} entries, over this server's limit of {limit} ({key}); split the request"
-            )
-        return None
-
-    # -- batching: a batch is the list of decoded requests; their pairs run through one TrainedRun.logits call --
-    def batch(self, inputs: list) -> list:
-        return list(inputs)
-
-    def unbatch(self, output: list) -> list:
-        return output
-
-    def predict(self, requests: list) -> list:
-        accepted = iter(self.answer([r for r in requests if not isinstance(r, Rejected)]))
-        return [r if isinstance(r, Rejected) else next(accepted) for r in requests]
-
-    @abstractmethod
-    def answer(self, requests: list[list[Pair]]) -> list[dict]:
-        """The answers of the accepted requests of a batch (each a list of pairs), in their order."""
-
-    def answers_per_request(self, requests: list[list[Pair]]) -> list[list[dict]]:
-        """`Matcher.predict`'s answers to each request's pairs, all of a batch's pairs run through one call."""
-        if not requests:
-            return []
-        answers = self.matcher.predict([p for r in requests for p in r], "request")
-        ends = list(itertools.accumulate(len(r) for r in requests))
-        return [answers[end - len(r) : end] for r, end in zip(requests, ends, strict=True)]
-
-    def encode_response(self, output: dict | Rejected) -> Response:
-        """The finished HTTP answer, JSON encoded here in the worker: the front passes a Response through as it is
-        (a dict it would encode again with FastAPI's jsonable_encoder, in the one process that all requests share)."""
-        if isinstance(output, Rejected):
-            return error_response(output.status, output.message)
-        return Response(json.dumps(output, ensure_ascii=False).encode(), media_type="application/json")
-
-
-class ClassifyAPI(_ModelAPI):
-    path = "/classify"
-
-    def decode_request(self, request: ClassifyRequest) -> list[Pair] | Rejected:
-        refused = self._count("pairs", len(request.pairs), self.limits.max_pairs, "limits.max_pairs")
-        refused = refused or self._check_texts(
-            [(f"pairs[{i}].{side}", getattr(p, side)) for i, p in enumerate(request.pairs) for side in "ab"]
-        )
-        return refused or [Pair(p.a, p.b, "", None, i + 1) for i, p in enumerate(request.pairs)]
-
-    def answer(self, requests: list[list[Pair]]) -> list[dict]:
-        return [{"predictions": answers} for answers in self.answers_per_request(requests)]
-
-
-class RankAPI(_ModelAPI):
-    path = "/rank"
-
-    def decode_request(self, request: RankRequest) -> list[Pair] | Rejected:
-        if self.run.kind != "rank":
-            return Rejected(
-                400,
-                f"this model classifies pairs into {self.run.labels} (task {self.run.task.name}); it does not rank. "
-                f"POST the pairs to /classify, or serve a model trained on a ranking task (wikiqa, trecqa, ubuntu)",
-            )
-        refused = self._count(
-            "candidates", len(request.candidates), self.limits.max_candidates, "limits.max_candidates"
-        )
-        refused = refused or self._check_texts(
-            [("query", request.query), *((f"candidates[{i}]", c) for i, c in enumerate(request.candidates))]
-        )
-        return refused or [Pair(request.query, c, "", None, i) for i, c in enumerate(request.candidates)]
-
-    def answer(self, requests: list[list[Pair]]) -> list[dict]:
-        answers = zip(requests, self.answers_per_request(requests), strict=True)
-        return [{"ranking": ranking([p.b for p in pairs], scores)} for pairs, scores in answers]
-
-
-class AlignAPI(_ModelAPI):
-    """One pair's alignment matrices; one request at a time (the matrices are per pair)."""
-
-    path = "/align"
-
-    def decode_request(self, request: AlignRequest) -> list[Pair] | Rejected:
-        refused = self._check_texts([("a", request.a), ("b", request.b)])
-        return refused or [Pair(request.a, request.b, "", None, 1)]
-
-    def answer(self, requests: list[list[Pair]]) -> list[dict]:
-        """`Matcher.align`: one forward pass per pair gives both the prediction and the matrices."""
-        answers = []
-        for (pair,) in requests:  # decode_request makes one pair per request
-            aligned = self.matcher.align(pair.a, pair.b)
-            aligned["matrices"] = {name: m.round(6).tolist() for name, m in aligned["matrices"].items()}
-            answers.append(aligned)
-        return answers
-
-
-def model_info(run: TrainedRun, limits: Limits) -> dict:
-    """What GET /info says about the model."""
+def model_info(run: TrainedRun, limits: Limits, examples: dict | None = None) -> dict:
+    """What GET /info says about a served run (and the page shows): its task, labels, aligner, checkpoint, the
+    limits, and example inputs of its task (`examples`: see `task_examples`)."""
     cfg = run.cfg
     return {
         "task": run.task.name,
@@ -414,10 +245,19 @@ def model_info(run: TrainedRun, limits: Limits) -> dict:
         "aligner": option_name(cfg, "aligner"),
         "intra": option_name(cfg, "intra") if cfg.get("intra") is not None else None,
         "embeddings": option_name(cfg, "embeddings"),
+        "null_token": bool(run.model.null_token),
         "checkpoint": str(run.checkpoint),
         "run_dir": str(run.run_dir),
         "vocabulary_size": len(run.vocab),
         "max_length": run.data.max_length,
         "endpoints": ["/classify", "/rank", "/align"] if run.kind == "rank" else ["/classify", "/align"],
         "limits": asdict(limits),
+        "examples": task_examples(run.task.name, run.kind) if examples is None else examples,
     }
+
+
+def task_examples(task: str, kind: str) -> list:
+    """Example inputs for the page: the task's own (matching/page/examples.json, written in the style of each
+    corpus), else those of a task of the same kind (snli for classification, wikiqa for ranking)."""
+    examples = json.loads((PAGE / "examples.json").read_text(encoding="utf-8"))
+    return examples.get(task) or examples["wikiqa" if kind == "rank" else "snli"]

@@ -164,7 +164,8 @@ class Matcher:
         """One pair's alignment: `{"a_tokens", "b_tokens", "matrices": {name: (len a, len b) array}, "label",
         "probs"}`: both sides' tokens as the model sees them ("<null>" first when it uses the NULL token), every
         matrix the aligner used (intra-sentence ones named "intra_a/..." and "intra_b/...", square), and the
-        prediction. What `visualize` draws and the server's /align returns."""
+        prediction (a ranking model's also with its `score` and `p_match`, as `predict` gives them). What
+        `visualize` draws and the server's /align returns."""
         (pair,) = as_pairs([(a, b)], "align")
         ((tokens_a, tokens_b),) = self.run.data.tokenize("input", [pair], quiet=True)
         if not tokens_a or not tokens_b:
@@ -172,9 +173,13 @@ class Matcher:
         out = self.run.predict(self.run.batch([pair]))
         if self.run.model.null_token:
             tokens_a, tokens_b = [NULL, *tokens_a], [NULL, *tokens_b]
-        ((label, probs),) = label_probabilities(out.logits.float().cpu(), self.labels)
+        logits = out.logits.float().cpu()
+        ((label, probs),) = label_probabilities(logits, self.labels)
         matrices = {name: m[0].float().cpu().numpy() for name, m in out.matrices.items()}
-        return {"a_tokens": tokens_a, "b_tokens": tokens_b, "matrices": matrices, "label": label, "probs": probs}
+        answer = {"a_tokens": tokens_a, "b_tokens": tokens_b, "matrices": matrices, "label": label, "probs": probs}
+        if self.kind == "rank":
+            answer.update(self.answers(logits)[0])
+        return answer
 
 
 def ranking(candidates: Sequence[str], answers: Sequence[dict]) -> list[dict]:

@@ -1,26 +1,30 @@
-"""`matching-serve ckpt=<path> [port=8000]` (conf/serve.yaml): a trained model behind HTTP, with LitServe.
+"""`matching-serve ckpt=<path> [compare=[<run>, ...]] [port=8000]` (conf/serve.yaml): trained models behind HTTP.
 
-The server needs the run directory alone (offline: no corpus, no vectors file) and answers JSON:
+The server needs the run directories alone (offline: no corpus, no vectors file). At `/` it serves a page to look
+at what an aligner does: type a pair (or a query and candidates), see each run's prediction and alignment
+matrices as heat-maps, several runs side by side (`compare=`) and their difference. It answers JSON:
 
-- `POST /classify` `{"pairs": [{"a": ..., "b": ...}, ...]}` -> `{"predictions": [{"label", "probs"}, ...]}`, in the
-  order of the pairs;
+- `POST /classify` `{"pairs": [{"a": ..., "b": ...}, ...]}` -> `{"predictions": [{"label", "probs"}, ...]}` (a
+  ranking model: `{"score", "p_match"}` per pair), in the order of the pairs;
 - `POST /rank` `{"query": ..., "candidates": [...]}` -> `{"ranking": [{"index", "candidate", "score", "p_match"}]}`
   by decreasing score (the logit margin, as `predict` ranks), for models trained on a ranking task;
 - `POST /align` `{"a": ..., "b": ...}` -> both sides' tokens, the prediction and every alignment matrix (what
-  `visualize` draws), for debugging one prediction;
-- `GET /health` ("ok" once the model is loaded) and `GET /info` (task, labels, aligner, checkpoint, vocabulary
-  size, the limits).
+  `visualize` draws), with which tokens are unknown words and what each matrix is;
+- `GET /health` ("ok" while every model worker runs) and `GET /info` (each run's task, labels, aligner,
+  checkpoint, vocabulary size, the limits).
 
-Requests from concurrent clients are batched (`max_batch_size` requests, waiting at most `batch_timeout` seconds)
-and run in batches within the run's memory budget (`data.batch_tokens`, `data.batch_cells`), through the same
-tokenisation, vocabulary and `predict_step` as `predict`. A bad request gets a 4xx answer
-`{"error": <what was wrong and what to do>, "status": <code>}` and the server goes on serving; the limits
-(pairs, candidates and tokens per text, bytes per request) are `limits.*` in conf/serve.yaml.
+`?run=<name>` sends a request to another run than the first (names: GET /info). The server is FastAPI and uvicorn
+(their documented APIs) in this process, and one model worker process per run (matching/batcher.py), which batches
+the requests of concurrent clients (`max_batch_size` requests, waiting at most `batch_timeout` seconds) and runs
+them within the run's memory budget (`data.batch_tokens`, `data.batch_cells`), through the same tokenisation,
+vocabulary and `predict_step` as `predict`. A bad request gets a 4xx answer `{"error": <what was wrong and what to
+do>, "status": <code>}` and the server goes on serving; the limits (pairs, candidates and tokens per text, bytes
+per request) are `limits.*` in conf/serve.yaml.
 """
 
 from __future__ import annotations
 
-import gc
+import multiprocessing
 import os
 import signal
 import socket
@@ -31,77 +35,164 @@ import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from matching.cli import command
 from matching.extras import require
-from matching.runs import RunError, load_trained
+from matching.runs import RunError, find_checkpoint, load_trained, saved_config
 
 
-def build_server(cfg: DictConfig) -> Any:
-    """The LitServer of a composed serve config; the run is loaded here first, so that a wrong ckpt= or override is
-    reported before any worker starts."""
-    require("litserve", "serve", "serving a model over HTTP")
-    from fastapi.exceptions import RequestValidationError
+@dataclass
+class Server:
+    """A configured server, its model workers started: `run()` serves until Ctrl+C or SIGTERM, then stops them."""
 
-    from matching.endpoints import AlignAPI, ClassifyAPI, Limits, PipeQueueServer, RankAPI, invalid_request, model_info
+    app: Any
+    clients: list
+    sock: socket.socket
+    cfg: DictConfig
+
+    def run(self) -> None:
+        import uvicorn
+
+        config = uvicorn.Config(self.app, log_level=self.cfg.log_level, access_log=bool(self.cfg.access_log),
+                                lifespan="on", timeout_graceful_shutdown=10)  # fmt: skip
+        # uvicorn handles SIGINT and SIGTERM (it stops taking requests and answers those under way), then raises
+        # the signal again for the handler it found: these make that a normal exit, status 0, after the workers.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _stopped)
+        try:
+            uvicorn.Server(config).run(sockets=[self.sock])
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        """Each worker gets a stop job, finishes what it holds and ends; one that does not within 10 s is killed."""
+        for client in self.clients:
+            if client.process.is_alive():
+                client.requests.put(None)
+        deadline = time.monotonic() + 10
+        for client in self.clients:
+            client.process.join(max(0.0, deadline - time.monotonic()))
+            if client.process.is_alive():
+                client.process.kill()
+                client.process.join()
+        self.sock.close()
+
+
+def _stopped(signum: int, frame: Any) -> None:
+    """Ctrl+C or SIGTERM after uvicorn has stopped: nothing more to do than what `Server.run` does next."""
+
+
+def _positive(cfg: DictConfig, key: str) -> int:
+    if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or cfg[key] < 1:
+        raise RunError(f"{key} must be a positive whole number, got {cfg[key]!r}")
+    return int(cfg[key])
+
+
+def _run_names(aligners: list[str]) -> list[str]:
+    """Each run's name in `?run=` and on the page: its aligner, numbered where two runs share one (coda, coda-2)."""
+    names = []
+    for aligner in aligners:
+        name, n = aligner, 1
+        while name in names:
+            n += 1
+            name = f"{aligner}-{n}"
+        names.append(name)
+    return names
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise RunError(f"cannot listen on {host}:{port} ({err.strerror}); another server may hold the port: stop it, "
+                       f"or choose another with port=") from None  # fmt: skip
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
+
+
+def build_server(cfg: DictConfig) -> Server:
+    """The server of a composed serve config. Every run is loaded here first, so that a wrong ckpt=, compare= or
+    override is reported before anything listens; then each run's worker starts and loads it again (its own
+    process, its own core) and the port is bound."""
+    require("fastapi", "serve", "serving a model over HTTP")
+    require("uvicorn", "serve", "serving a model over HTTP")
+    from matching.batcher import Limits, WorkerSpec, work
+    from matching.endpoints import ModelClient, build_app, model_info
 
     limits = Limits(**OmegaConf.to_container(cfg.limits, resolve=True))
-    for key in ("max_batch_size", "port", "api_servers"):
-        if not isinstance(cfg[key], int) or cfg[key] < 1:
-            raise RunError(f"{key} must be a positive whole number, got {cfg[key]!r}")
+    port, max_batch_size = _positive(cfg, "port"), _positive(cfg, "max_batch_size")
     if not isinstance(cfg.batch_timeout, (int, float)) or cfg.batch_timeout < 0:
         raise RunError(f"batch_timeout must be a number of seconds >= 0, got {cfg.batch_timeout!r}")
+    if not isinstance(cfg.timeout, (int, float)) or cfg.timeout <= 0:
+        raise RunError(f"timeout must be a number of seconds > 0, got {cfg.timeout!r}")
     if cfg.accelerator not in ("cpu", "cuda", "auto"):
         raise RunError(f"accelerator must be cpu, cuda or auto, got {cfg.accelerator!r}")
-    run = load_trained(cfg.ckpt, cfg)
-    config = OmegaConf.to_container(cfg, resolve=True)
-    apis = [
-        api(str(cfg.ckpt), config, limits, int(cfg.threads), int(cfg.max_batch_size), float(cfg.batch_timeout))
-        for api in (ClassifyAPI, RankAPI)
-    ]
-    apis.append(AlignAPI(str(cfg.ckpt), config, limits, int(cfg.threads), 1, 0.0))
-    server = PipeQueueServer(
-        apis,
-        accelerator=cfg.accelerator,
-        devices=1,
-        timeout=float(cfg.timeout),
-        max_payload_size=limits.max_request_bytes,
-        model_metadata=model_info(run, limits),
-    )
-    server.app.add_exception_handler(RequestValidationError, invalid_request)
+    compare = cfg.compare if cfg.compare is not None else []
+    if isinstance(compare, str) or not OmegaConf.is_list(compare):
+        raise RunError(f"compare must be a list of runs, e.g. compare=[outputs/runs/snli/coda/<time>], got {compare!r}")
+    device = cfg.accelerator
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    # (checkpoint, the run's config) of every run: the first composed by the command line, the others as saved
+    configs = [(str(cfg.ckpt), OmegaConf.to_container(cfg, resolve=True))]
+    for other in compare:
+        checkpoint = find_checkpoint(str(other))
+        configs.append((str(checkpoint), OmegaConf.to_container(saved_config(checkpoint), resolve=True)))
+    infos = [model_info(load_trained(ckpt, OmegaConf.create(config)), limits) for ckpt, config in configs]
+    kinds = {info["kind"] for info in infos}
+    if len(kinds) > 1:
+        listed = ", ".join(
+            f"{ckpt} ({info['task']}, {info['kind']})" for (ckpt, _), info in zip(configs, infos, strict=True)
+        )
+        raise RunError(f"the runs served side by side must all classify or all rank, got {listed}; serve the others "
+                       f"with a server of their own")  # fmt: skip
+    sock = _listen(cfg.host, port)
+
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing of this process is inherited
+    clients = []
+    for name, (ckpt, config), info in zip(_run_names([i["aligner"] for i in infos]), configs, infos, strict=True):
+        spec = WorkerSpec(ckpt, config, limits, int(cfg.threads), max_batch_size, float(cfg.batch_timeout),
+                          float(cfg.timeout), device)  # fmt: skip
+        requests = context.Queue()
+        answers, sending = context.Pipe(duplex=False)
+        process = context.Process(target=work, args=(spec, requests, sending), name=f"matching-serve {name}",
+                                  daemon=True)  # fmt: skip
+        process.start()
+        sending.close()
+        clients.append(ModelClient(name, info, process, requests, answers))
+    server_info = {"max_batch_size": max_batch_size, "batch_timeout": float(cfg.batch_timeout),
+                   "timeout": float(cfg.timeout), "threads": int(cfg.threads), "accelerator": device,
+                   "max_request_bytes": limits.max_request_bytes}  # fmt: skip
+    server = Server(build_app(clients, limits, server_info), clients, sock, cfg)
+    for client in clients:  # each worker says "ready" once its run is loaded, or why it could not load it
+        try:
+            message = client.answers.recv() if client.answers.poll(300) else ("error", "it did not load within 300 s")
+        except EOFError:
+            message = ("error", f"it exited with code {client.process.exitcode} while loading the run")
+        if message[0] != "ready":
+            server.stop()
+            raise RunError(f"the model worker of {client.info['checkpoint']} could not start: {message[1]}")
     return server
-
-
-def _on_sigterm(server_pid: int) -> Any:
-    """SIGTERM's handler: the server shuts down as on Ctrl+C (LitServe stops its workers on KeyboardInterrupt); its
-    forked HTTP processes, which inherit the handler, just end."""
-
-    def handler(signum: int, frame: Any) -> None:
-        if os.getpid() == server_pid:
-            raise KeyboardInterrupt
-        raise SystemExit(0)
-
-    return handler
 
 
 def serve(cfg: DictConfig) -> None:
     server = build_server(cfg)
-    signal.signal(signal.SIGTERM, _on_sigterm(os.getpid()))  # kill, docker stop, systemd: as Ctrl+C
-    gc.collect()
-    gc.freeze()  # what is loaded now (torch, the app) is shared with the forked HTTP process and never collected
-    print(f"serving {cfg.ckpt} on http://{cfg.host}:{cfg.port} (POST /classify /rank /align, GET /health /info)",
-          file=sys.stderr)  # fmt: skip
-    server.run(
-        host=cfg.host,
-        port=int(cfg.port),
-        num_api_servers=int(cfg.api_servers),
-        log_level=cfg.log_level,
-        generate_client_file=False,
-        access_log=bool(cfg.access_log),
-    )
+    names = ", ".join(f"{c.name} ({c.info['task']}, {c.info['checkpoint']})" for c in server.clients)
+    print(f"serving {names} on http://{cfg.host}:{cfg.port} (the page at /; POST /classify /rank /align, GET /health "
+          f"/info)", file=sys.stderr)  # fmt: skip
+    server.run()
 
 
 def free_port() -> int:
@@ -146,7 +237,7 @@ def serving(ckpt: str | os.PathLike, overrides: Sequence[str] = (), port: int | 
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        try:  # LitServe's worker processes share the session; make sure none outlives the server
+        try:  # the model workers share the session; make sure none outlives the server
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass

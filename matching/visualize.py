@@ -18,6 +18,7 @@ M cells. Options are in conf/visualize.yaml; any key of the run's saved config c
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import textwrap
 from collections.abc import Mapping
@@ -86,6 +87,35 @@ def describe(name: str, cfg: Mapping | None = None) -> str:
     else:
         text = base
     return f"intra {side[-1]}: {text}" if side else text
+
+
+#: The values each activation of CoDA can take (φ_E, φ_N; see matching/aligners.py).
+_ACTIVATION_RANGES = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0), "arctan": (-math.pi / 2, math.pi / 2),
+                      "algebraic": (-1.0, 1.0)}  # fmt: skip
+
+
+def value_range(name: str, cfg: Mapping | None = None) -> list[float] | None:
+    """The range [low, high] that a matrix's cells can take by its formula, from the run's aligner (or intra)
+    config: [0, 1] for softmax and conflict weights, φ_E's range for the affinity (tanh: [−1, 1]), the gate's, and
+    their product for M. A matrix that can take both signs is drawn on a diverging scale even where one pair's
+    cells happen to share a sign. None for a matrix of unknown formula (an aligner of one's own)."""
+    side, _, base = name.rpartition("/")
+    node = (cfg or {}).get("intra" if side else "aligner") or {}
+    kind, _, direction = base.rpartition("_")
+    if kind in ("softmax", "conflict") and direction in ("a", "b"):
+        return [0.0, 1.0]
+    affinity = _ACTIVATION_RANGES.get(node.get("phi_e", "tanh"))
+    gate = _ACTIVATION_RANGES.get(node.get("phi_n", "sigmoid"))
+    if gate is not None and node.get("gate", "center") == "scale":
+        gate = (2 * gate[0], 2 * gate[1])
+    if base == "affinity" and affinity:
+        return list(affinity)
+    if base == "gate" and gate:
+        return list(gate)
+    if base == "M" and affinity and gate:
+        products = [x * y for x in affinity for y in gate]
+        return [min(products), max(products)]
+    return None
 
 
 def draw_heatmaps(

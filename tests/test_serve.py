@@ -19,7 +19,7 @@ import pytest
 import torch
 
 httpx = pytest.importorskip("httpx", reason="the serve extra: pip install -e '.[serve]'")
-pytest.importorskip("litserve", reason="the serve extra: pip install -e '.[serve]'")
+pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
 
 from matching.data.readers import Pair  # noqa: E402
 from matching.matcher import Matcher  # noqa: E402
