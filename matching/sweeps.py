@@ -20,6 +20,7 @@ meant to hold, so that a run that never started is shown as missing too (:func:`
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -162,14 +163,27 @@ def planned_jobs(sweep_dir: Path) -> list[tuple[str, ...]] | None:
             return None
         params = (hydra.get("sweeper") or {}).get("params") or {}
         arguments = [f"{k}={v}" for k, v in params.items()] + list((hydra.get("overrides") or {}).get("task") or [])
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-        overrides = OverridesParser.create().parse_overrides(arguments)
-        (jobs,) = BasicSweeper.split_arguments(overrides, None)
+        jobs = grid(OverridesParser.create().parse_overrides(arguments))
     except (HydraException, yaml.YAMLError, AttributeError, ValueError) as err:
         log.warning("cannot tell which runs %s was meant to hold (%s); only the runs found are reported", multirun, err)
         return None
     return [tuple(job) for job in jobs]
+
+
+def grid(overrides: list) -> list[tuple[str, ...]]:
+    """The jobs of a grid sweep, as Hydra's basic sweeper expands its overrides (BasicSweeper.split_arguments, which
+    lives in hydra._internal; this is its expansion on the public Override API): a later override of the same key
+    replaces an earlier one, keeping its place; the grid is the product of the keys' values, in that order."""
+    values: dict[str, list[str]] = {}
+    for override in overrides:
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            values[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep():
+            values[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            raise ValueError(f"the basic sweeper does not sweep over a {override.value_type.name} ({key})")
+    return list(itertools.product(*values.values()))
 
 
 class SweepLog(Callback):

@@ -18,3 +18,18 @@ def test_optuna_sweep_runs_two_trials(tmp_path):
     assert set(results["best_params"]) >= {"optim.lr", "model.dropout", "aligner.gate", "aligner.alpha"}
     assert 0 <= results["best_value"] <= 1
     assert len(list((tmp_path / "sweep").glob("*/metrics.json"))) == 2
+
+
+def test_the_grid_of_a_sweep_is_the_one_hydras_basic_sweeper_expands():
+    """matching.sweeps.grid (which tells the report and the sweep log which runs a sweep was meant to hold) on the
+    public Override API, against BasicSweeper.split_arguments (hydra._internal: a test may compare with it)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from matching.sweeps import grid
+
+    for arguments in (["aligner=softmax,coda", "seed=1,2,3", "task=wikiqa"], ["seed=1,2", "seed=3,4", "optim.lr=1e-3"],
+                      ["aligner=choice(coda,conflict)", "+x=range(2)", "model.hidden=8"]):  # fmt: skip
+        overrides = OverridesParser.create().parse_overrides(arguments)
+        (want,) = BasicSweeper.split_arguments(overrides, None)
+        assert grid(overrides) == [tuple(job) for job in want]
