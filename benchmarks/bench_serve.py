@@ -1,14 +1,15 @@
 """Throughput and latency of `matching-serve` under load, beside the in-process throughput of the same model.
 
     python benchmarks/bench_serve.py --ckpt <run dir>/checkpoints/best.ckpt [--pairs pairs.tsv]
-        [--requests 2000] [--levels 1,8,32] [server overrides, e.g. max_batch_size=32 api_servers=1]
+        [--requests 2000] [--levels 1,8,32] [server overrides, e.g. max_batch_size=32 threads=1]
 
 Starts the server on 127.0.0.1 (a free port), then for each concurrency level sends a fixed number of single-pair
 POST /classify requests from that many concurrent clients (asyncio keep-alive connections, one process) and
-prints pairs/s and
-the p50/p95/p99 latency. Every answer is checked against the in-process prediction of its own pair (probabilities to
-1e-5): failed and mismatched answers are counted. The in-process figure runs the same pairs through
-TrainedRun.logits in this process, in batches of the server's max_batch_size and, as `predict` does, of 256.
+prints pairs/s and the p50/p95/p99 latency. Every answer is checked against the in-process prediction of its own
+pair: failed and mismatched answers are counted (a classification model's probabilities to 1e-5; a ranking model,
+which /classify answers with a score and P(match), its P(match) to 1e-5 and its score, a logit margin, to 1e-4).
+The in-process figure runs the same pairs through TrainedRun.logits in this process, in batches of the server's
+max_batch_size and, as `predict` does, of 256.
 
 Pairs: `--pairs` (a TSV or JSON Lines file that `matching-predict` reads, e.g. WikiQA dev question<TAB>sentence),
 else pairs of WikiQA's lengths (questions 4-12 words, answers 10-40) drawn from the run's vocabulary.
@@ -88,7 +89,13 @@ class Connection:
             self.writer.close()
 
 
-async def drive(url: str, pairs: list[Pair], expected: torch.Tensor, labels: list[str], concurrency: int) -> dict:
+def answer_values(answer: dict, labels: list[str] | None) -> list[float]:
+    """What is compared of one /classify answer: the probabilities in label order, or (P(match), score)."""
+    return [answer["probs"][label] for label in labels] if labels else [answer["p_match"], answer["score"]]
+
+
+async def drive(url: str, pairs: list[Pair], expected: torch.Tensor, labels: list[str] | None, concurrency: int,
+                tolerance: torch.Tensor) -> dict:  # fmt: skip
     """`len(pairs)` single-pair POST /classify requests from `concurrency` clients, each on its own connection."""
     host, port = url.removeprefix("http://").split(":")
     bodies = [json.dumps({"pairs": [{"a": p.a, "b": p.b}]}).encode() for p in pairs]
@@ -117,10 +124,12 @@ async def drive(url: str, pairs: list[Pair], expected: torch.Tensor, labels: lis
         c.close()
 
     failed = [i for i, (status, _) in answers.items() if status != 200]
-    probs = [[json.loads(answers[i][1])["predictions"][0]["probs"][label] for label in labels]
-             for i in range(len(pairs)) if i not in failed]  # fmt: skip
+    got = [answer_values(json.loads(answers[i][1])["predictions"][0], labels)
+           for i in range(len(pairs)) if i not in failed]  # fmt: skip
     good = torch.tensor([i for i in range(len(pairs)) if i not in failed], dtype=torch.long)
-    mismatched = int(((torch.tensor(probs) - expected[good]).abs() > 1e-5).any(1).sum()) if probs else 0
+    mismatched = (
+        int(((torch.tensor(got, dtype=torch.float64) - expected[good]).abs() > tolerance).any(1).sum()) if got else 0
+    )
     q = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else latencies * 99
     return {"rate": len(latencies) / wall, "p50": q[49], "p95": q[94], "p99": q[98], "failed": len(failed),
             "mismatched": mismatched}  # fmt: skip
@@ -140,8 +149,15 @@ def main() -> None:
 
     run = load_trained(args.ckpt, served)  # with the overrides the server gets (data.batch_tokens=..., say)
     pairs = load_pairs(args.pairs, run.vocab.words, args.requests)
-    label_names = run.labels
-    expected = torch.softmax(run.logits(pairs), dim=-1)
+    logits = run.logits(pairs).double()
+    if run.kind == "rank":  # /classify answers a ranking model with P(match) and the score (the logit margin)
+        label_names = None
+        expected = torch.stack([torch.softmax(logits, dim=-1)[:, 1], logits[:, 1] - logits[:, 0]], dim=1)
+        tolerance = torch.tensor([1e-5, 1e-4], dtype=torch.float64)
+    else:
+        label_names = run.labels
+        expected = torch.softmax(logits, dim=-1)
+        tolerance = torch.full((len(label_names),), 1e-5, dtype=torch.float64)
     lengths = [len(run.data.tokenizer(p.a)) + len(run.data.tokenizer(p.b)) for p in pairs]
     print(f"model: {args.ckpt} ({run.task.name}, {len(run.vocab):,} words); {len(pairs):,} single-pair requests")
     print(f"pairs: {statistics.mean(lengths):.1f} tokens on average; torch threads here: {torch.get_num_threads()}")
@@ -157,7 +173,7 @@ def main() -> None:
     del run
 
     with serving(args.ckpt, args.overrides) as url:
-        rows = [(c, asyncio.run(drive(url, pairs, expected, label_names, c))) for c in levels]
+        rows = [(c, asyncio.run(drive(url, pairs, expected, label_names, c, tolerance))) for c in levels]
     head = f"| concurrency | pairs/s | vs in-process (batch {batch}) | p50 ms | p95 ms | p99 ms | failed | mismatched |"
     print(f"\n{head}")
     print("|---|---|---|---|---|---|---|---|")

@@ -22,6 +22,7 @@ import gc
 import itertools
 import json
 import os
+import signal
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -235,7 +236,11 @@ def take_batch(requests: Any, max_batch_size: int, batch_timeout: float) -> list
 
 def work(spec: WorkerSpec, requests: Any, answers: Any) -> None:
     """The worker process: load the run, say "ready" (or the error that stopped it), then answer batches until a
-    `None` job comes. `requests`: a multiprocessing Queue of Jobs; `answers`: the sending end of a Pipe."""
+    `None` job comes. `requests`: a multiprocessing Queue of Jobs; `answers`: the sending end of a Pipe. Ctrl+C in a
+    terminal (SIGINT to the whole process group) and a SIGTERM sent to every process of the server (systemd's
+    default) are the server's to handle: it answers the requests under way, then sends the stop job."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     watch_parent(os.getppid())
     try:
         worker = Worker(spec)

@@ -109,6 +109,9 @@ def test_align_gives_tokens_matrices_and_the_prediction(wikiqa_run):
     assert all(m.shape == (5, 8) and isinstance(m, np.ndarray) for m in aligned["matrices"].values())
     ((score,),) = [[r["p_match"] for r in matcher.rank(QUERY, CANDIDATES[:1])]]
     assert aligned["probs"]["1"] == pytest.approx(score, abs=1e-6)
+    predicted = matcher.predict((QUERY, CANDIDATES[0]))  # a ranking model's answer, as predict gives it
+    assert aligned["p_match"] == pytest.approx(predicted["p_match"], abs=1e-6)
+    assert aligned["score"] == pytest.approx(predicted["score"], abs=1e-5)
 
 
 def test_load_errors_say_what_to_give(snli_run, tmp_path):

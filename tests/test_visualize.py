@@ -137,3 +137,17 @@ def test_histograms_label_their_axes(wikiqa_run, tmp_path, monkeypatch):
     assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", "mode=histogram", "max_pairs=50", f"out={out}"]) == 0
     assert {"value of a cell", "cells (log scale)"} <= set(texts)
     assert any(t.startswith("tanh(E) (affinity)") for t in texts)
+
+
+def test_value_range_is_what_each_matrix_can_take_by_its_formula():
+    """What the server's page draws on a diverging scale (a range below 0) or a sequential one."""
+    from matching.visualize import value_range
+
+    assert value_range("softmax_a", {}) == value_range("intra_b/conflict_b", {}) == [0.0, 1.0]
+    assert value_range("affinity", {"aligner": {}}) == [-1.0, 1.0]  # CoDA's defaults: tanh(E), sigmoid(N - mean N)
+    assert value_range("gate", {"aligner": {}}) == [0.0, 1.0]
+    assert value_range("M", {"aligner": {}}) == [-1.0, 1.0]
+    scaled = {"aligner": {"phi_e": "sigmoid", "phi_n": "tanh", "gate": "scale"}}
+    assert value_range("gate", scaled) == [-2.0, 2.0] and value_range("M", scaled) == [-2.0, 2.0]
+    assert value_range("M", {"aligner": {"phi_e": "sigmoid"}}) == [0.0, 1.0]  # M >= 0: no subtraction possible
+    assert value_range("uniform", {}) is None  # an aligner of one's own

@@ -146,6 +146,15 @@ function tokensOf(answer) {
   return { a: answer.a_tokens, b: answer.b_tokens, unknownA: answer.unknown.a, unknownB: answer.unknown.b };
 }
 
+// A cross-alignment matrix has a's tokens down the side and b's along the top; an intra-sentence one
+// ("intra_a/...", "intra_b/...") one side's tokens on both axes.
+function axesOf(name, tokens) {
+  const side = name.startsWith("intra_b/") ? "B" : name.startsWith("intra_a/") ? "A" : null;
+  if (!side) return tokens;
+  const words = side === "A" ? tokens.a : tokens.b, unknown = side === "A" ? tokens.unknownA : tokens.unknownB;
+  return { a: words, b: words, unknownA: unknown, unknownB: unknown };
+}
+
 function prediction(run, answer) {
   const box = el("div", { class: "prediction" });
   if (run.kind === "rank") {
@@ -186,7 +195,8 @@ function runColumn(run, answer, width) {
     const scale = scaleOf(m, about.range);
     const box = el("div", { class: "matrix", "data-matrix": name });
     box.append(el("h3", {}, `${about.caption} `, el("span", { class: "name", text: name })));
-    box.append(el("div", { class: "scroll" }, heatmap(tokens, m, scale, about.caption, cellSize(width, tokens.b.length))));
+    const axes = axesOf(name, tokens);
+    box.append(el("div", { class: "scroll" }, heatmap(axes, m, scale, about.caption, cellSize(width, axes.b.length))));
     box.append(legend(scale));
     matrices.append(box);
   }
@@ -215,7 +225,9 @@ function differenceView(width) {
   if (usable.length < 2) { section.hidden = true; return; }
   section.hidden = false;
   const options = [];
-  for (const run of usable) for (const name of Object.keys(state.answers[run.name].matrices)) options.push([run.name, name]);
+  for (const run of usable) {
+    for (const name of Object.keys(state.answers[run.name].matrices)) if (!name.includes("/")) options.push([run.name, name]);
+  }
   const pick = (id, run) => {
     const select = el("select", { id });
     options.forEach(([r, n], k) => select.append(el("option", { value: k, text: `${r}: ${n}` })));
