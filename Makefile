@@ -54,7 +54,7 @@ export: install  ## export for serving or sharing: make export CKPT=... ARGS="fo
 report: install  ## results table over a sweep: make report RUN=outputs/multirun/<time>
 	$(BIN)/matching-report runs=$(RUN) $(ARGS)
 
-serve: install  ## serve a trained run over HTTP: make serve RUN=outputs/runs/<task>/<aligner>/<time> [PORT=8000]
+serve: install  ## serve a run over HTTP, its page at /: make serve RUN=outputs/runs/<task>/<aligner>/<time> [PORT=8000] [ARGS="compare=[<run>]"]
 	@test -n "$(RUN)" || { echo "make serve needs RUN=<run dir> (the folder with config.yaml and checkpoints/)"; exit 2; }
 	$(BIN)/matching-serve ckpt=$(RUN)/checkpoints/best.ckpt port=$(PORT) $(ARGS)
 

@@ -5,9 +5,11 @@
 
 Starts the server on 127.0.0.1 (a free port), then for each concurrency level sends a fixed number of single-pair
 POST /classify requests from that many concurrent clients (asyncio keep-alive connections, one process) and
-prints pairs/s and the p50/p95/p99 latency. Every answer is checked against the in-process prediction of its own
-pair: failed and mismatched answers are counted (a classification model's probabilities to 1e-5; a ranking model,
-which /classify answers with a score and P(match), its P(match) to 1e-5 and its score, a logit margin, to 1e-4).
+prints pairs/s, the p50/p95/p99 latency and the CPU time the server's processes spent per request (Linux: from
+/proc; on a shared, busy machine a steadier figure than the rates, which depend on the cores the others leave).
+Every answer is checked against the in-process prediction of its own pair: failed and mismatched answers are
+counted (a classification model's probabilities to 1e-5; a ranking model, which /classify answers with a score
+and P(match), its P(match) to 1e-5 and its score, a logit margin, to 1e-4).
 The in-process figure runs the same pairs through TrainedRun.logits in this process, in batches of the server's
 max_batch_size and, as `predict` does, of 256.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import sys
@@ -52,15 +55,50 @@ def load_pairs(path: Path | None, vocab_words: list[str], count: int, seed: int 
     return [Pair(text(4, 12), text(10, 40), "") for _ in range(count)]
 
 
-def in_process(run, pairs: list[Pair], batch: int, repeats: int = 3) -> float:
-    """Median pairs/s of TrainedRun.logits over `pairs` in chunks of `batch` pairs."""
-    rates = []
+def in_process(run, pairs: list[Pair], batch: int, repeats: int = 3) -> tuple[float, float]:
+    """Median pairs/s of TrainedRun.logits over `pairs` in chunks of `batch` pairs, and the median CPU seconds per
+    pair it took (this process, all its threads)."""
+    rates, cpu = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         for i in range(0, len(pairs), batch):
             run.logits(pairs[i : i + batch])
         rates.append(len(pairs) / (time.perf_counter() - start))
-    return statistics.median(rates)
+        cpu.append((time.process_time() - start_cpu) / len(pairs))
+    return statistics.median(rates), statistics.median(cpu)
+
+
+def server_processes(port: int) -> list[int]:
+    """The processes of the server on `port` (Linux /proc): the `matching-serve ... port=<port>` process and every
+    process of its session (serving() starts it in a session of its own; its workers stay in it). Empty elsewhere."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+
+    def read(pid: Path, name: str) -> str:
+        try:
+            return (pid / name).read_text(errors="replace")
+        except OSError:
+            return ""
+
+    pids = [p for p in proc.iterdir() if p.name.isdigit()]
+    root = next((p for p in pids if "matching.serve" in read(p, "cmdline") and f"port={port}\0" in read(p, "cmdline")),
+                None)  # fmt: skip
+    if root is None:
+        return []
+    return [int(p.name) for p in pids if read(p, "stat").rsplit(")", 1)[-1].split()[3:4] == [root.name]]
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds the processes have used so far (those still alive)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 class Connection:
@@ -117,9 +155,10 @@ async def drive(url: str, pairs: list[Pair], expected: torch.Tensor, labels: lis
 
     connections = [Connection(host, int(port)) for _ in range(concurrency)]
     await asyncio.gather(*(c.post("/classify", bodies[0]) for c in connections))  # connect and warm up
-    start = time.perf_counter()
+    processes = server_processes(int(port))
+    start, start_cpu = time.perf_counter(), cpu_seconds(processes)
     await asyncio.gather(*(client(c) for c in connections))
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, cpu_seconds(processes) - start_cpu
     for c in connections:
         c.close()
 
@@ -132,7 +171,7 @@ async def drive(url: str, pairs: list[Pair], expected: torch.Tensor, labels: lis
     )
     q = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else latencies * 99
     return {"rate": len(latencies) / wall, "p50": q[49], "p95": q[94], "p99": q[98], "failed": len(failed),
-            "mismatched": mismatched}  # fmt: skip
+            "mismatched": mismatched, "cpu": cpu / len(pairs) if processes else float("nan")}  # fmt: skip
 
 
 def main() -> None:
@@ -161,25 +200,28 @@ def main() -> None:
     lengths = [len(run.data.tokenizer(p.a)) + len(run.data.tokenizer(p.b)) for p in pairs]
     print(f"model: {args.ckpt} ({run.task.name}, {len(run.vocab):,} words); {len(pairs):,} single-pair requests")
     print(f"pairs: {statistics.mean(lengths):.1f} tokens on average; torch threads here: {torch.get_num_threads()}")
-    inproc = {b: in_process(run, pairs, b) for b in (batch, 256)}
+    inproc = {b: in_process(run, pairs, b)[0] for b in (batch, 256)}
     print(f"in-process TrainedRun.logits: {inproc[batch]:,.0f} pairs/s in batches of {batch}, "
           f"{inproc[256]:,.0f} pairs/s in batches of 256 ({torch.get_num_threads()} torch threads)")  # fmt: skip
     cores = torch.get_num_threads()
     torch.set_num_threads(worker_threads)
-    one = in_process(run, pairs, batch)
+    one, one_cpu = in_process(run, pairs, batch)
     torch.set_num_threads(cores)
     print(f"in-process with the server's model-worker threads ({worker_threads}): {one:,.0f} pairs/s in batches of "
-          f"{batch}; the server's ratio below is taken against the {cores}-thread figure")  # fmt: skip
+          f"{batch}, {one_cpu * 1e3:.3f} ms of CPU per pair; the server's ratio below is taken against the "
+          f"{cores}-thread figure")  # fmt: skip
     del run
 
     with serving(args.ckpt, args.overrides) as url:
         rows = [(c, asyncio.run(drive(url, pairs, expected, label_names, c, tolerance))) for c in levels]
-    head = f"| concurrency | pairs/s | vs in-process (batch {batch}) | p50 ms | p95 ms | p99 ms | failed | mismatched |"
+    head = (f"| concurrency | pairs/s | vs in-process (batch {batch}) | p50 ms | p95 ms | p99 ms | server CPU ms per "
+            f"request | failed | mismatched |")  # fmt: skip
     print(f"\n{head}")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for c, r in rows:
         print(f"| {c} | {r['rate']:,.0f} | {r['rate'] / inproc[batch]:.0%} | {r['p50'] * 1e3:.1f} | "
-              f"{r['p95'] * 1e3:.1f} | {r['p99'] * 1e3:.1f} | {r['failed']} | {r['mismatched']} |")  # fmt: skip
+              f"{r['p95'] * 1e3:.1f} | {r['p99'] * 1e3:.1f} | {r['cpu'] * 1e3:.3f} | {r['failed']} | "
+              f"{r['mismatched']} |")  # fmt: skip
 
 
 if __name__ == "__main__":

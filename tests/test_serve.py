@@ -248,3 +248,14 @@ def test_sigterm_shuts_down_as_ctrl_c_does(snli_run):
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_runs_to_compare_that_cannot_be_served_beside_the_first_are_reported_before_anything_starts(
+    snli_run, wikiqa_run, tmp_path, capsys
+):
+    ckpt = snli_run[0] / "checkpoints" / "best.ckpt"
+    assert serve_main([f"ckpt={ckpt}", f"compare=[{wikiqa_run[0]}]"]) == 2
+    said = capsys.readouterr().err
+    assert "must all classify or all rank" in said and "(wikiqa, rank)" in said
+    assert serve_main([f"ckpt={ckpt}", f"compare=[{tmp_path / 'nowhere'}]"]) == 2
+    assert "no run directory, checkpoint or shared model folder at" in capsys.readouterr().err
