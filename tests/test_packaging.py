@@ -38,6 +38,8 @@ def test_the_wheel_carries_every_config_and_the_demo_data(wheel):
     assert configs and configs <= names, sorted(configs - names)
     demo = {f"matching/demo_data/{p.name}" for p in (ROOT / "matching" / "demo_data").iterdir()}
     assert demo <= names, sorted(demo - names)
+    page = {f"matching/page/{p.name}" for p in (ROOT / "matching" / "page").iterdir()}  # the server's page
+    assert {"matching/page/index.html", "matching/page/page.js"} <= page <= names, sorted(page - names)
     assert "hydra_plugins/matching_ray_launcher/ray_launcher.py" in names
     assert not any(n.startswith(("conf/", "tests/", "benchmarks/")) for n in names)  # nothing at the top level
 
