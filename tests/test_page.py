@@ -28,10 +28,12 @@ A, B = "A man plays a guitar.", "A zyzzyva makes music."  # zyzzyva: in no fixtu
 
 @pytest.fixture(scope="module")
 def snli_coda_run(tmp_path_factory):
-    """A second SNLI fixture run, with the CoDA aligner, to put beside the softmax one."""
+    """A second SNLI fixture run, with the CoDA aligner and the NULL token, to put beside the softmax one (which has
+    no NULL token: the difference view matches their cells without it)."""
     from matching.train import train
 
-    cfg = compose_train(tmp_path_factory.mktemp("snli_coda"), "trainer.max_epochs=1", "aligner=coda")
+    cfg = compose_train(tmp_path_factory.mktemp("snli_coda"), "trainer.max_epochs=1", "aligner=coda",
+                        "model.null_token=true")  # fmt: skip
     train(cfg)
     return cfg.paths.output_dir
 
@@ -73,6 +75,7 @@ HEATMAPS = """[...document.querySelectorAll('.run')].map(run => ({
         rows: [...m.querySelectorAll('th.rowtok')].map(th => th.textContent),
         cols: [...m.querySelectorAll('th.coltok')].map(th => th.textContent),
         unknown: [...m.querySelectorAll('th.coltok.unknown')].map(th => th.textContent),
+        null: [...m.querySelectorAll('th.null')].map(th => th.textContent),
         cells: [...m.querySelectorAll('td')].map(td => [+td.dataset.i, +td.dataset.j, +td.dataset.v]),
     }])),
 }))"""
@@ -113,13 +116,17 @@ def test_a_typed_pair_through_two_runs_side_by_side(side_by_side, browser, tmp_p
             assert "zyzzyva" in unknown and "a" not in unknown and m["unknown"] == unknown  # unknown words marked
     assert set(shown[0]["matrices"]) == {"softmax_a", "softmax_b"}
     assert set(shown[1]["matrices"]) == {"affinity", "gate", "M"}
+    assert shown[1]["matrices"]["M"]["null"] == ["<null>", "<null>"] and shown[0]["matrices"]["softmax_a"]["null"] == []
 
-    # The difference view: coda's M − softmax's softmax_a, cell by cell on the same axes
+    # The difference view: coda's M − softmax's softmax_a, cell by cell on the same axes (without coda's NULL row
+    # and column, which softmax has not)
     diff = browser.evaluate(cells("#difference"))
     m, s = _align(url, "coda", A, B)["matrices"]["M"], _align(url, "softmax", A, B)["matrices"]["softmax_a"]
-    assert len(diff) == len(m) * len(m[0])
+    assert len(diff) == len(s) * len(s[0]) == (len(m) - 1) * (len(m[0]) - 1)
+    said = browser.evaluate("document.querySelector('#difference').textContent")
+    assert "NULL token's row and column are left out" in said
     for i, j, v in diff:
-        assert v == pytest.approx(m[i][j] - s[i][j], abs=1e-5)
+        assert v == pytest.approx(m[i + 1][j + 1] - s[i][j], abs=1e-5)
 
     # Hovering a cell shows its exact value
     browser.hover(".run[data-run=coda] .matrix[data-matrix=M] td[data-i='1'][data-j='2']")

@@ -244,9 +244,11 @@ function differenceView(width) {
     const [runA, nameA] = options[Number(selectA.value)], [runB, nameB] = options[Number(selectB.value)];
     const ansA = state.answers[runA], ansB = state.answers[runB];
     let x = { tokens: tokensOf(ansA), m: ansA.matrices[nameA] }, y = { tokens: tokensOf(ansB), m: ansB.matrices[nameB] };
+    let note = null;
     if (ansA.a_tokens.length !== ansB.a_tokens.length || ansA.b_tokens.length !== ansB.b_tokens.length) {
       x = withoutNull(ansA, x.m);
       y = withoutNull(ansB, y.m);
+      note = "the NULL token's row and column are left out: only one of the two runs has it";
     }
     const same = JSON.stringify([x.tokens.a, x.tokens.b]) === JSON.stringify([y.tokens.a, y.tokens.b]);
     body.replaceChildren();
@@ -257,6 +259,7 @@ function differenceView(width) {
     const diff = y.m.map((row, i) => row.map((v, j) => v - x.m[i][j]));
     const scale = scaleOf(diff, [-1, 1]);
     const caption = `${runB}: ${nameB} − ${runA}: ${nameA}`;
+    if (note) body.append(el("p", { class: "note", text: note }));
     body.append(el("div", { class: "matrix", "data-matrix": "difference" }, el("h3", { text: caption }),
       el("div", { class: "scroll" }, heatmap(x.tokens, diff, scale, caption, cellSize(width, x.tokens.b.length))), legend(scale)));
   }
