@@ -17,7 +17,7 @@ from test_hub import export_hub
 PROBE = r"""
 import json, logging, os, pkgutil, sys, warnings, importlib
 import hydra, lightning.pytorch, numpy, omegaconf, tokenizers, torch, torchmetrics, yaml
-for optional in ("datasets", "huggingface_hub", "safetensors", "matplotlib", "matplotlib.pyplot", "litserve",
+for optional in ("datasets", "huggingface_hub", "safetensors", "matplotlib", "matplotlib.pyplot",
                  "fastapi", "uvicorn", "onnx", "onnxruntime", "transformers", "gensim", "pandas", "tensorboard"):
     try:
         importlib.import_module(optional)
