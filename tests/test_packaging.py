@@ -105,7 +105,8 @@ def test_the_wheel_installed_at_the_lock_trains_offline_from_any_folder(wheel, t
     pairs.write_text("A man is sleeping.\tA person rests.\nTwo dogs run.\tNo animals are outside.\n")
     run("matching-predict", "ckpt=run/checkpoints/best.ckpt", f"input={pairs}", "output=predictions.jsonl")
     assert len((home / "predictions.jsonl").read_text().splitlines()) == 2
-    demo = run("matching-demo", "seeds=[1]", 'train="task.epochs=1 +trainer.limit_train_batches=4"', "out=demo")
+    demo = run("matching-demo", "seeds=[1]", 'train="task.epochs=1 task.splits.train.stop=200 model.hidden=16"',
+               "out=demo")  # fmt: skip
     assert "softmax" in demo and (home / "demo").is_dir()
     run("matching-train", "-m", *short, "seed=1,2", "hydra.sweep.dir=sweep")
     assert len(list((home / "sweep").glob("*/metrics.json"))) == 2
