@@ -203,8 +203,10 @@ class CoDAAligner(Aligner):
         if self.center_e:
             e = e - masked_mean(e, cells, dims=(1, 2))
         na, nb = (fa, fb) if self.shared else per_token(self.project_n, a, b)
-        # cdist(p=1) computes the L1 distances without a (B, La, Lb, d) intermediate.
-        n = torch.cdist(na.contiguous(), nb.contiguous(), p=1) * (-self.beta * self.scale)  # (B, La, Lb)
+        # cdist(p=1) computes the L1 distances without a (B, La, Lb, d) intermediate, in float32 at least (it has no
+        # bf16 kernel on a CPU; autocast runs it in float32 too): N, the gate and M are float32 in bf16 as well.
+        wide = torch.promote_types(na.dtype, torch.float32)
+        n = torch.cdist(na.to(wide).contiguous(), nb.to(wide).contiguous(), p=1) * (-self.beta * self.scale)
         if self.gate == "center":
             gate = self.phi_n(n - masked_mean(n, cells, dims=(1, 2)))
         elif self.gate == "scale":
@@ -213,8 +215,10 @@ class CoDAAligner(Aligner):
             gate = self.phi_n(n)
         affinity = self.phi_e(e)
         m = affinity * gate * cells.to(affinity.dtype)  # (B, La, Lb), exactly 0 on padding
-        a_aligned = torch.bmm(m, b)  # (B, La, D)
-        b_aligned = torch.bmm(m.transpose(1, 2), a)  # (B, Lb, D)
+        # M is float32 (see N): the products take it in the inputs' dtype (a no-op in float32; autocast casts so).
+        weights = m.to(b.dtype)
+        a_aligned = torch.bmm(weights, b)  # (B, La, D)
+        b_aligned = torch.bmm(weights.transpose(1, 2), a)  # (B, Lb, D)
         return Alignment(a_aligned, b_aligned, {"affinity": affinity, "gate": gate, "M": m})
 
 

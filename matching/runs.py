@@ -35,6 +35,7 @@ from matching.data.vocab import Vocabulary
 from matching.errors import ConfigError, UserError
 from matching.files import write_atomic
 from matching.model import DecomposableAttention, MatchOutput
+from matching.precision import check
 from matching.system import MatchingSystem
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,7 @@ def check_config(cfg: DictConfig) -> None:
         node = cfg.get(key)
         if isinstance(node, DictConfig):
             check_arguments(node, key)
+    check(cfg.get("dtype", "fp32"))
     try:
         instantiate(cfg.optim)([torch.nn.Parameter(torch.zeros(1))])
     except (TypeError, ValueError) as err:
@@ -220,6 +222,7 @@ def build_system(cfg: DictConfig, model: DecomposableAttention, dm: PairDataModu
         test_prefixes=[split_prefix(s) for s in dm.test_splits],
         task=dm.task.name,
         class_weights=class_weights(cfg, dm),
+        compute_dtype=cfg.get("dtype", "fp32"),
     )
 
 
@@ -362,8 +365,12 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
 
 
 def saved_config(checkpoint: str | os.PathLike) -> DictConfig:
-    """The saved config of the run a checkpoint belongs to."""
-    return OmegaConf.load(find_run_dir(check_checkpoint(checkpoint)) / "config.yaml")
+    """The saved config of the run a checkpoint belongs to; a run saved before the `dtype` key computed in fp32,
+    and is given that key, so that `dtype=bf16` overrides it as in any other run."""
+    cfg = OmegaConf.load(find_run_dir(check_checkpoint(checkpoint)) / "config.yaml")
+    if "dtype" not in cfg:
+        cfg.dtype = "fp32"
+    return cfg
 
 
 def configured(cfg: DictConfig, settings: dict[str, Any], device: str | None = None) -> DictConfig:
@@ -448,7 +455,7 @@ def assemble_run(
         raise _another_version(run_dir, err) from err
     model.load_state_dict({k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")})
     system = MatchingSystem(model, None, labels, kind=meta.get("kind", data.task.kind), task=data.task.name,
-                            val_prefixes=(), test_prefixes=())  # fmt: skip
+                            val_prefixes=(), test_prefixes=(), compute_dtype=cfg.get("dtype", "fp32"))  # fmt: skip
     system.eval()
     return TrainedRun(run_dir, checkpoint, cfg, data, system)
 

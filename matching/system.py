@@ -19,6 +19,7 @@ from matching.data.datamodule import batches_trained
 from matching.errors import ConfigError
 from matching.metrics import EvaluationRecord, RankingMetrics, describe
 from matching.model import CONTEXT_INPUTS, MatchOutput
+from matching.precision import check, forward_in, resolve
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,8 @@ class MatchingSystem(pl.LightningModule):
     kind="classify": logged keys `{prefix}/{loss,acc}`. kind="rank" (pointwise ranking, label 1 = match):
     also `{prefix}/{map,mrr,map_raw,mrr_raw,top1,top2,top5,questions,...}`, computed per question over the
     whole split (see matching.metrics). The prefix of each evaluation split is given by `val_prefixes` (one per
-    validation dataloader, e.g. ["val", "val_mismatched"]) and `test_prefixes`.
+    validation dataloader, e.g. ["val", "val_mismatched"]) and `test_prefixes`. `compute_dtype` is the arithmetic of
+    every forward pass, a `dtype=` value: fp32, bf16 or auto (see matching.precision).
     """
 
     def __init__(
@@ -65,9 +67,11 @@ class MatchingSystem(pl.LightningModule):
         test_prefixes: Sequence[str] = ("test",),
         task: str | None = None,
         class_weights: Sequence[float] | None = None,
+        compute_dtype: str = "fp32",
     ):
         super().__init__()
         self.task = task
+        self.compute_dtype = check(compute_dtype)
         self.model = model
         self.optimizer_factory = optimizer
         self.labels = list(labels)
@@ -111,12 +115,14 @@ class MatchingSystem(pl.LightningModule):
             super().__setattr__(name, value)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> MatchOutput:
-        return self.model(a, b)
+        return forward_in(resolve(self.compute_dtype, a.device), self.model, a, b)
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int = 0, dataloader_idx: int = 0) -> MatchOutput:
         """Logits, alignment matrices and token masks of a batch: what evaluate, predict, visualize and export
-        use (under a Trainer or called directly)."""
-        return self.model(batch["a"], batch["b"], **{k: batch[k] for k in CONTEXT_INPUTS if k in batch})
+        use (under a Trainer or called directly), computed in `compute_dtype`."""
+        a = batch["a"]
+        context = {k: batch[k] for k in CONTEXT_INPUTS if k in batch}
+        return forward_in(resolve(self.compute_dtype, a.device), self.model, a, batch["b"], **context)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         logits = self.predict_step(batch).logits

@@ -40,6 +40,7 @@ from matching.data.vocab import Vocabulary
 from matching.errors import UserError
 from matching.extras import check_installed
 from matching.files import write_json, write_text_atomic
+from matching.precision import describe
 from matching.runs import (
     AtomicCheckpointIO,
     RunError,
@@ -280,14 +281,17 @@ def numerics(cfg: DictConfig) -> str:
     (PyTorch picks AVX-512 or AVX2 kernels at run time, and they round differently: a softmax over 8 to 15 entries
     is computed element by element by the AVX-512 kernels and vectorised by the AVX2 ones, and a longer one sums in
     another order; `ATEN_CPU_CAPABILITY=avx2` makes an AVX-512 machine use the AVX2 kernels), the processor (the
-    same seed, code and kernel set gave other numbers on an Intel Xeon than on an AMD EPYC), the threads, the GPU."""
+    same seed, code and kernel set gave other numbers on an Intel Xeon than on an AMD EPYC), the threads, the GPU,
+    and the arithmetic the model computes in (`dtype`, matching.precision)."""
     threads = torch.get_num_threads()
     parts = [f"torch {torch.__version__}", f"CPU kernels {get_cpu_capability()}"]
     if processor := cpu_model():
         parts.append(f"processor {processor}")
     parts.append(f"{threads} thread{'s' * (threads > 1)}")
-    if cfg.trainer.get("accelerator") in ("gpu", "cuda") and torch.cuda.is_available():
+    gpu = cfg.trainer.get("accelerator") in ("gpu", "cuda") and torch.cuda.is_available()
+    if gpu:
         parts.append(f"GPU {torch.cuda.get_device_name()}, precision {cfg.trainer.get('precision')}")
+    parts.append(f"dtype {describe(cfg.get('dtype', 'fp32'), 'cuda' if gpu else 'cpu')}")
     if cfg.get("deterministic"):
         parts.append("deterministic algorithms")
     return ", ".join(parts)

@@ -1,0 +1,107 @@
+"""The arithmetic a model computes in: `dtype=fp32` (the default), `bf16` or `auto`.
+
+`dtype` is a key of a run's config (`python -m matching.train dtype=bf16`; any command that loads a run:
+`matching-predict ckpt=... dtype=bf16`; `Matcher.load(path, dtype="bf16")`). Every forward pass goes through
+`forward_in` (MatchingSystem.predict_step: training, validation, evaluate, predict, visualize, serve).
+
+- fp32: the model as it is, in float32; a seed's numbers are what they always were.
+- bf16: the model's products and activations in bfloat16, its weights, gradients, optimiser and loss in float32.
+  Each forward pass casts the trainable weights to bf16 once (autocast casts around every product and leaves the
+  element-wise work, the softmax, dropout and masks in float32, converting back and forth); the word vectors are
+  gathered from their table (float16 when frozen) and the gathered rows cast, never the whole table; from the
+  projection to the logits every activation stays bf16, and the logits come back as float32 for the loss and the
+  metrics. The float32 parameters are the master copy: the cast's backward hands each weight a float32 gradient,
+  Adam (fused) updates float32 weights, and checkpoints hold float32 weights, so a run trained in either dtype is
+  evaluated in either. What bf16 would spoil stays float32: PyTorch's bf16 softmax, sums and matrix products
+  accumulate in float32, and CoDA's means over the alignment are float32 sums (`layers.masked_mean`).
+- auto: bf16 where a CPU has bf16 arithmetic (AMX or AVX512-BF16: `bf16_instructions`), fp32 elsewhere; on a GPU
+  `trainer.precision` (bf16-mixed in `trainer=gpu`) decides and auto is fp32.
+
+What bf16 gains is the matrix products' (oneDNN's bf16 kernels); PyTorch's element-wise bf16 kernels convert to
+float32 and back and are no faster than float32 ones. docs/performance.md has the figures.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+#: The `dtype=` values and what each computes in (auto resolves to one of them).
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+CHOICES = (*DTYPES, "auto")
+
+#: CPU flags (Linux /proc/cpuinfo) of instructions that compute in bf16, best first: Intel's AMX tiles
+#: (Sapphire Rapids and later), then AVX512-BF16's dot products (Cooper Lake; AMD Zen 4 and later).
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def check(name: Any) -> str:
+    """`name` if it is a `dtype=` value, else a ValueError that says which are."""
+    if name not in CHOICES:
+        raise ValueError(
+            f"dtype={name!r}: choose fp32 (float32, the default), bf16 (bfloat16 products and activations with "
+            "float32 weights; faster on CPUs with AMX or AVX512-BF16) or auto (bf16 where the CPU has bf16 "
+            "arithmetic, else fp32)"
+        )
+    return name
+
+
+def resolve(name: str, device: str | torch.device = "cpu") -> torch.dtype:
+    """The dtype that `dtype=name` computes in on `device` (a type such as "cpu" or a torch.device)."""
+    if check(name) != "auto":
+        return DTYPES[name]
+    on_cpu = torch.device(device).type == "cpu"
+    return torch.bfloat16 if on_cpu and bf16_instructions() else torch.float32
+
+
+def describe(name: str, device: str | torch.device = "cpu") -> str:
+    """What `dtype=name` computes in on `device`, for the run's log ("bf16 (auto: this CPU has amx_bf16)")."""
+    dtype = resolve(name, device)
+    short = "bf16" if dtype == torch.bfloat16 else "fp32"
+    if name == "auto":
+        found = bf16_instructions()
+        why = f"this CPU has {found}" if found else "no bf16 arithmetic here"
+        return f"{short} (auto: {why})"
+    if dtype == torch.bfloat16 and torch.device(device).type == "cpu" and not bf16_instructions():
+        return f"{short} (this CPU has no bf16 arithmetic: slower than fp32 here)"
+    return short
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The processor's feature flags as the operating system lists them (Linux: /proc/cpuinfo); empty elsewhere."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            line = next((line for line in info if line.startswith("flags")), "")
+    except OSError:
+        return frozenset()
+    return frozenset(line.partition(":")[2].split())
+
+
+def bf16_instructions() -> str | None:
+    """The best of BF16_FLAGS this CPU has, or None."""
+    return next((flag for flag in BF16_FLAGS if flag in cpu_flags()), None)
+
+
+def forward_in(dtype: torch.dtype, model: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """`model(*args, **kwargs)` computed in `dtype`: the model itself for float32; otherwise the model with its
+    weights cast once (see the module docstring), its MatchOutput's logits returned as float32."""
+    if dtype == torch.float32:
+        return model(*args, **kwargs)
+    out = functional_call(model, cast_weights(model, dtype), args, kwargs, strict=False)
+    return out._replace(logits=out.logits.float())
+
+
+def cast_weights(model: nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Each floating-point weight of `model` but the tables that are gathered from (nn.Embedding: the model casts
+    the rows it gathers), cast to `dtype`, by name; a trainable weight's cast passes its gradient back in float32."""
+    tables = {f"{name}.weight" for name, module in model.named_modules() if isinstance(module, nn.Embedding)}
+    return {
+        name: p.to(dtype)
+        for name, p in model.named_parameters()
+        if p.is_floating_point() and p.dtype != dtype and name not in tables
+    }
