@@ -66,7 +66,7 @@ test-slow: install  ## run the slow tests too
 
 BENCH_TRAINER ?= cpu
 
-bench: install  ## speed and memory benchmarks (prints figures; ~30 min on 2 cores); BENCH_TRAINER=gpu on a GPU
+bench: install  ## speed and memory benchmarks (prints figures, fp32 and bf16 side by side; ~35 min on 2 cores); BENCH_TRAINER=gpu on a GPU
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_step.py --trainer $(BENCH_TRAINER)
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_step.py --trainer $(BENCH_TRAINER) --decompose 5
 	$(BIN)/python benchmarks/bench_training.py

@@ -1,8 +1,8 @@
 """The fixed cost of a training step: the real `matching.train` command against the same model in a plain loop.
 
     python benchmarks/bench_step.py [--trainer cpu|gpu] [--aligners softmax,coda] [--pairs 32000] [--code DIR]
-                                    [--repeats N] [--real-pairs 64000] [--skip-real | --skip-tiny]
-                                    [--decompose ROUNDS] [overrides ...]
+                                    [--repeats N] [--real-pairs 64000] [--dtypes fp32,bf16] [--real-repeats N]
+                                    [--skip-real | --skip-tiny] [--decompose ROUNDS] [overrides ...]
 
 1. Fixed cost. A tiny model (hidden 8, 8-d frozen random vectors) on an SNLI-shaped corpus at batch 64, so that
    the arithmetic is negligible and what is left is the work done around it every step:
@@ -12,7 +12,10 @@
      already on the device) and the same optimiser in a bare `for` loop: zero_grad, forward, cross-entropy,
      backward, step;
    - their ratio: the framework's overhead per step.
-2. Real size (hidden 200, 300-d vectors): training pairs/s of one epoch through the command, SNLI and WikiQA shapes.
+2. Real size (hidden 200, 300-d vectors): training pairs/s of one epoch through the command, SNLI and WikiQA shapes,
+   in each `--dtypes` (default fp32 and bf16, matching.precision) side by side, the dtypes alternating for
+   `--real-repeats` rounds; with two dtypes, their paired ratio. First, the processor, its ISA flags and the
+   matrix-product ceiling of each dtype at the model's shapes (`matmul_ceiling`): what the step is measured against.
 
 `--decompose ROUNDS` prints instead where the tiny model's step goes, in one process: the plain loop, then Lightning's
 loop around it, our training system, our data module's batches, and the command's callbacks, one stage added at a
@@ -191,6 +194,55 @@ def decompose(work: Path, aligner: str, trainer: str, pairs: int, extra: list[st
         before = ms
 
 
+#: (M, K, N) of the matrix products of a real-size step (hidden 200, 300-d vectors, batch 64): M the batch's
+#: tokens (SNLI ~22 a pair, WikiQA ~39), K x N the projection (300 x 200), G's first layer (400 x 200) and the
+#: 200 x 200 layers.
+MATMUL_SHAPES = [(1408, 300, 200), (1408, 400, 200), (1408, 200, 200), (2496, 300, 200), (2496, 400, 200)]
+#: The processor flags that say which arithmetic it has (of /proc/cpuinfo's).
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def processor_line() -> str:
+    """The processor, its arithmetic flags, the kernels PyTorch picked and the torch threads."""
+    from torch.backends.cpu import get_cpu_capability
+
+    from matching.precision import bf16_instructions, cpu_flags
+    from matching.train import cpu_model
+
+    flags = [f for f in ISA_FLAGS if f in cpu_flags()] or ["(flags not readable here)"]
+    bf16 = bf16_instructions() or "none: bf16 is emulated, expect it slower than fp32"
+    threads = torch.get_num_threads()
+    return (f"processor {cpu_model() or 'unknown'}; flags {' '.join(flags)}; bf16 arithmetic: {bf16}; "
+            f"torch {torch.__version__}, CPU kernels {get_cpu_capability()}, {threads} thread(s)")  # fmt: skip
+
+
+def matmul_ceiling(dtypes: list[str], rounds: int = 5) -> dict[str, float]:
+    """GFLOP/s of `a @ b` at MATMUL_SHAPES in each dtype (torch's threads; the dtypes alternate for `rounds` rounds,
+    median); prints one line per shape and returns each dtype's median over the shapes."""
+    from matching.precision import DTYPES
+
+    print(f"matrix-product ceiling, GFLOP/s of a @ b at the model's shapes ({rounds} alternating rounds, median):")
+    best: dict[str, list[float]] = {d: [] for d in dtypes}
+    for m, k, n in MATMUL_SHAPES:
+        pairs = {d: (torch.randn(m, k).to(DTYPES[d]), torch.randn(k, n).to(DTYPES[d])) for d in dtypes}
+        times: dict[str, list[float]] = {d: [] for d in dtypes}
+        reps = max(1, int(2e9 / (2 * m * k * n)))  # ~2 GFLOP a round
+        for _ in range(rounds + 1):  # the first round warms up
+            for d, (a, b) in pairs.items():
+                start = time.perf_counter()
+                for _ in range(reps):
+                    a @ b
+                times[d].append((time.perf_counter() - start) / reps)
+        gflops = {d: 2 * m * k * n / statistics.median(t[1:]) / 1e9 for d, t in times.items()}
+        row = ", ".join(f"{d} {g:6.1f}" for d, g in gflops.items())
+        if len(dtypes) == 2:
+            row += f" ({gflops[dtypes[1]] / gflops[dtypes[0]]:.2f}x)"
+        print(f"  ({m}x{k})·({k}x{n}): {row}", flush=True)
+        for d, g in gflops.items():
+            best[d].append(g)
+    return {d: statistics.median(g) for d, g in best.items()}
+
+
 def command_ms(work: Path, aligner: str, trainer: str, pairs: int, extra: list[str], code: Path, tag: str) -> float:
     metrics = train_epoch(work, "snli", pairs, aligner, trainer, [*TINY, *extra], code, name=f"tiny-{tag}-{aligner}")
     if metrics is None:
@@ -204,6 +256,8 @@ def main() -> None:
     parser.add_argument("--aligners", default="softmax,coda")
     parser.add_argument("--pairs", type=int, default=32_000, help="training pairs of the tiny-model epoch")
     parser.add_argument("--real-pairs", type=int, default=64_000, help="training pairs of the real-size epochs")
+    parser.add_argument("--dtypes", default="fp32,bf16", help="dtype= values of the real-size epochs, side by side")
+    parser.add_argument("--real-repeats", type=int, default=1, help="real-size epochs per dtype (alternating)")
     parser.add_argument("--skip-real", action="store_true", help="only the fixed cost (part 1)")
     parser.add_argument("--skip-tiny", action="store_true", help="only the real-size epochs (part 2)")
     parser.add_argument("--code", type=Path, default=None, help="another checkout whose command is timed as well")
@@ -246,17 +300,35 @@ def main() -> None:
             row.append(f"this/other per pair: median {statistics.median(ratios):.3f} {spread}")
         print("  " + ", ".join(row), flush=True)
     if not args.skip_real:
-        print(f"2. real size (hidden 200, 300-d), batch 64, {args.real_pairs:,} pairs, trainer={args.trainer}")
+        dtypes = args.dtypes.split(",")
+        print(f"2. real size (hidden 200, 300-d), batch 64, {args.real_pairs:,} pairs, trainer={args.trainer}, "
+              f"dtypes {', '.join(dtypes)} ({args.real_repeats} alternating round(s), median)")  # fmt: skip
+        print("  " + processor_line())
+        if args.trainer == "cpu":
+            ceiling = matmul_ceiling(dtypes)
+            headline.append("matmul " + ", ".join(f"{d} {g:.0f} GFLOP/s" for d, g in ceiling.items()))
         for shape in ("snli", "wikiqa"):
             for aligner in args.aligners.split(","):
                 row = [f"{shape:<7}{aligner:<10}"]
                 for tag, code in codes.items():
-                    metrics = train_epoch(work, shape, args.real_pairs, aligner, args.trainer, args.extra, code,
-                                          name=f"real-{tag}-{shape}-{aligner}")  # fmt: skip
-                    seconds = metrics["seconds_per_epoch_median"] if metrics else float("nan")
-                    row.append(f"command[{tag}] {seconds:6.1f} s/epoch {args.real_pairs / seconds:8,.0f} pairs/s")
+                    rates: dict[str, list[float]] = {d: [] for d in dtypes}
+                    for _ in range(args.real_repeats):
+                        for d in dtypes:
+                            metrics = train_epoch(work, shape, args.real_pairs, aligner, args.trainer,
+                                                  [f"dtype={d}", *args.extra], code,
+                                                  name=f"real-{tag}-{shape}-{aligner}-{d}")  # fmt: skip
+                            seconds = metrics["seconds_per_epoch_median"] if metrics else float("nan")
+                            rates[d].append(args.real_pairs / seconds)
+                    for d, r in rates.items():
+                        row.append(f"command[{tag}] {d} {statistics.median(r):8,.0f} pairs/s")
+                    line = ", ".join(f"{d} {statistics.median(r):,.0f}" for d, r in rates.items())
+                    if len(dtypes) == 2:  # round k of one dtype against round k of the other
+                        ratios = [b / a for a, b in zip(*rates.values(), strict=True)]
+                        spread = f" [{min(ratios):.2f}-{max(ratios):.2f}]" if len(ratios) > 1 else ""
+                        row.append(f"{dtypes[1]}/{dtypes[0]} {statistics.median(ratios):.2f}x{spread}")
+                        line += f" ({statistics.median(ratios):.2f}x)"
                     if tag == "this":
-                        headline.append(f"{shape} {aligner} {args.real_pairs / seconds:,.0f} pairs/s")
+                        headline.append(f"{shape} {aligner} {line} pairs/s")
                 print("  " + ", ".join(row), flush=True)
     print(f"HEADLINE bench_step trainer={args.trainer}: " + "; ".join(headline))
 
