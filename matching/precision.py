@@ -30,6 +30,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from matching.errors import ConfigError
+
 #: The `dtype=` values and what each computes in (auto resolves to one of them).
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 CHOICES = (*DTYPES, "auto")
@@ -40,9 +42,9 @@ BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
 def check(name: Any) -> str:
-    """`name` if it is a `dtype=` value, else a ValueError that says which are."""
+    """`name` if it is a `dtype=` value, else a ConfigError that says which are."""
     if name not in CHOICES:
-        raise ValueError(
+        raise ConfigError(
             f"dtype={name!r}: choose fp32 (float32, the default), bf16 (bfloat16 products and activations with "
             "float32 weights; faster on CPUs with AMX or AVX512-BF16) or auto (bf16 where the CPU has bf16 "
             "arithmetic, else fp32)"
