@@ -124,6 +124,12 @@ class DecomposableAttention(nn.Module):
         self.aggregate = FeedForward(2 * hidden, hidden, dropout)  # H
         self.classifier = nn.Linear(hidden, num_classes)
 
+    #: Submodules whose weights stay float32 when the model computes in bf16 (matching.precision): the classifier
+    #: (hidden x classes weights, no cost), so that the logits and the ranking score, their difference, keep float32's
+    #: resolution. In bf16 two close candidates' scores round to a tie (WikiQA dev: −1.80454 and −1.80828 both became
+    #: −1.804688, and the tie put the correct answer second).
+    float32_modules = ("classifier",)
+
     def _embed_states(self, ids: Tensor, states: Tensor | None, pieces: dict | None) -> tuple[Tensor, Tensor]:
         """A contextual model's projected word states of one side (NULL first when used) and its mask."""
         x = self._states(ids, states, pieces)  # (B, L, E) float32
@@ -183,5 +189,6 @@ class DecomposableAttention(nn.Module):
         v = self.compare(compared) * mask.unsqueeze(-1).to(compared.dtype)
         la = a.shape[1]
         v1, v2 = (side.sum(1) for side in split_sides(v, la))  # (B, H) each, padding excluded
-        logits = self.classifier(self.aggregate(torch.cat([v1, v2], dim=-1)))  # (B, C)
+        h = self.aggregate(torch.cat([v1, v2], dim=-1))
+        logits = self.classifier(h.to(self.classifier.weight.dtype))  # (B, C); float32 in bf16 too (float32_modules)
         return MatchOutput(logits, matrices, mask_a, mask_b)

@@ -9,8 +9,10 @@
   Each forward pass casts the trainable weights to bf16 once (autocast casts around every product and leaves the
   element-wise work, the softmax, dropout and masks in float32, converting back and forth); the word vectors are
   gathered from their table (float16 when frozen) and the gathered rows cast, never the whole table; from the
-  projection to the logits every activation stays bf16, and the logits come back as float32 for the loss and the
-  metrics. The float32 parameters are the master copy: the cast's backward hands each weight a float32 gradient,
+  projection to the classifier every activation stays bf16; the classifier (`float32_modules`) keeps float32
+  weights and takes its input in float32, so that the logits, and a ranking score (their difference), are not
+  rounded to bf16's 8 bits. The float32 parameters are the master copy: the cast's backward hands each weight a
+  float32 gradient,
   Adam (fused) updates float32 weights, and checkpoints hold float32 weights, so a run trained in either dtype is
   evaluated in either. What bf16 would spoil stays float32: PyTorch's bf16 softmax, sums and matrix products
   accumulate in float32, and CoDA's means over the alignment are float32 sums (`layers.masked_mean`).
@@ -99,11 +101,13 @@ def forward_in(dtype: torch.dtype, model: nn.Module, *args: Any, **kwargs: Any) 
 
 
 def cast_weights(model: nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """Each floating-point weight of `model` but the tables that are gathered from (nn.Embedding: the model casts
-    the rows it gathers), cast to `dtype`, by name; a trainable weight's cast passes its gradient back in float32."""
+    """Each floating-point weight of `model` cast to `dtype`, by name, but the tables that are gathered from
+    (nn.Embedding: the model casts the rows it gathers) and the submodules the model keeps in float32 (its
+    `float32_modules`, e.g. the classifier); a trainable weight's cast passes its gradient back in float32."""
     tables = {f"{name}.weight" for name, module in model.named_modules() if isinstance(module, nn.Embedding)}
+    kept = tuple(f"{name}." for name in getattr(model, "float32_modules", ()))
     return {
         name: p.to(dtype)
         for name, p in model.named_parameters()
-        if p.is_floating_point() and p.dtype != dtype and name not in tables
+        if p.is_floating_point() and p.dtype != dtype and name not in tables and not name.startswith(kept)
     }
