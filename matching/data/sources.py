@@ -16,7 +16,14 @@ from typing import Any
 
 from matching.data.downloads import check_reachable
 from matching.data.readers import Pair
-from matching.data.tables import label_names, pairs_from_rows, read_pair_table, resolve_columns, rows_of_dataset
+from matching.data.tables import (
+    label_names,
+    label_order,
+    pairs_from_rows,
+    read_pair_table,
+    resolve_columns,
+    rows_of_dataset,
+)
 from matching.data.tasks import Task
 from matching.errors import ConfigError, DataFormatError, UserError
 from matching.extras import require
@@ -90,7 +97,7 @@ def labels_from_data(task: Task, data_dir: str | os.PathLike, cache_dir: str | o
     values of its labelled training pairs, in numeric order when all are numbers (0 before 1: a ranking task's
     match label is the second), else sorted. A ranking task must find exactly two."""
     pairs = read_split(task, "train", data_dir, cache_dir)
-    seen = sorted({p.label for p in pairs}, key=lambda v: (0, float(v), v) if _is_number(v) else (1, 0.0, v))
+    seen = label_order(p.label for p in pairs)
     declared = _declared_labels(task, data_dir, cache_dir)
     labels, source = (declared, "declared by the dataset") if declared else (seen, "seen in the training split")
     if declared and not set(seen) <= set(declared):
@@ -110,14 +117,6 @@ def labels_from_data(task: Task, data_dir: str | os.PathLike, cache_dir: str | o
         )
     log.info("%s labels, %s: %s", task.name, source, labels)
     return labels
-
-
-def _is_number(value: str) -> bool:
-    try:
-        float(value)
-    except ValueError:
-        return False
-    return True
 
 
 def _declared_labels(task: Task, data_dir: str | os.PathLike, cache_dir: str | os.PathLike) -> list[str] | None:

@@ -114,11 +114,26 @@ def label_value(value: Any, names: Sequence[str] | None = None) -> str:
     text = str(value).strip()
     if text.lower() in UNLABELLED:
         return ""
+    number = _number(text)
+    return str(int(number)) if number is not None and number.is_integer() else text
+
+
+def _number(text: str) -> float | None:
     try:
-        number = float(text)
+        return float(text)
     except ValueError:
-        return text
-    return str(int(number)) if number.is_integer() else text
+        return None
+
+
+def label_order(labels: Iterable[str]) -> list[str]:
+    """Labels seen in data, in the order a task lists them: numbers in numeric order first (0 before 1, so that a
+    ranking task's match label is the second), then the others sorted."""
+
+    def key(label: str) -> tuple[int, float, str]:
+        number = _number(label)
+        return (0, number, label) if number is not None else (1, 0.0, label)
+
+    return sorted(set(labels), key=key)
 
 
 def pairs_from_rows(
