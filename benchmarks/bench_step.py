@@ -131,8 +131,8 @@ def decompose(work: Path, aligner: str, trainer: str, pairs: int, extra: list[st
     import lightning.pytorch as pl
     from hydra.utils import instantiate
 
+    from matching.callbacks import EpochTimer, run_callbacks
     from matching.runs import build_model, build_system
-    from matching.train import EpochTimer, run_callbacks
 
     cfg, dm, vectors = tiny_setup(work, aligner, trainer, pairs, extra)
     batches = precollated(cfg, dm)

@@ -24,7 +24,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from matching import DEMO_DATA
-from matching.cli import CONF, command
+from matching.cli import command
+from matching.configs import CONF
 from matching.data.readers import Pair
 from matching.data.sources import resolve_path
 from matching.demo_sample import DEV, NEW_PAIRS, TRAIN, VECTORS

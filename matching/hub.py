@@ -32,7 +32,7 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from matching.aligners import Aligner
-from matching.cli import CONF
+from matching.configs import CONF
 from matching.data.contextual import MINILM, ContextualEncoder
 from matching.data.datamodule import PairDataModule
 from matching.data.embeddings import PretrainedVectors, RandomVectors

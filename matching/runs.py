@@ -7,8 +7,6 @@
 from __future__ import annotations
 
 import copy
-import inspect
-import json
 import logging
 import os
 from collections.abc import Sequence
@@ -16,16 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
 import numpy as np
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
 from lightning.fabric.utilities.apply_func import move_data_to_device
-from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from matching.configs import build
 from matching.data.contextual import ContextualEncoder
 from matching.data.datamodule import PairDataModule, pair_sides, split_prefix
 from matching.data.readers import Pair
@@ -35,106 +32,9 @@ from matching.data.vocab import Vocabulary
 from matching.errors import ConfigError, UserError
 from matching.files import write_atomic
 from matching.model import DecomposableAttention, MatchOutput
-from matching.precision import check
 from matching.system import MatchingSystem
 
 log = logging.getLogger(__name__)
-
-
-def build(node: DictConfig, **kwargs: Any) -> Any:
-    """The object a `_target_` node describes, with `kwargs` (objects made at run time) added to its arguments.
-
-    The node is made a partial first and then called: Hydra would otherwise merge the run-time objects into the
-    config (turning a dataclass into a config node), and would wrap a constructor's own error (a bad value, a
-    missing file) in an InstantiationException that hides what the user did wrong."""
-    if not isinstance(node, DictConfig) or "_target_" not in node:
-        key = node._get_full_key(None) if isinstance(node, DictConfig) else "a config node"
-        raise RunError(
-            f"config node {key!r} has no _target_ (the class or function it builds); it was probably saved by an "
-            "older version of matching: retrain, or start from the matching file under conf/"
-        )
-    return instantiate(node, _partial_=True)(**kwargs)
-
-
-#: The `_target_` nodes of a training config whose values are checked against what their targets take.
-CHECKED_NODES = ("task", "data", "embeddings", "model", "aligner", "intra", "optim", "callbacks", "logger", "trainer")
-
-
-def check_arguments(node: DictConfig, key: str) -> None:
-    """A `_target_` node's values that cannot be what its class or function takes (a word where a number is
-    expected, a number where a flag is, a key it does not have) raise RunError naming `key.name`; nested nodes,
-    and the nodes of a group without a `_target_` of its own (callbacks), are checked too. Arguments are
-    type-checked where their annotation (or default) says bool, int or float."""
-    if "_target_" not in node:  # a group of nodes (e.g. callbacks): check each one that builds something
-        for name, child in node.items():
-            if isinstance(child, DictConfig):
-                check_arguments(child, f"{key}.{name}")
-        return
-    target = get_object(node._target_)
-    try:
-        params = inspect.signature(target).parameters
-    except (TypeError, ValueError):  # a builtin without a signature
-        return
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    for name in node:
-        if name.startswith("_") and name.endswith("_"):
-            continue
-        value = node[name]
-        if isinstance(value, DictConfig):
-            check_arguments(value, f"{key}.{name}")
-            continue
-        if name not in params and not takes_any:
-            raise RunError(f"{key}.{name}: {node._target_} takes no argument {name!r}; its arguments: {sorted(params)}")
-        kind = _expected_kind(params[name]) if name in params else None
-        if value is None or kind is None:
-            continue
-        ok = {"bool": lambda v: isinstance(v, bool),
-              "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-              "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}[kind](value)  # fmt: skip
-        if not ok:
-            what = {"bool": "true or false", "int": "a whole number", "number": "a number"}[kind]
-            default = params[name].default
-            shown = "" if default is inspect.Parameter.empty else f" (the default is {json.dumps(default)})"
-            raise RunError(f"{key}.{name}={value!r}: expected {what}{shown}")
-
-
-_KINDS = {"bool": "bool", "int": "int", "float": "number", "int | float": "number", "float | int": "number"}
-
-
-def _expected_kind(param: inspect.Parameter) -> str | None:
-    """ "bool", "int", "number" or None (anything else, or not known) for a parameter, from its annotation (as
-    written, e.g. "int", "Optional[int]", "float | Tensor"), else from the type of its default."""
-    annotation = param.annotation
-    if annotation is not inspect.Parameter.empty:
-        if isinstance(annotation, type):
-            text = annotation.__name__
-        else:
-            text = annotation if isinstance(annotation, str) else repr(annotation).replace("typing.", "")
-        text = text.replace("NoneType", "None").replace("Optional[", "Union[None, ").replace("torch.Tensor", "Tensor")
-        if text.startswith("Union[") and text.endswith("]"):
-            text = " | ".join(t.strip() for t in text[6:-1].split(",") if t.strip() != "None")
-        text = " | ".join(t for t in (x.strip() for x in text.split("|")) if t not in ("None", "Tensor"))
-        return _KINDS.get(text)
-    default = param.default
-    if isinstance(default, bool):
-        return "bool"
-    return "number" if isinstance(default, (int, float)) else None  # torch's int defaults take floats too
-
-
-def check_config(cfg: DictConfig) -> None:
-    """Everything that can be checked before any data is read: the types of the components' arguments, and that
-    the optimiser builds."""
-    for key in CHECKED_NODES:
-        node = cfg.get(key)
-        if isinstance(node, DictConfig):
-            check_arguments(node, key)
-    check(cfg.get("dtype", "fp32"))
-    try:
-        instantiate(cfg.optim)([torch.nn.Parameter(torch.zeros(1))])
-    except (TypeError, ValueError) as err:
-        raise RunError(
-            f"optim: the optimiser cannot be built from {OmegaConf.to_container(cfg.optim)} ({err})"
-        ) from None
 
 
 def build_task(cfg: DictConfig) -> Task:
@@ -166,15 +66,6 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None) -> PairDa
     vectors = build(cfg.embeddings) if vocab is None or is_contextual(cfg) else None
     pad_to = cfg.data.get("pad_to") or (8 if cfg.get("compile") else 1)
     return build(cfg.data, task=task, vocab=vocab, vectors=vectors, pad_to=pad_to)
-
-
-def build_callbacks(cfg: DictConfig) -> dict[str, pl.Callback]:
-    """The configured callbacks (`callbacks.<name>`: a `_target_` node, or null to leave it out); a progress bar
-    only while `trainer.enable_progress_bar` is on (Lightning refuses one otherwise)."""
-    built = {name: build(node) for name, node in (cfg.get("callbacks") or {}).items() if node is not None}
-    if not cfg.get("trainer", {}).get("enable_progress_bar", True):
-        built = {name: c for name, c in built.items() if not isinstance(c, ProgressBar)}
-    return built
 
 
 def build_model(

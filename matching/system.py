@@ -15,7 +15,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from matching.data.datamodule import batches_trained
+from matching.callbacks import batches_trained
 from matching.errors import ConfigError
 from matching.metrics import EvaluationRecord, RankingMetrics, describe
 from matching.model import CONTEXT_INPUTS, MatchOutput

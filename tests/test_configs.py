@@ -7,7 +7,9 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 
 from matching.aligners import Aligner
-from matching.runs import build, build_callbacks, build_datamodule, build_model, build_task
+from matching.callbacks import build_callbacks
+from matching.configs import build
+from matching.runs import build_datamodule, build_model, build_task
 
 
 def options(group):

@@ -24,7 +24,8 @@ from conftest import compose_train
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from matching.cli import CONF, check_plugins, compose_config, quote_verbatim
+from matching.cli import check_plugins, compose_config, quote_verbatim
+from matching.configs import CONF
 from matching.extras import MissingExtraError
 
 ROOT = CONF.parent

@@ -372,7 +372,7 @@ def test_offline_the_missing_vectors_message_says_what_to_download(tmp_path, mon
 def test_a_missing_vectors_file_is_named_with_each_way_to_get_it(tmp_path, option, ways):
     """The message names the file the config asks for and how to get *that* file (its config's `download`)."""
     from matching.cli import compose_config
-    from matching.runs import build
+    from matching.configs import build
 
     cfg = compose_config("train", [f"embeddings={option}", f"paths.data_dir={tmp_path}"])
     with pytest.raises(FileNotFoundError) as info:

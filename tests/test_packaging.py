@@ -52,7 +52,7 @@ def test_a_command_of_the_unpacked_wheel_finds_its_configs_from_any_folder(wheel
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = SUBPROCESS_ENV | {"PYTHONPATH": str(site)}
-    script = "import matching.cli, sys; print(matching.cli.CONF); sys.exit(__import__('matching.train').train.main())"
+    script = "import matching.configs as c, sys; print(c.CONF); sys.exit(__import__('matching.train').train.main())"
     done = subprocess.run(
         [sys.executable, "-c", script, "task=wikiqa", "aligner=coda", "--cfg", "job"],
         cwd=elsewhere, capture_output=True, text=True, env=env,

@@ -12,9 +12,10 @@ import pytest
 import torch
 from conftest import ROOT, SUBPROCESS_ENV, big_snli, cli_overrides, evaluate
 
+from matching.callbacks import NonFiniteLossError
 from matching.data.datamodule import BucketBatchSampler
 from matching.runs import AtomicCheckpointIO, load_trained
-from matching.train import NonFiniteLossError, train
+from matching.train import train
 
 ENV = SUBPROCESS_ENV
 

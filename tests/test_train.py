@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest import evaluate
 
-from matching.runs import build_callbacks
-from matching.train import EpochTimer, cpu_model, train
+from matching.callbacks import EpochTimer, build_callbacks
+from matching.train import cpu_model, train
 
 ALIGNERS = ["softmax", "coda", "conflict", "softmax_conflict"]
 

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
 
+from matching.callbacks import batches_trained
 from matching.data import cache as corpus_cache
 from matching.data.cache import file_stamp
 from matching.data.contextual import ContextualEncoder, SplitStates, cached_states, encode_states
@@ -431,11 +432,6 @@ class BucketBatchSampler(Sampler[list[int]]):
             batches = batches[resume[1] :]
         for batch in batches:
             yield batch.tolist()
-
-
-def batches_trained(trainer: pl.Trainer) -> int:
-    """How many batches of the current epoch the trainer has trained on (Lightning's own count)."""
-    return trainer.fit_loop.epoch_loop.batch_progress.current.processed
 
 
 class TrainLoader(DataLoader):

@@ -1,0 +1,227 @@
+"""The callbacks of a training run besides the configured ones: the epoch timer, the guard against a non-finite
+loss and the checkpoint written when a run is told to stop; and the configured callbacks (`callbacks.<name>`)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from omegaconf import DictConfig
+
+from matching.configs import build
+from matching.errors import ConfigError, UserError
+
+log = logging.getLogger(__name__)
+
+
+def batches_trained(trainer: pl.Trainer) -> int:
+    """How many batches of the current epoch the trainer has trained on (Lightning's own count)."""
+    return trainer.fit_loop.epoch_loop.batch_progress.current.processed
+
+
+def build_callbacks(cfg: DictConfig) -> dict[str, pl.Callback]:
+    """The configured callbacks (`callbacks.<name>`: a `_target_` node, or null to leave it out); a progress bar
+    only while `trainer.enable_progress_bar` is on (Lightning refuses one otherwise)."""
+    built = {name: build(node) for name, node in (cfg.get("callbacks") or {}).items() if node is not None}
+    if not cfg.get("trainer", {}).get("enable_progress_bar", True):
+        built = {name: c for name, c in built.items() if not isinstance(c, ProgressBar)}
+    return built
+
+
+def run_callbacks(cfg: DictConfig) -> tuple[list[pl.Callback], ModelCheckpoint, EpochTimer]:
+    """A training run's callbacks: the configured ones (`callbacks.checkpoint`, a ModelCheckpoint, among them), the
+    epoch timer, the finite-loss guard and the checkpoint on a stop signal; also the checkpoint callback and the
+    timer, whose results the run reports."""
+    configured = build_callbacks(cfg)
+    checkpoint = configured.get("checkpoint")
+    if not isinstance(checkpoint, ModelCheckpoint):
+        raise ConfigError("callbacks.checkpoint must be a ModelCheckpoint: the run directory's best.ckpt comes from it")
+    timer = EpochTimer()
+    return [*configured.values(), timer, FiniteLossGuard(), StopCheckpoint()], checkpoint, timer
+
+
+class EpochTimer(pl.Callback):
+    """Wall-clock seconds of each training epoch, validation excluded.
+
+    Lightning validates inside the training epoch, before the epoch's end hook: the time from `on_validation_start`
+    to `on_validation_end` is taken off the epoch's (the checkpoints written after a validation are still counted:
+    milliseconds for these models)."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self._start: float | None = None  # None in an epoch resumed from a mid-epoch checkpoint: not timed
+        self._validating_since: float | None = None
+        self._validated = 0.0  # seconds of this epoch spent validating
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._start, self._validated = time.perf_counter(), 0.0
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if self._start is not None:  # not the sanity check before training, nor a validation after it
+            self._validating_since = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self._validating_since is not None:
+            self._validated += time.perf_counter() - self._validating_since
+            self._validating_since = None
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if self._start is not None:
+            self.seconds.append(time.perf_counter() - self._start - self._validated)
+        self._start = None
+
+
+class NonFiniteLossError(UserError, ValueError):
+    """The training loss became NaN or infinite; reported like a user's mistake (what to change is in the message:
+    the learning rate, clipping, the data), without a traceback."""
+
+
+class FiniteLossGuard(pl.Callback):
+    """Stops the run at the first non-finite training loss, naming the step; checkpoints already written
+    (the last completed epoch) are kept.
+
+    On a CPU the loss is read at every step, before backward, so the weights in memory are never touched by the
+    bad loss. Reading it on the host would wait for an accelerator, so there the first bad step is recorded on
+    the device and read every `log_every_n_steps` steps and always before validation, the end of an
+    epoch and the end of training, i.e. before any checkpoint could be written from weights the bad loss reached.
+    """
+
+    def __init__(self) -> None:
+        self._first: torch.Tensor | None = None  # global step of the first non-finite loss, −1 while none
+        self._loss: torch.Tensor | None = None  # that loss
+        self._where: dict[int, tuple[int, int]] = {}  # global step -> (epoch, batch) since the last check
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._where[trainer.global_step] = (trainer.current_epoch, batch_idx)
+
+    def on_before_backward(self, trainer, pl_module, loss) -> None:
+        if loss.device.type == "cpu":  # free to read: checked now, before backward and the optimizer step
+            if not math.isfinite(value := float(loss.detach())):
+                self._stop(trainer, trainer.global_step, value)
+            self._where.clear()
+            return
+        loss = loss.detach()
+        if self._first is None or self._first.device != loss.device:
+            self._first, self._loss = torch.full((), -1, device=loss.device), torch.zeros((), device=loss.device)
+        new = ~torch.isfinite(loss) & (self._first < 0)
+        self._first = torch.where(new, trainer.global_step, self._first)
+        self._loss = torch.where(new, loss.float(), self._loss)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        every = trainer.log_every_n_steps
+        if every > 0 and trainer.global_step % every == 0:
+            self._check(trainer)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._check(trainer)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._check(trainer)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._check(trainer)
+
+    def _check(self, trainer) -> None:
+        if self._first is None:
+            return
+        step = int(self._first)
+        if step < 0:
+            self._where.clear()
+            return
+        self._stop(trainer, step, float(self._loss))
+
+    def _stop(self, trainer, step: int, loss: float) -> None:
+        epoch, batch_idx = self._where.get(step, (trainer.current_epoch, -1))
+        last = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt" if trainer.checkpoint_callback else None
+        kept = f"the last good checkpoint is {last}" if last and last.exists() else "no checkpoint was written yet"
+        raise NonFiniteLossError(
+            f"training loss became {loss} at global step {step} (epoch {epoch}, batch {batch_idx}); "
+            f"{kept}. Lower optim.lr, set trainer.gradient_clip_val, or check the data."
+        )
+
+
+class StopCheckpoint(pl.Callback):
+    """Writes `last.ckpt` before a run that is told to stop ends, so that a relaunch loses no finished step.
+
+    SIGTERM (what SLURM sends on preemption or `scancel`, Ray and Kubernetes when they stop a worker) is Lightning's
+    own: it stops at the end of the current step and calls `on_exception`. SIGUSR1 and SIGUSR2 (SLURM's warning
+    before a time limit: `--signal`, submitit's and Lightning's requeue signal) are caught here: at the end of the
+    current step the checkpoint is written, then the handler that was there before runs (submitit's or Lightning's
+    requeue of the job; by default, the signal ends the process as it would have). Under DDP the processes agree
+    every `log_every_n_steps` steps whether one was signalled; then all write and stop at that same step."""
+
+    SIGNALS = ("SIGUSR1", "SIGUSR2")
+
+    def __init__(self) -> None:
+        self._previous: dict[int, Any] = {}
+        self._pending: int | None = None
+
+    def _path(self, trainer: pl.Trainer) -> Path | None:
+        callback = trainer.checkpoint_callback
+        return Path(callback.dirpath) / "last.ckpt" if callback and callback.dirpath else None
+
+    def _save(self, trainer: pl.Trainer, why: str) -> None:
+        path = self._path(trainer)
+        if path is not None:
+            # Recorded as the checkpoint callback's last.ckpt (in the checkpoint too): otherwise a run stopped before
+            # that callback's first save would, once resumed, keep this file and write its own to last-v1.ckpt.
+            trainer.checkpoint_callback.last_model_path = str(path)
+            trainer.save_checkpoint(path)
+            if trainer.is_global_zero:
+                log.warning("%s: wrote %s (step %d); relaunch to continue from it", why, path, trainer.global_step)
+
+    def on_train_start(self, trainer, pl_module) -> None:  # after Lightning's own handlers, which ours then call
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers belong to the main thread
+        for name in self.SIGNALS:
+            signum = getattr(signal, name, None)
+            if signum is not None:
+                self._previous[signum] = signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self._pending = signum  # acted on at the end of the current step, when the weights are whole
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.world_size > 1:  # all processes stop at the same step (the signal may reach them a step apart),
+            # agreed every log_every_n_steps steps, not at every step: the agreement waits for the device
+            if trainer.global_step % max(1, trainer.log_every_n_steps):
+                return
+            got = trainer.strategy.reduce(torch.tensor(self._pending or 0), reduce_op="max")
+            self._pending = int(got) or None
+        if self._pending is not None:
+            self._save(trainer, f"received {signal.Signals(self._pending).name}")
+            self._deliver()
+
+    def _deliver(self) -> None:
+        """The pending signal, to the handler that was there before ours."""
+        signum, self._pending = self._pending, None
+        self._restore()
+        previous = signal.getsignal(signum)
+        if callable(previous):
+            previous(signum, None)
+        elif previous != signal.SIG_IGN:
+            signal.raise_signal(signum)  # the default action: the process ends as it would have
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if isinstance(exception, SIGTERMException) and trainer.state.fn == "fit":
+            self._save(trainer, "received SIGTERM")
+        self._restore()
+
+    def _restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self._pending is not None:  # signalled after the last step: the epoch-end checkpoints are written
+            self._deliver()
+        self._restore()
