@@ -17,11 +17,9 @@ import torch
 from torch import Tensor, nn
 
 from matching.aligners import Aligner
+from matching.data.vocab import NULL_ID, PAD_ID
 from matching.errors import ConfigError
 from matching.layers import FeedForward, split_sides
-
-PAD_ID = 0
-NULL_ID = 1
 
 AlignerFactory = Callable[..., Aligner]  # called as factory(dim=...)
 

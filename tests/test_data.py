@@ -18,8 +18,7 @@ from matching.data.datamodule import (
 from matching.data.readers import read_snli_jsonl
 from matching.data.sources import CorpusNotFoundError
 from matching.data.tasks import Task
-from matching.data.vocab import Tokenizer, Vocabulary
-from matching.model import NULL_ID, PAD_ID
+from matching.data.vocab import NULL_ID, PAD_ID, Tokenizer, Vocabulary
 from matching.runs import build_datamodule
 
 

@@ -20,11 +20,11 @@ from tokenizers import normalizers, pre_tokenizers
 
 from matching.errors import ConfigError, DataFormatError
 from matching.files import write_text_atomic
-from matching.model import NULL_ID, PAD_ID
 
 log = logging.getLogger(__name__)
 
 PAD, NULL = "<pad>", "<null>"
+PAD_ID, NULL_ID = 0, 1  # the id layout (module docstring): padding first, then NULL
 
 
 class Tokenizer:
