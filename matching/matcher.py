@@ -90,7 +90,7 @@ class Matcher:
         `overrides`: other keys of the run's config, e.g. `{"data.max_length": 128}`.
         Offline, a shared folder or a run directory needs nothing else; a shared folder is read from safetensors
         and YAML only, never unpickled."""
-        from matching import hub  # safetensors and huggingface_hub only when a shared folder is used
+        from matching.serving import sharing  # safetensors and huggingface_hub only when a shared folder is used
 
         if dtype is not None:
             precision.check(dtype)  # before anything is read or downloaded
@@ -101,9 +101,9 @@ class Matcher:
         device = _device(device)
         folder = Path(path).expanduser()
         if not folder.exists() and REPO_ID.match(str(path)) and not str(path).startswith("."):
-            folder = hub.download(str(path), revision)
-        if hub.is_shared_folder(folder):
-            run = hub.load_shared(folder, settings, device)
+            folder = sharing.download(str(path), revision)
+        if sharing.is_shared_folder(folder):
+            run = sharing.load_shared(folder, settings, device)
         else:
             checkpoint = find_checkpoint(folder)
             cfg = saved_config(checkpoint)

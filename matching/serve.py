@@ -14,12 +14,12 @@ matrices as heat-maps, several runs side by side (`compare=`) and their differen
   checkpoint, vocabulary size, the limits).
 
 `?run=<name>` sends a request to another run than the first (names: GET /info). The server is FastAPI and uvicorn
-(their documented APIs) in this process, and one model worker process per run (matching/batcher.py), which batches
-the requests of concurrent clients (`max_batch_size` requests, waiting at most `batch_timeout` seconds) and runs
-them within the run's memory budget (`data.batch_tokens`, `data.batch_cells`), through the same tokenisation,
-vocabulary and `predict_step` as `predict`. A bad request gets a 4xx answer `{"error": <what was wrong and what to
-do>, "status": <code>}` and the server goes on serving; the limits (pairs, candidates and tokens per text, bytes
-per request) are `limits.*` in conf/serve.yaml.
+(their documented APIs) in this process, and one model worker process per run (matching/serving/batcher.py),
+which batches the requests of concurrent clients (`max_batch_size` requests, waiting at most `batch_timeout`
+seconds) and runs them within the run's memory budget (`data.batch_tokens`, `data.batch_cells`), through the same
+tokenisation, vocabulary and `predict_step` as `predict`. A bad request gets a 4xx answer `{"error": <what was
+wrong and what to do>, "status": <code>}` and the server goes on serving; the limits (pairs, candidates and tokens
+per text, bytes per request) are `limits.*` in conf/serve.yaml.
 """
 
 from __future__ import annotations
@@ -126,8 +126,8 @@ def build_server(cfg: DictConfig) -> Server:
     process, its own core) and the port is bound."""
     require("fastapi", "serve", "serving a model over HTTP")
     require("uvicorn", "serve", "serving a model over HTTP")
-    from matching.batcher import Limits, WorkerSpec, work
-    from matching.endpoints import ModelClient, build_app, model_info
+    from matching.serving.batcher import Limits, WorkerSpec, work
+    from matching.serving.http import ModelClient, build_app, model_info
 
     limits = Limits(**OmegaConf.to_container(cfg.limits, resolve=True))
     port, max_batch_size = _positive(cfg, "port"), _positive(cfg, "max_batch_size")

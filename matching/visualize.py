@@ -18,7 +18,6 @@ M cells. Options are in conf/visualize.yaml; any key of the run's saved config c
 from __future__ import annotations
 
 import logging
-import math
 import sys
 import textwrap
 from collections.abc import Mapping
@@ -31,6 +30,7 @@ from matching.cli import command
 from matching.extras import require
 from matching.files import write_json
 from matching.matcher import Matcher
+from matching.matrices import describe
 from matching.report import option_name
 from matching.runs import RunError, TrainedRun, load_trained
 
@@ -51,71 +51,6 @@ def _save(fig, out: Path, title: str) -> Path:
     fig.savefig(out, dpi=120)
     _plt().close(fig)
     return out
-
-
-def describe(name: str, cfg: Mapping | None = None) -> str:
-    """What a matrix is, for a panel's title: its formula and its name (`tanh(E) (affinity)`, `softmax_a: ...`),
-    from the run's aligner (or intra) config; `_a`/`_b` say which side the weights align. An unknown matrix (an
-    aligner of one's own) keeps its name."""
-    side, _, base = name.rpartition("/")
-    group = "intra" if side else "aligner"
-    node = (cfg or {}).get(group) or {}
-    phi_e, phi_n, gate = node.get("phi_e", "tanh"), node.get("phi_n", "sigmoid"), node.get("gate", "center")
-    e = "E − mean E" if node.get("center_e") else "E"
-    n = {"center": f"{phi_n}(N − mean N)", "scale": f"2·{phi_n}(N)"}.get(gate, f"{phi_n}(N)")
-    kind, _, direction = base.rpartition("_")
-    known = {
-        "affinity": f"{phi_e}({e}) (affinity)",
-        "gate": f"{n} (gate)",
-        "M": "M = affinity × gate",
-    }
-    if base in known:
-        text = known[base]
-    elif kind in ("softmax", "conflict", "attention") and direction in ("a", "b"):
-        sums = "each row sums to 1" if direction == "a" else "each column sums to 1"
-        if kind == "attention":  # matching/attention.py: the weights of its parts, averaged over its heads
-            heads = "feature-wise, mean" if node.get("feature_wise") else f"{node.get('heads', 1)} heads, mean"
-            sums = (
-                f"{node.get('distribution', 'softmax')} of {node.get('score', 'dot')} scores"
-                + (f"; {heads}" if node.get("feature_wise") or node.get("heads", 1) != 1 else "")
-                + ("" if node.get("distribution") == "sigmoid" else f"; {sums}")
-            )
-        if side:  # intra-sentence: one side against itself
-            text = f"{base}: weights of each {side[-1]} token over {side[-1]} itself ({sums})"
-        else:
-            text = f"{base}: weights aligning each {direction} token to {'b' if direction == 'a' else 'a'} ({sums})"
-    else:
-        text = base
-    return f"intra {side[-1]}: {text}" if side else text
-
-
-#: The values each activation of CoDA can take (φ_E, φ_N; see matching/aligners.py).
-_ACTIVATION_RANGES = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0), "arctan": (-math.pi / 2, math.pi / 2),
-                      "algebraic": (-1.0, 1.0)}  # fmt: skip
-
-
-def value_range(name: str, cfg: Mapping | None = None) -> list[float] | None:
-    """The range [low, high] that a matrix's cells can take by its formula, from the run's aligner (or intra)
-    config: [0, 1] for softmax and conflict weights, φ_E's range for the affinity (tanh: [−1, 1]), the gate's, and
-    their product for M. A matrix that can take both signs is drawn on a diverging scale even where one pair's
-    cells happen to share a sign. None for a matrix of unknown formula (an aligner of one's own)."""
-    side, _, base = name.rpartition("/")
-    node = (cfg or {}).get("intra" if side else "aligner") or {}
-    kind, _, direction = base.rpartition("_")
-    if kind in ("softmax", "conflict") and direction in ("a", "b"):
-        return [0.0, 1.0]
-    affinity = _ACTIVATION_RANGES.get(node.get("phi_e", "tanh"))
-    gate = _ACTIVATION_RANGES.get(node.get("phi_n", "sigmoid"))
-    if gate is not None and node.get("gate", "center") == "scale":
-        gate = (2 * gate[0], 2 * gate[1])
-    if base == "affinity" and affinity:
-        return list(affinity)
-    if base == "gate" and gate:
-        return list(gate)
-    if base == "M" and affinity and gate:
-        products = [x * y for x in affinity for y in gate]
-        return [min(products), max(products)]
-    return None
 
 
 def draw_heatmaps(

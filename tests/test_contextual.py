@@ -363,8 +363,8 @@ def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder, tmp_path
     assert torch.isfinite(logits).all()
     # Exported, the fine-tuned encoder goes along: in model.onnx, and in the shared folder's safetensors
     from matching import Matcher
-    from matching.export import contextual_inputs, export
-    from matching.hub import write_folder
+    from matching.serving.formats import contextual_inputs, export
+    from matching.serving.sharing import write_folder
 
     ort = pytest.importorskip("onnxruntime")
     pairs = [("a cat sat", "the cat sat on the mat"), ("dogs", "a dog barks loudly at the small cat"), ("a", "b")]

@@ -7,8 +7,9 @@ import pytest
 import torch
 from conftest import compose_train
 
-from matching.export import ServingModel, example_inputs, main
+from matching.export import main
 from matching.runs import load_trained
+from matching.serving.formats import ServingModel, example_inputs
 from matching.train import train
 
 

@@ -87,7 +87,7 @@ def test_a_shared_config_names_no_path_of_the_training_machine():
 
     from matching import DEMO_DATA
     from matching.cli import compose_config
-    from matching.hub import KEPT, shared_config
+    from matching.serving.sharing import KEPT, shared_config
 
     composed = compose_config("train", ["experiment=demo", "paths.data_dir=/home/alice/corpora"])
     nodes = {k: composed[k] for k in KEPT if k in composed}  # resolved, as train saves them

@@ -38,8 +38,10 @@ def test_the_wheel_carries_every_config_and_the_demo_data(wheel):
     assert configs and configs <= names, sorted(configs - names)
     demo = {f"matching/demo_data/{p.name}" for p in (ROOT / "matching" / "demo_data").iterdir()}
     assert demo <= names, sorted(demo - names)
-    page = {f"matching/page/{p.name}" for p in (ROOT / "matching" / "page").iterdir()}  # the server's page
-    assert {"matching/page/index.html", "matching/page/page.js"} <= page <= names, sorted(page - names)
+    page = {
+        f"matching/serving/page/{p.name}" for p in (ROOT / "matching" / "serving" / "page").iterdir()
+    }  # the server's page
+    assert {"matching/serving/page/index.html", "matching/serving/page/page.js"} <= page <= names, sorted(page - names)
     assert "hydra_plugins/matching_ray_launcher/ray_launcher.py" in names
     assert not any(n.startswith(("conf/", "tests/", "benchmarks/")) for n in names)  # nothing at the top level
 
@@ -67,6 +69,18 @@ def test_every_folder_of_conf_is_a_listed_package():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     folders = {"matching.conf"} | {
         "matching.conf." + ".".join(p.relative_to(CONF).parts) for p in CONF.rglob("*") if p.is_dir()
+    }
+    assert folders <= listed, sorted(folders - listed)
+
+
+def test_every_folder_of_the_package_is_listed():
+    """A sub-package (or a data folder such as the server's page) left out of `packages` is left out of the wheel."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    package = ROOT / "matching"
+    folders = {
+        ".".join(("matching", *p.relative_to(package).parts))
+        for p in package.rglob("*")
+        if p.is_dir() and p.name != "__pycache__"
     }
     assert folders <= listed, sorted(folders - listed)
 

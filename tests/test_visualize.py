@@ -116,7 +116,7 @@ def test_a_heatmap_says_which_text_is_where_what_each_matrix_is_and_what_was_pre
 
 
 def test_matrix_descriptions_follow_the_config():
-    from matching.visualize import describe
+    from matching.matrices import describe
 
     coda = {"aligner": {"phi_e": "sigmoid", "phi_n": "arctan", "gate": "scale", "center_e": True}}
     assert describe("affinity", coda) == "sigmoid(E − mean E) (affinity)"
@@ -141,7 +141,7 @@ def test_histograms_label_their_axes(wikiqa_run, tmp_path, monkeypatch):
 
 def test_value_range_is_what_each_matrix_can_take_by_its_formula():
     """What the server's page draws on a diverging scale (a range below 0) or a sequential one."""
-    from matching.visualize import value_range
+    from matching.matrices import value_range
 
     assert value_range("softmax_a", {}) == value_range("intra_b/conflict_b", {}) == [0.0, 1.0]
     assert value_range("affinity", {"aligner": {}}) == [-1.0, 1.0]  # CoDA's defaults: tanh(E), sigmoid(N - mean N)

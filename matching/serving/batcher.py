@@ -1,6 +1,6 @@
 """The model side of `matching-serve`: one worker process per served run, and its token-budget micro-batcher.
 
-The HTTP front (matching/endpoints.py) puts each checked request on the worker's request queue as a `Job` and
+The HTTP front (matching/serving/http.py) puts each checked request on the worker's request queue as a `Job` and
 awaits its answer. The worker sleeps on the queue until a job comes, then takes every job already queued (those
 that arrived while its previous batch ran) and, for `batch_timeout` seconds, more, up to `max_batch_size` jobs.
 The pairs of a batch's /classify and /rank jobs run through one `Matcher.predict` call, which cuts them into
@@ -120,7 +120,7 @@ class Worker:
         # A word outside the vocabulary has no trained vector: it hashes to one of the OOV buckets' random vectors.
         # (A contextual run's encoder reads every word, so none is marked.)
         self.marks_unknown = not is_contextual(self.run.cfg)
-        from matching.visualize import describe, value_range
+        from matching.matrices import describe, value_range
 
         self.describe, self.value_range = describe, value_range
 

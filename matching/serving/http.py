@@ -1,5 +1,5 @@
 """The HTTP front of `matching-serve` (see matching/serve.py): a FastAPI app, its request schemas, the JSON error
-answers, the page at `/`, and its handle on each model worker (matching/batcher.py). Needs the serve extra
+answers, the page at `/`, and its handle on each model worker (matching/serving/batcher.py). Needs the serve extra
 (fastapi, uvicorn); only their documented APIs are used.
 
 The front parses and checks what it can without the model (the body's size, its Content-Type, its JSON against
@@ -21,9 +21,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from matching.batcher import Job, Limits, error_body
 from matching.report import option_name
 from matching.runs import TrainedRun
+from matching.serving.batcher import Job, Limits, error_body
 
 #: What each endpoint expects, quoted by the error messages.
 EXPECTED = {
@@ -33,7 +33,7 @@ EXPECTED = {
 }
 
 #: The page's files (HTML, JS, CSS), shipped inside the package: nothing is fetched from elsewhere.
-PAGE = resources.files("matching") / "page"
+PAGE = resources.files("matching.serving") / "page"
 PAGE_TYPES = {"index.html": "text/html", "page.js": "text/javascript", "page.css": "text/css"}
 
 
@@ -257,7 +257,7 @@ def model_info(run: TrainedRun, limits: Limits, examples: dict | None = None) ->
 
 
 def task_examples(task: str, kind: str) -> list:
-    """Example inputs for the page: the task's own (matching/page/examples.json, written in the style of each
+    """Example inputs for the page: the task's own (matching/serving/page/examples.json, written in the style of each
     corpus), else those of a task of the same kind (snli for classification, wikiqa for ranking)."""
     examples = json.loads((PAGE / "examples.json").read_text(encoding="utf-8"))
     return examples.get(task) or examples["wikiqa" if kind == "rank" else "snli"]

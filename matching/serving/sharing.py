@@ -43,6 +43,7 @@ from matching.files import write_atomic, write_json, write_text_atomic
 from matching.model import DecomposableAttention
 from matching.report import option_name
 from matching.runs import RunError, TrainedRun, assemble_run, configured
+from matching.serving.spec import serving_spec
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,6 @@ def write_folder(run: TrainedRun, out: Path, encoder: str | None = None, encoder
     meta = {"matching": json.dumps(metadata(run, reference)), "format": "pt"}
     write_atomic(out / WEIGHTS, lambda tmp: safetensors.save_file(tensors, str(tmp), metadata=meta))
     hf_tokenizer(run.data.tokenizer, run.vocab).save(str(out / "tokenizer.json"))
-    from matching.export import serving_spec  # export imports this module
 
     write_json(out / "serving.json", serving_spec(run, "hub", WEIGHTS, reference))
     metrics = _metrics(run)
