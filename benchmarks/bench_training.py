@@ -33,7 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from matching.aligners import CoDAAligner, ConflictAligner, SoftmaxAligner, SoftmaxConflictAligner
-from matching.data.datamodule import BucketBatchSampler, EncodedSplit, PadCollator
+from matching.data.batching import BucketBatchSampler, PadCollator
+from matching.data.encoding import EncodedSplit
 from matching.model import DecomposableAttention
 from matching.system import MatchingSystem
 

@@ -24,7 +24,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from matching.configs import build
 from matching.data.contextual import ContextualEncoder
-from matching.data.datamodule import PairDataModule, pair_sides, split_prefix
+from matching.data.datamodule import PairDataModule, split_prefix
+from matching.data.encoding import pair_sides
 from matching.data.readers import Pair
 from matching.data.sources import labels_from_data
 from matching.data.tasks import Task

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from matching.data.datamodule import EncodedSplit, split_prefix
+from matching.data.datamodule import split_prefix
+from matching.data.encoding import EncodedSplit
 from matching.data.vocab import Vocabulary
 from matching.files import write_text_atomic
 from matching.metrics import TOP_K, question_order, question_scores

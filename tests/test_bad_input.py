@@ -13,7 +13,7 @@ import logging
 import pytest
 from hydra.errors import ConfigCompositionException
 
-from matching.data.datamodule import EmptyTextError, LabelError
+from matching.data.encoding import EmptyTextError, LabelError
 from matching.predict import read_input
 from matching.runs import RunError, build_datamodule
 from matching.train import train

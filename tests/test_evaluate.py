@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from matching.cli import compose_config
-from matching.data.datamodule import LabelError
+from matching.data.encoding import LabelError
 from matching.evaluate import evaluate as evaluate_command
 from matching.evaluate import main
 from matching.runs import RunError

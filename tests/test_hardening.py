@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from matching.data.datamodule import BatchTooLargeError, BucketBatchSampler, Budget
+from matching.data.batching import BatchTooLargeError, BucketBatchSampler, Budget
 from matching.predict import main as predict_main
 
 # ------------------------------------------------------------------ family 1: memory bounded by the input

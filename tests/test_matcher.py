@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from matching import Matcher
-from matching.data.datamodule import BatchTooLargeError
+from matching.data.batching import BatchTooLargeError
 from matching.data.readers import DataFormatError, Pair
 from matching.predict import main as predict_main
 from matching.runs import RunError, load_trained

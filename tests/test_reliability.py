@@ -13,7 +13,7 @@ import torch
 from conftest import ROOT, SUBPROCESS_ENV, big_snli, cli_overrides, evaluate
 
 from matching.callbacks import NonFiniteLossError
-from matching.data.datamodule import BucketBatchSampler
+from matching.data.batching import BucketBatchSampler
 from matching.runs import AtomicCheckpointIO, load_trained
 from matching.train import train
 

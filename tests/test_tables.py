@@ -9,7 +9,7 @@ import pytest
 from conftest import FIXTURES, compose_train, evaluate
 from omegaconf import OmegaConf
 
-from matching.data.datamodule import LabelError
+from matching.data.encoding import LabelError
 from matching.data.readers import Pair
 from matching.data.tables import read_pair_table
 from matching.errors import DataFormatError

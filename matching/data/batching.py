@@ -1,0 +1,260 @@
+"""Batches: a split packed into flat tensors, the memory Budget every batch fits, the length-bucketed batch sampler
+(resumable mid-epoch, distributed), and the collator that gathers and pads a batch."""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Sampler
+
+from matching.data.contextual import ContextualEncoder
+from matching.data.encoding import BadExampleError, EncodedSplit
+from matching.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+class BatchTooLargeError(BadExampleError):
+    """A pair that alone exceeds the batch budget; the message names it and the settings that fix it."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one batch may hold, whatever the input: at most `cells` alignment cells (B · La · Lb, the size of the
+    (B, La, Lb) matrices) and at most `tokens` padded tokens (B · (La + Lb), what every activation scales with).
+    None leaves a limit out. Batches are cut by these and by a pair count, so one long text cannot inflate its
+    batch; a pair that does not fit even alone is an error raised before anything is allocated."""
+
+    cells: int | None = None
+    tokens: int | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.cells or self.tokens)
+
+    def fits(self, pairs: int, la: int, lb: int) -> bool:
+        return (not self.cells or pairs * la * lb <= self.cells) and (
+            not self.tokens or pairs * (la + lb) <= self.tokens
+        )
+
+    def long_side(self, batch_size: int) -> int:
+        """The longest side with which any `batch_size` pairs fit together."""
+        limits = [math.isqrt(self.cells // batch_size)] if self.cells else []
+        limits += [self.tokens // (2 * batch_size)] if self.tokens else []
+        return min(limits) if limits else sys.maxsize
+
+    def batches(self, order: np.ndarray, sides: np.ndarray, max_pairs: int) -> list[np.ndarray]:
+        """Consecutive runs of `order` with at most `max_pairs` pairs that fit. `sides`: (N, 2) lengths."""
+        batches, start, top_a, top_b = [], 0, 0, 0
+        for k, i in enumerate(order.tolist()):
+            la, lb = max(top_a, int(sides[i, 0])), max(top_b, int(sides[i, 1]))
+            if k > start and (k - start + 1 > max_pairs or not self.fits(k - start + 1, la, lb)):
+                batches.append(order[start:k])
+                start, la, lb = k, int(sides[i, 0]), int(sides[i, 1])
+            top_a, top_b = la, lb
+        if start < len(order):
+            batches.append(order[start:])
+        return batches
+
+    def check(self, sides: np.ndarray, where: str, lines: Sequence[int] | None = None) -> None:
+        """BatchTooLargeError naming the worst pair when a pair alone does not fit."""
+        if not self or not len(sides):
+            return
+        cells = sides[:, 0] * sides[:, 1]
+        too_big = np.zeros(len(sides), bool)  # the same test as fits(1, La, Lb), for every pair at once
+        if self.cells:
+            too_big |= cells > self.cells
+        if self.tokens:
+            too_big |= sides.sum(1) > self.tokens
+        over = np.flatnonzero(too_big)
+        if len(over):
+            worst = int(over[np.argmax(cells[over])])
+            la, lb = int(sides[worst, 0]), int(sides[worst, 1])
+            which = f"line {lines[worst]}" if lines is not None and lines[worst] else f"pair {worst + 1}"
+            raise BatchTooLargeError(
+                f"{where}: {len(over)} pair(s) are too long to align even alone: {which} has {la} x {lb} tokens "
+                f"({la * lb:,} alignment cells), over data.batch_cells={self.cells} / data.batch_tokens="
+                f"{self.tokens}. Truncate long texts with data.max_length=<tokens>, or raise the budget if memory "
+                "allows."
+            )
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Batches of similar length: shuffle, sort within chunks of `bucket_batches` batches, shuffle batches.
+
+    With `shuffle=False` the whole split is sorted by length (fast, deterministic evaluation). The order
+    depends only on `seed` and the epoch (set by Lightning through `set_epoch`).
+
+    Memory `budget` (with `sides`, the (N, 2) lengths of both texts): every batch fits it, so one long text cannot
+    inflate its batch. For training, the pairs with a side longer than `budget.long_side(batch_size)` (512 tokens
+    at batch 64 with the defaults, which is `data.max_length`: none then) are set apart once and batched by the
+    budget, and the others by count as above: the number of batches is the same every epoch (Lightning reads it
+    once) and any `batch_size` of the others fit. Evaluation batches are cut by count and budget.
+
+    Distributed (`num_replicas` > 1): for training, every process takes every `num_replicas`-th batch of the
+    same global order, the list padded with its first batches so all processes run the same number of steps.
+    For evaluation, whole questions (`groups`) go to one process each and nothing is padded or repeated, so
+    every example is scored exactly once and no question is split between processes.
+    """
+
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        batch_size: int,
+        shuffle: bool,
+        seed: int = 0,
+        bucket_batches: int = 50,
+        num_replicas: int = 1,
+        rank: int = 0,
+        groups: np.ndarray | None = None,
+        sides: np.ndarray | None = None,
+        budget: Budget | None = None,
+    ):
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be positive, got {batch_size}")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} outside 0..{num_replicas - 1}")
+        self.lengths, self.batch_size, self.shuffle = lengths, batch_size, shuffle
+        self.seed, self.bucket_batches, self.epoch = seed, bucket_batches, 0
+        self.num_replicas, self.rank, self.groups = num_replicas, rank, groups
+        self.sides, self.budget = sides, budget if (sides is not None and budget) else None
+        self.long_batches: list[np.ndarray] = []
+        self._eval_cache: list[np.ndarray] | None = None
+        self._resume: tuple[int, int] | None = None  # (epoch, batches of it already trained): see resume_at
+        self.short = np.arange(len(lengths))
+        if self.budget and shuffle:
+            limit = self.budget.long_side(batch_size)
+            long = (sides[:, 0] > limit) | (sides[:, 1] > limit)
+            self.short = np.flatnonzero(~long)
+            ordered = np.flatnonzero(long)[np.argsort(lengths[long], kind="stable")]
+            self.long_batches = self.budget.batches(ordered, sides, batch_size)
+
+    @property
+    def sampler(self) -> BucketBatchSampler:
+        """This batch sampler itself: Lightning calls `set_epoch` on a loader's `sampler` and on its
+        `batch_sampler.sampler`, never on the batch sampler, so without this every epoch had the first one's order."""
+        return self
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def resume_at(self, epoch: int, batches: int) -> None:
+        """The next iteration, if it is of `epoch`, leaves out that epoch's first `batches` batches (those a run
+        stopped in the middle of the epoch had trained on): the rest come in the order they would have come."""
+        self._resume = (epoch, batches)
+
+    def _eval_indices(self) -> np.ndarray:
+        index = np.arange(len(self.lengths))
+        if self.num_replicas == 1:
+            return index
+        owner = index if self.groups is None else np.where(self.groups >= 0, self.groups, index)
+        return index[owner % self.num_replicas == self.rank]
+
+    def _eval_batches(self) -> list[np.ndarray]:
+        """The evaluation batches: they depend on nothing that changes, so they are cut once (len and iter)."""
+        if self._eval_cache is None:
+            mine = self._eval_indices()
+            order = mine[np.argsort(self.lengths[mine], kind="stable")]
+            if self.budget:
+                self._eval_cache = self.budget.batches(order, self.sides, self.batch_size)
+            else:
+                self._eval_cache = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        return self._eval_cache
+
+    def __len__(self) -> int:
+        if not self.shuffle:
+            return len(self._eval_batches())
+        total = math.ceil(len(self.short) / self.batch_size) + len(self.long_batches)
+        return math.ceil(total / self.num_replicas)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if not self.shuffle:
+            for batch in self._eval_batches():
+                yield batch.tolist()
+            return
+        rng = np.random.default_rng([self.seed, self.epoch])
+        order = self.short[rng.permutation(len(self.short))]
+        chunk = self.batch_size * self.bucket_batches
+        batches = []
+        for start in range(0, len(order), chunk):
+            part = order[start : start + chunk]
+            part = part[np.argsort(self.lengths[part], kind="stable")]
+            batches += [part[i : i + self.batch_size] for i in range(0, len(part), self.batch_size)]
+        batches += self.long_batches
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+        if self.num_replicas > 1:
+            batches += batches[: (-len(batches)) % self.num_replicas]
+            batches = batches[self.rank :: self.num_replicas]
+        resume, self._resume = self._resume, None
+        if resume is not None and resume[0] == self.epoch:
+            batches = batches[resume[1] :]
+        for batch in batches:
+            yield batch.tolist()
+
+
+class TrainLoader(DataLoader):
+    """The training DataLoader, resumable in the middle of an epoch: Lightning saves its `state_dict` in every
+    checkpoint and gives it back to `load_state_dict` when a run resumes, so that a run stopped after k batches of an
+    epoch (a scheduler's signal) continues with batch k + 1 of the same order, not with a new pass over the epoch.
+    `trained()` is the number of batches of the current epoch that have been trained on (the trainer's count: the
+    sampler cannot know it, loader processes fetch ahead)."""
+
+    def __init__(self, *args, trained, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.trained = trained
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.batch_sampler.epoch, "batches": int(self.trained())}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.batch_sampler.resume_at(int(state["epoch"]), int(state["batches"]))
+
+
+class PadCollator:
+    """Gathers a batch of indices from an EncodedSplit and pads both sides to the batch's own maximum; with a
+    contextual embedder, adds the word states of both sides (frozen: read from the split's cache) or the encoder's
+    inputs (fine-tuned: `a_pieces`, `b_pieces`, run by the model).
+
+    With a `device` (a GPU, in the loading process) the split's ids live there and the batch is gathered there:
+    one small copy of the indices per batch instead of one per tensor. `pad_to` rounds the batch's lengths up to a
+    multiple (compiled models see fewer shapes).
+    """
+
+    def __init__(self, split: EncodedSplit, encoder: ContextualEncoder | None = None, device=None, pad_to: int = 1):
+        self.split, self.encoder = split, encoder
+        self.device = torch.device(device or "cpu")
+        self.pad_to = pad_to
+
+    def __call__(self, indices: list[int]) -> dict[str, Any]:
+        s = self.split
+        packed = s.packed(self.device)
+        host = np.asarray(indices, dtype=np.int64)
+        index = torch.from_numpy(host)
+        if self.device.type == "cuda":  # from pinned memory: a copy from pageable memory waits for the GPU
+            index = index.pin_memory().to(self.device, non_blocking=True)
+        if self.device.type == "cpu":  # NumPy's gathers: a microsecond where torch's indexing takes several
+            label, group = (torch.from_numpy(t.numpy()[host]) for t in (packed.labels, packed.groups))
+        else:
+            label, group = packed.labels[index], packed.groups[index]
+        batch = {
+            "a": packed.a.batch(host, index, self.pad_to),
+            "b": packed.b.batch(host, index, self.pad_to),
+            "label": label,
+            "group": group,
+            "index": index,
+        }
+        if s.states is not None:
+            for side, ids, start in (("a", batch["a"], s.states.a_start), ("b", batch["b"], s.states.b_start)):
+                states = s.states.gather(start[host], getattr(packed, side).host_length[host].tolist())
+                batch[f"{side}_states"] = F.pad(states, (0, 0, 0, ids.shape[1] - states.shape[1]))
+        elif self.encoder is not None and s.words is not None:
+            batch["a_pieces"] = self.encoder.pieces([s.words[0][i] for i in indices])
+            batch["b_pieces"] = self.encoder.pieces([s.words[1][i] for i in indices])
+        return batch
