@@ -43,7 +43,7 @@ def build_cache(data_dir: Path, cache_dir: Path, model: str) -> tuple[float, flo
         dm = build_datamodule(cfg)
         dm.setup("fit")
         times.append(time.perf_counter() - started)
-    words = sum(s.states.rows.shape[0] for s in dm.splits.values())
+    words = sum(s.source_data.rows.shape[0] for s in dm.splits.values())
     return times[0], times[1], words
 
 

@@ -64,7 +64,7 @@ def quiet_libraries() -> None:
     own code (lightning/pytorch/utilities/_pytree.py; nothing of ours uses it); and on ONNX export, onnxscript's
     log of every graph rewrite (INFO, which the commands' stderr logging shows), torch's warning that torchvision,
     which no matching model uses, is not installed, and its note that two dynamic axes share the name `batch`
-    (a contextual model's inputs do, on purpose); Hydra's note that conf/hydra/launcher/submitit_local.yaml, which
+    (an encoder model's inputs do, on purpose); Hydra's note that conf/hydra/launcher/submitit_local.yaml, which
     sets our defaults over the plugin's schema of the same name, is validated against that schema (a typo in a key
     is still an error; hydra-core is pinned). Their warnings and errors still show.
 

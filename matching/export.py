@@ -11,8 +11,9 @@ Export needs the `export` extra for ONNX: `pip install -e ".[export]"`.
 
 `format=hub` writes a shared model folder (default `<run dir>/hub/`; see matching.serving.sharing): config, vocabulary,
 weights as safetensors, tokenizer.json, serving.json and a model card, which `Matcher.load(folder)` loads without
-unpickling anything; `push_to_hub=true repo_id=<owner/name>` uploads it to the Hugging Face hub. A contextual run's
-folder names its encoder by hub id (`encoder=`, `encoder_revision=` when the run used a local folder).
+unpickling anything; `push_to_hub=true repo_id=<owner/name>` uploads it to the Hugging Face hub. A run over an
+encoder (`embeddings=minilm_contextual`) names it by hub id (`encoder=`, `encoder_revision=` when the run used a
+local folder).
 """
 
 from __future__ import annotations
@@ -20,27 +21,25 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from hydra.utils import get_object
 from omegaconf import DictConfig
 
 from matching.cli import command
 from matching.matcher import REPO_ID
-from matching.runs import RunError, is_contextual, load_trained
-from matching.serving.formats import FORMATS, contextual_refusal, export
+from matching.runs import RunError, load_trained
+from matching.serving.formats import check_format, export
 from matching.serving.sharing import push
 
 
 def export_command(cfg: DictConfig) -> Path:
     """The `export` command on a composed config (conf/export.yaml over the run's saved config)."""
     fmt = cfg.format
-    if fmt not in FORMATS:
-        raise RunError(f"format must be one of {sorted(FORMATS)}, got {fmt!r}")
+    check_format(fmt, get_object(cfg.embeddings._target_), str(cfg.ckpt))  # before the run (an encoder) is loaded
     if cfg.push_to_hub and (fmt != "hub" or not cfg.repo_id or not REPO_ID.match(str(cfg.repo_id))):
         raise RunError(
             "push_to_hub=true uploads a shared folder: give format=hub and repo_id=<owner/name> (your user or "
             f"organisation on huggingface.co, then the model's name); got format={fmt} repo_id={cfg.repo_id}"
         )
-    if fmt == "torchscript" and is_contextual(cfg):  # before the encoder is loaded
-        raise contextual_refusal(str(cfg.ckpt))
     run = load_trained(cfg.ckpt, cfg)
     out = Path(cfg.out or run.run_dir / ("hub" if fmt == "hub" else "export"))
     path = export(run, str(fmt), out, cfg.encoder, cfg.encoder_revision)

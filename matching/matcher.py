@@ -25,10 +25,11 @@ import numpy as np
 import torch
 
 from matching import precision
+from matching.data.pipeline import PreparedPairs
 from matching.data.readers import DataFormatError, Pair, pair_from_mapping
 from matching.data.vocab import NULL
+from matching.metrics import match_margin
 from matching.runs import RunError, TrainedRun, configured, find_checkpoint, load_trained, saved_config
-from matching.system import label_probabilities, match_margin
 
 #: A Hugging Face hub repository id: `owner/name` (what `Matcher.load` downloads when no such path exists here).
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -59,6 +60,16 @@ def as_pairs(items: Iterable[PairLike], source: str = "pairs") -> list[Pair]:
             raise DataFormatError(f"{where}: the {side} text is empty; give both texts of the pair")
         pairs.append(pair)
     return pairs
+
+
+def label_probabilities(logits: torch.Tensor, labels: Sequence[str]) -> list[tuple[str, dict[str, float]]]:
+    """Each row of (N, C) logits as its most probable label and every label's probability (the softmax): the
+    classification answer of `predict` and of the server."""
+    answers = []
+    for row in torch.softmax(logits, dim=-1).tolist():
+        best = max(range(len(labels)), key=row.__getitem__)
+        answers.append((labels[best], dict(zip(labels, row, strict=True))))
+    return answers
 
 
 class Matcher:
@@ -107,7 +118,8 @@ class Matcher:
         else:
             checkpoint = find_checkpoint(folder)
             cfg = saved_config(checkpoint)
-            run = load_trained(checkpoint, configured(cfg, settings, device))
+            run = load_trained(checkpoint, configured(cfg, settings))
+            run.source.on_device(device)
         if device != "cpu":
             run.system.to(device)
         return cls(run)
@@ -132,7 +144,7 @@ class Matcher:
     # -- answers -------------------------------------------------------------------------------------------------
     def logits(self, pairs: Iterable[PairLike], source: str = "pairs") -> np.ndarray:
         """(N, classes) float32 logits of the pairs, in their order. `source` names the input in error messages."""
-        return self.run.logits(as_pairs(pairs, source), source).numpy()
+        return self.run.logits(as_pairs(pairs, source), source).numpy()  # float32
 
     def predict(self, pairs: Iterable[PairLike] | tuple[str, str], source: str = "pairs") -> list[dict] | dict:
         """One answer per pair, in their order: `{"label", "probs": {label: p}}` for a classification model,
@@ -140,7 +152,7 @@ class Matcher:
         but never saturates at 1.0). One pair `(a, b)` gives one answer."""
         if isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(t, str) for t in pairs):
             return self.predict([pairs], source)[0]
-        return self.answers(torch.from_numpy(self.logits(pairs, source)))
+        return self.answers(self.run.logits(as_pairs(pairs, source), source))
 
     def answers(self, logits: torch.Tensor) -> list[dict]:
         """`predict`'s answers from (N, classes) logits."""
@@ -172,11 +184,15 @@ class Matcher:
         matrix the aligner used (intra-sentence ones named "intra_a/..." and "intra_b/...", square), and the
         prediction (a ranking model's also with its `score` and `p_match`, as `predict` gives them). What
         `visualize` draws and the server's /align returns."""
-        (pair,) = as_pairs([(a, b)], "align")
-        ((tokens_a, tokens_b),) = self.run.data.tokenize("input", [pair], quiet=True)
-        if not tokens_a or not tokens_b:
+        return self.alignment(self.run.text.prepare(as_pairs([(a, b)], "align")))
+
+    def alignment(self, prepared: PreparedPairs) -> dict:
+        """`align` of one pair already prepared by the run's text pipeline (the server checks it first)."""
+        if not prepared.tokens.all():
             raise RunError("both texts need at least one token to draw an alignment")
-        out = self.run.predict(self.run.batch([pair]))
+        self.run.text.check(prepared, "input")
+        out = self.run.predict(self.run.text.batch(prepared))
+        tokens_a, tokens_b = prepared.words_a[0], prepared.words_b[0]
         if self.run.model.null_token:
             tokens_a, tokens_b = [NULL, *tokens_a], [NULL, *tokens_b]
         logits = out.logits.float().cpu()

@@ -2,7 +2,7 @@
 
 Pointwise ranking (CoDA paper §3.2): every (question, candidate) pair is scored by the 2-class model, and the
 candidates of each question are ranked by the logit margin logit[match] − logit[no match] (the order of
-P(match), without its float32 saturation at 1.0; see `matching.system.match_margin`). Scores, labels, question
+P(match), without its float32 saturation at 1.0; see `match_margin`). Scores, labels, question
 ids and example indices are accumulated over the whole split (and gathered from all processes), so a question
 whose candidates fall into different batches or ranks is still scored as one; duplicates of an example (a
 distributed sampler pads the last batch by repeating examples) are counted once.
@@ -176,3 +176,13 @@ def describe(prefix: str, values: dict[str, Tensor]) -> str:
         f"{prefix}: scored {scored} questions (MAP {values['map']:.4f}, MRR {values['mrr']:.4f}, "
         f"top-1 {values['top1']:.4f}); skipped {none} with no correct candidate and {only} with only correct ones"
     )
+
+
+def match_margin(logits: torch.Tensor) -> torch.Tensor:
+    """Ranking score of a 2-class (no match, match) model: logit[match] − logit[no match], in float32.
+
+    It orders candidates exactly as P(match) = sigmoid(margin) does, but never saturates: P(match) in float32
+    rounds to 1.0 once the margin passes ≈ 17, and such ties would then be broken against the model.
+    """
+    logits = logits.float()
+    return logits[:, 1] - logits[:, 0]

@@ -1,7 +1,7 @@
 """Decomposable Attention (Parikh et al. 2016) with a pluggable aligner.
 
 embed    frozen unit-norm word vectors -> linear projection to `hidden`      (optional NULL token first)
-         (or, contextual: a pretrained encoder's states pooled per word, given with the batch or computed here)
+         (or, word states: an encoder's states pooled per word, given with the batch or computed here)
 intra    optional self-alignment with distance biases: a_i -> [a_i; a'_i]    (Parikh §3.1 "intra")
 attend   the aligner: β_i (what of b aligns to a_i), α_j (what of a aligns to b_j)
 compare  v1_i = G([a_i; β_i]),  v2_j = G([b_j; α_j])
@@ -23,7 +23,7 @@ from matching.layers import FeedForward, split_sides
 
 AlignerFactory = Callable[..., Aligner]  # called as factory(dim=...)
 
-#: The batch keys a model takes besides the ids "a" and "b" (contextual embedders), when a batch has them.
+#: The batch keys a model takes besides the ids "a" and "b" (word states or an encoder's inputs), when a batch has them.
 CONTEXT_INPUTS = ("a_states", "b_states", "a_pieces", "b_pieces")
 
 
@@ -75,11 +75,11 @@ class DecomposableAttention(nn.Module):
             rows are stored in float16 (half the checkpoint; unit-norm rows lose nothing that matters) and
             computed with in the projection's precision.
         normalize_embeddings: scale every row of `vectors` to unit L2 norm first.
-        contextual: the words' vectors are a pretrained encoder's states pooled per word (see
-            matching.data.contextual), given with each batch (`a_states`, `b_states`: (B, L, E)) or, with a
-            fine-tuned `encoder`, computed from the batch's word pieces (`a_pieces`, `b_pieces`); `vectors` is then
-            the (2, E) table of padding and the NULL token, and the ids only mark the real tokens.
-        encoder: the `WordEncoder` fine-tuned with the model (contextual runs with trainable layers), or None.
+        word_states: the words' vectors are an encoder's states pooled per word (matching.encoders), given with
+            each batch (`a_states`, `b_states`: (B, L, E)) or, with a fine-tuned `encoder`, computed from the
+            batch's word pieces (`a_pieces`, `b_pieces`); `vectors` is then the (2, E) table of padding and the
+            NULL token, and the ids only mark the real tokens. The embedding source says which (model_arguments).
+        encoder: the `WordEncoder` fine-tuned with the model (an encoder with trainable layers), or None.
     """
 
     def __init__(
@@ -94,12 +94,12 @@ class DecomposableAttention(nn.Module):
         intra_max_distance: int = 10,
         freeze_embeddings: bool = True,
         normalize_embeddings: bool = True,
-        contextual: bool = False,
+        word_states: bool = False,
         encoder: nn.Module | None = None,
     ):
         super().__init__()
-        if encoder is not None and not contextual:
-            raise ValueError("an encoder is only used by a contextual model (contextual=True)")
+        if encoder is not None and not word_states:
+            raise ValueError("an encoder is only used by a model of word states (word_states=True)")
         if vectors.dim() != 2 or vectors.shape[0] <= NULL_ID:
             raise ValueError(f"vectors must be a (V, E) matrix with V > {NULL_ID}, got {tuple(vectors.shape)}")
         if num_classes < 2:
@@ -113,7 +113,7 @@ class DecomposableAttention(nn.Module):
         self.embedding = nn.Embedding.from_pretrained(vectors, freeze=freeze_embeddings, padding_idx=PAD_ID)
         self.projection = nn.Linear(vectors.shape[1], hidden)
         self.null_token = null_token
-        self.contextual, self.normalize_states = contextual, contextual and normalize_embeddings
+        self.word_states, self.normalize_states = word_states, word_states and normalize_embeddings
         self.encoder = encoder
         self.intra = IntraAttention(hidden, intra_aligner, intra_max_distance) if intra_aligner else None
         width = 2 * hidden if self.intra else hidden
@@ -129,7 +129,7 @@ class DecomposableAttention(nn.Module):
     float32_modules = ("classifier",)
 
     def _embed_states(self, ids: Tensor, states: Tensor | None, pieces: dict | None) -> tuple[Tensor, Tensor]:
-        """A contextual model's projected word states of one side (NULL first when used) and its mask."""
+        """A word-state model's projected word states of one side (NULL first when used) and its mask."""
         x = self._states(ids, states, pieces)  # (B, L, E) float32
         if self.null_token:  # ids.shape[0], not len(ids): a dynamic batch in ONNX
             x = torch.cat([self.embedding.weight[NULL_ID].to(x.dtype).expand(ids.shape[0], 1, -1), x], dim=1)
@@ -147,13 +147,13 @@ class DecomposableAttention(nn.Module):
         return x, ids != PAD_ID, a_ids.shape[1]
 
     def _states(self, ids: Tensor, states: Tensor | None, pieces: dict | None) -> Tensor:
-        """(B, L, E) the words' contextual states: given, or from the fine-tuned encoder; unit norm if asked."""
+        """(B, L, E) the words' states: given, or from the fine-tuned encoder; unit norm if asked."""
         if states is None:
             if self.encoder is None or pieces is None:
                 raise ValueError(
-                    "this contextual model needs the encoder states of its words with every batch (a_states, "
+                    "this model needs the encoder states of its words with every batch (a_states, "
                     "b_states), or its word pieces (a_pieces, b_pieces) when the encoder is fine-tuned; build batches "
-                    "with PairDataModule (loaders, or batch_of for new pairs)"
+                    "with PairDataModule (loaders), or TextPipeline.batch for new pairs"
                 )
             states = self.encoder(**pieces, texts=ids.shape[0], words=ids.shape[1])
         x = states.float()
@@ -163,9 +163,9 @@ class DecomposableAttention(nn.Module):
 
     def forward(self, a_ids: Tensor, b_ids: Tensor, a_states: Tensor | None = None, b_states: Tensor | None = None,
                 a_pieces: dict | None = None, b_pieces: dict | None = None) -> MatchOutput:  # fmt: skip
-        """a_ids (B, La), b_ids (B, Lb): token ids, 0-padded on the right. Contextual models also take the words'
+        """a_ids (B, La), b_ids (B, Lb): token ids, 0-padded on the right. A model of word states also takes the words'
         states (B, L, E), or the word pieces that their fine-tuned encoder turns into them."""
-        if self.contextual:
+        if self.word_states:
             a, mask_a = self._embed_states(a_ids, a_states, a_pieces)
             b, mask_b = self._embed_states(b_ids, b_states, b_pieces)
             mask = torch.cat([mask_a, mask_b], dim=1)

@@ -119,7 +119,10 @@ def predict(matcher: Matcher, pairs: Iterable[Pair], out: IO[str], batch_size: i
     and answered by `Matcher.predict` (in batches within the run's memory budget)."""
     count = 0
     stream = iter(pairs)
-    batches = ((chunk, matcher.predict(chunk, source)) for chunk in iter(lambda: list(islice(stream, batch_size)), []))
+    # The pairs were checked as they were read (read_input): straight to the model, not through Matcher.predict's
+    # check of a caller's pairs.
+    chunks = iter(lambda: list(islice(stream, batch_size)), [])
+    batches = ((chunk, matcher.answers(matcher.run.logits(chunk, source))) for chunk in chunks)
 
     if matcher.kind == "classify":
         for batch, answers in batches:

@@ -17,15 +17,15 @@ from typing import Any
 import numpy as np
 import torch
 from hydra.errors import InstantiationException
-from hydra.utils import get_object, instantiate
+from hydra.utils import instantiate
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from matching.configs import build
-from matching.data.contextual import ContextualEncoder
 from matching.data.datamodule import PairDataModule, split_prefix
-from matching.data.encoding import pair_sides
+from matching.data.embeddings import EmbeddingSource
+from matching.data.pipeline import PreparedPairs, TextPipeline
 from matching.data.readers import Pair
 from matching.data.sources import labels_from_data
 from matching.data.tasks import Task
@@ -48,43 +48,38 @@ def build_task(cfg: DictConfig) -> Task:
     return task
 
 
-def is_contextual(cfg: DictConfig) -> bool:
-    """Whether the run's embedding source is a pretrained encoder (`embeddings=minilm_contextual`)."""
-    target = cfg.get("embeddings", {}).get("_target_")
-    return bool(target) and getattr(get_object(target), "contextual", False)
-
-
 def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None) -> PairDataModule:
-    """The task's data module; without `vocab` it builds the vocabulary (training words, plus every word with a
-    pretrained vector among the dev splits and the vectors file's first `embeddings.top_words` words), and the
-    embedding source is built (and its file checked) before any corpus is read. A contextual embedder is built
-    with `vocab` too: new text is encoded with it."""
+    """The task's data module with its embedding source; without `vocab` it builds the vocabulary (training words,
+    plus every word with a pretrained vector among the dev splits and the vectors file's first
+    `embeddings.top_words` words), and the source's files are checked before any corpus is read."""
     task = build_task(cfg)
     if not task.labels:  # a generic task (task=pairs): the data's label names, kept in the config the run saves
         task.labels = labels_from_data(task, cfg.paths.data_dir, cfg.paths.cache_dir)
         with open_dict(cfg):
             cfg.task.labels = list(task.labels)
-    vectors = build(cfg.embeddings) if vocab is None or is_contextual(cfg) else None
+    vectors = build(cfg.embeddings)
+    if vocab is None:
+        vectors.check_available()
     pad_to = cfg.data.get("pad_to") or (8 if cfg.get("compile") else 1)
     return build(cfg.data, task=task, vocab=vocab, vectors=vectors, pad_to=pad_to)
 
 
 def build_model(
-    cfg: DictConfig, vectors: torch.Tensor, num_classes: int, contextual: ContextualEncoder | None = None
+    cfg: DictConfig, vectors: torch.Tensor, num_classes: int, source: EmbeddingSource | None = None
 ) -> DecomposableAttention:
-    """The model; with a `contextual` embedder it takes word states, and owns the encoder when it is fine-tuned."""
+    """The model over a vector table (`vectors`) and what the embedding source adds (`source.model_arguments`;
+    None: a table of word vectors alone)."""
     intra = instantiate(cfg.intra) if cfg.get("intra") else None
-    encoder = contextual.word_encoder() if contextual is not None and contextual.trainable_layers else None
     model = instantiate(
         cfg.model,
         vectors=vectors,
         num_classes=num_classes,
         aligner=instantiate(cfg.aligner),
         intra_aligner=intra,
-        contextual=contextual is not None,
-        encoder=encoder,
+        **(source.model_arguments() if source is not None else {}),
     )
-    model.source_identity = contextual.identity() if contextual is not None else None  # saved in checkpoints
+    # What the source records about itself, saved in checkpoints (MatchingSystem.on_save_checkpoint)
+    model.source_record = source.checkpoint_record() if source is not None else None
     return model
 
 
@@ -176,28 +171,35 @@ class TrainedRun:
     def task(self) -> Task:
         return self.data.task
 
+    @property
+    def text(self) -> TextPipeline:
+        """How the run prepares a pair: tokens, words, ids and batches (matching.data.pipeline)."""
+        return self.data.text
+
+    @property
+    def source(self) -> EmbeddingSource:
+        return self.data.vectors
+
     def batch(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
         """New pairs as one model batch, prepared exactly as the training data was."""
-        a, b, _, words = self.data.prepare_pairs(pairs)
-        self.data.budget.check(pair_sides(a, b), "input", [p.line for p in pairs])
-        return self.data.batch_of(a, b, words)
+        prepared = self.text.prepare(pairs)
+        self.text.check(prepared, "input")
+        return self.text.batch(prepared)
+
+    def logits(self, pairs: Sequence[Pair], source: str = "input") -> torch.Tensor:
+        """(N, C) float32 logits of new pairs, in their order (see `logits_of`)."""
+        return self.logits_of(self.text.prepare(pairs), source)
 
     @torch.inference_mode()
-    def logits(self, pairs: Sequence[Pair], source: str = "input") -> torch.Tensor:
-        """(N, C) float32 logits of new pairs, in their order. The pairs are run in batches of similar length that
-        fit the run's memory budget (`data.batch_cells`, `data.batch_tokens`), so one long text cannot inflate a
-        batch; a pair too long to fit alone is an error naming its line, raised before anything is allocated.
+    def logits_of(self, prepared: PreparedPairs, source: str = "input") -> torch.Tensor:
+        """(N, C) float32 logits of prepared pairs, in their order. The pairs are run in batches of similar length
+        that fit the run's memory budget (`data.batch_cells`, `data.batch_tokens`), so one long text cannot inflate
+        a batch; a pair too long to fit alone is an error naming its line, raised before anything is allocated.
         `self.truncated` counts the pairs cut to `data.max_length`."""
-        a, b, cut, (words_a, words_b) = self.data.prepare_pairs(pairs)
-        self.truncated += cut
-        sides = pair_sides(a, b)
-        budget = self.data.budget
-        budget.check(sides, source, [p.line for p in pairs])
-        order = np.argsort(sides.sum(1), kind="stable")
-        out = torch.empty(len(pairs), len(self.labels))
-        for index in budget.batches(order, sides, len(pairs)) if budget else [order]:
-            words = ([words_a[i] for i in index], [words_b[i] for i in index])
-            batch = self.data.batch_of([a[i] for i in index], [b[i] for i in index], words)
+        self.truncated += prepared.cut
+        self.text.check(prepared, source)
+        out = torch.empty(len(prepared), len(self.labels))
+        for index, batch in self.text.batches(prepared):
             out[torch.from_numpy(index)] = self.predict(batch).logits.float().cpu()
         return out
 
@@ -205,7 +207,7 @@ class TrainedRun:
     def predict(self, batch: dict[str, torch.Tensor]) -> MatchOutput:
         """The one inference path of every command: MatchingSystem.predict_step (on the model's device)."""
         device = self.system.device
-        if device.type != "cpu":  # nested too: a fine-tuned contextual run's word pieces are dicts of tensors
+        if device.type != "cpu":  # nested too: a fine-tuned encoder's word pieces are dicts of tensors
             batch = move_data_to_device(batch, device)
         return self.system.predict_step(batch, 0)
 
@@ -269,16 +271,14 @@ def with_dtype(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
-def configured(cfg: DictConfig, settings: dict[str, Any], device: str | None = None) -> DictConfig:
+def configured(cfg: DictConfig, settings: dict[str, Any]) -> DictConfig:
     """A copy of a run's config with `settings` (dotted keys of the config: `{"data.batch_tokens": 4096}`) applied;
-    a key the config does not have is a RunError. `device`: where a contextual run's encoder runs."""
+    a key the config does not have is a RunError."""
     cfg = with_dtype(copy.deepcopy(cfg))
     for key, value in settings.items():
         if OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
             raise RunError(f"the run's config has no key {key!r} to set; its keys are in config.yaml beside the model")
         OmegaConf.update(cfg, key, value)
-    if device is not None and is_contextual(cfg):
-        cfg.embeddings.device = device
     return cfg
 
 
@@ -337,16 +337,12 @@ def assemble_run(
     rows = weights.get("model.embedding.weight")
     if rows is None:
         raise RunError(f"checkpoint {checkpoint} holds no DecomposableAttention weights (model.embedding.weight)")
-    contextual = data.contextual
-    if contextual is not None:
-        check_encoder(checkpoint, meta.get("encoder"), contextual)
-    elif rows.shape[0] != len(vocab):
-        raise RunError(
-            f"vocabulary mismatch: {vocab_file} has {len(vocab)} entries but checkpoint {checkpoint} has "
-            f"{rows.shape[0]} embedding rows; the checkpoint and vocab.txt come from different runs"
-        )
+    source = data.vectors
+    mismatch = source.check_trained(checkpoint, meta.get("encoder"), rows.shape[0], vocab)
+    if mismatch:
+        raise RunError(mismatch.replace("vocab.txt", str(vocab_file), 1))
     try:
-        model = build_model(cfg, torch.zeros_like(rows), num_classes=len(labels), contextual=contextual)
+        model = build_model(cfg, torch.zeros_like(rows), num_classes=len(labels), source=source)
     except (InstantiationException, TypeError, ValueError) as err:  # e.g. an option this version no longer has
         raise _another_version(run_dir, err) from err
     model.load_state_dict({k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")})
@@ -354,18 +350,6 @@ def assemble_run(
                             val_prefixes=(), test_prefixes=(), compute_dtype=cfg.get("dtype", "fp32"))  # fmt: skip
     system.eval()
     return TrainedRun(run_dir, checkpoint, cfg, data, system)
-
-
-def check_encoder(checkpoint: Path, trained: dict | None, encoder: ContextualEncoder) -> None:
-    """A contextual run is used with the encoder it was trained with (the same weights), or not at all."""
-    if trained is None:
-        raise RunError(f"checkpoint {checkpoint} was not trained with a contextual embedder, but its config says so")
-    if trained.get("weights_sha256") != encoder.weights:
-        raise RunError(
-            f"checkpoint {checkpoint} was trained with the encoder at {trained.get('encoder')} (weights sha256 "
-            f"{str(trained.get('weights_sha256'))[:12]}...), but embeddings.model={encoder.name} gives {encoder.path} "
-            f"(sha256 {encoder.weights[:12]}...); point embeddings.model at the encoder the run was trained with"
-        )
 
 
 def _another_version(run_dir: Path, err: Exception) -> RunError:

@@ -17,33 +17,13 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from matching.callbacks import batches_trained
 from matching.errors import ConfigError
-from matching.metrics import EvaluationRecord, RankingMetrics, describe
+from matching.metrics import EvaluationRecord, RankingMetrics, describe, match_margin
 from matching.model import CONTEXT_INPUTS, MatchOutput
 from matching.precision import check, forward_in, resolve
 
 log = logging.getLogger(__name__)
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
-
-
-def match_margin(logits: torch.Tensor) -> torch.Tensor:
-    """Ranking score of a 2-class (no match, match) model: logit[match] − logit[no match], in float32.
-
-    It orders candidates exactly as P(match) = sigmoid(margin) does, but never saturates: P(match) in float32
-    rounds to 1.0 once the margin passes ≈ 17, and such ties would then be broken against the model.
-    """
-    logits = logits.float()
-    return logits[:, 1] - logits[:, 0]
-
-
-def label_probabilities(logits: torch.Tensor, labels: Sequence[str]) -> list[tuple[str, dict[str, float]]]:
-    """Each row of (N, C) logits as its most probable label and every label's probability (the softmax): the
-    classification answer of `predict` and of the server."""
-    answers = []
-    for row in torch.softmax(logits, dim=-1).tolist():
-        best = max(range(len(labels)), key=row.__getitem__)
-        answers.append((labels[best], dict(zip(labels, row, strict=True))))
-    return answers
 
 
 class MatchingSystem(pl.LightningModule):
@@ -229,7 +209,7 @@ class MatchingSystem(pl.LightningModule):
             "labels": self.labels,
             "kind": self.kind,
             "vocab_size": model.embedding.num_embeddings if hasattr(model, "embedding") else None,
-            "encoder": getattr(model, "source_identity", None),  # a contextual run's encoder (matching.runs)
+            "encoder": getattr(model, "source_record", None),  # what the embedding source records (an encoder)
         }
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

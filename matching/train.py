@@ -169,9 +169,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     else:  # the same vocabulary; the checkpoint restores every weight, the vectors file is not needed
         dm = build_datamodule(cfg, vocab=Vocabulary.load(run_dir / "vocab.txt"))
         dm.setup("fit")
-        rows = len(dm.vocab) if dm.contextual is None else 2  # a contextual model's table: padding and NULL
-        vectors = torch.zeros(rows, cfg.embeddings.dim if dm.contextual is None else dm.contextual.dim)
-    model = build_model(cfg, vectors, num_classes=len(dm.labels), contextual=dm.contextual)
+        vectors = torch.zeros(dm.vectors.table_rows(dm.vocab), dm.vectors.dim)
+    model = build_model(cfg, vectors, num_classes=len(dm.labels), source=dm.vectors)
     if cfg.get("compile"):
         model.compile(mode=str(cfg.get("compile_mode") or "default"))  # in place: checkpoint keys stay the same
     system = build_system(cfg, model, dm)

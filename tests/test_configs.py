@@ -48,7 +48,7 @@ def test_embeddings_options(make_cfg, name, tmp_path, tiny_encoder):
         dm = build_datamodule(cfg)
         dm.setup("fit")
         assert build(cfg.embeddings).matrix(dm.vocab, cfg.seed).shape == (2, 16)  # padding and NULL
-        assert dm.splits["train"].states is not None
+        assert dm.splits["train"].source_data is not None
         return
     if name != "random":  # the pretrained options name real files; point them at the fixture vectors
         cfg.embeddings.path = str(CONF.parent / "tests/fixtures/vectors/glove.fixture.20d.txt")

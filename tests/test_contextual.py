@@ -14,8 +14,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from matching.data.contextual import ContextualEncoder, EncoderError, WordPieces, pool_words
+from matching.data.contextual import ContextualEncoder, WordPieces
 from matching.data.readers import Pair
+from matching.encoders import EncoderError, pool_words
 from matching.runs import RunError, build_datamodule, load_trained
 from matching.train import train
 from tests.conftest import ROOT, SUBPROCESS_ENV, cli_overrides, evaluate, save_tiny_encoder
@@ -111,7 +112,7 @@ def test_cache_is_built_once_then_reused_and_keyed_by_the_encoder(make_cfg, tiny
         again = build_datamodule(cfg)
         again.setup("fit")
     assert "reused" in caplog.text and "encoded" not in caplog.text
-    assert isinstance(again.splits["train"].states.rows, np.memmap)
+    assert isinstance(again.splits["train"].source_data.rows, np.memmap)
     batch = next(iter(again.train_dataloader()))
     assert batch["a_states"].dtype == torch.float16 and batch["a_states"].shape[:2] == batch["a"].shape
     assert torch.equal(batch["a_states"].abs().sum(-1) > 0, batch["a"] > 0)  # states exactly where the words are
@@ -363,14 +364,14 @@ def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder, tmp_path
     assert torch.isfinite(logits).all()
     # Exported, the fine-tuned encoder goes along: in model.onnx, and in the shared folder's safetensors
     from matching import Matcher
-    from matching.serving.formats import contextual_inputs, export
+    from matching.serving.formats import export
     from matching.serving.sharing import write_folder
 
     ort = pytest.importorskip("onnxruntime")
     pairs = [("a cat sat", "the cat sat on the mat"), ("dogs", "a dog barks loudly at the small cat"), ("a", "b")]
     expected = Matcher(run).logits(pairs)
     session = ort.InferenceSession(str(export(run, "onnx", tmp_path / "onnx")), providers=["CPUExecutionProvider"])
-    _, logits = session.run(None, {k: v.numpy() for k, v in contextual_inputs(run, pairs).items()})
+    _, logits = session.run(None, {k: v.numpy() for k, v in run.source.serving_inputs(run.text, pairs).items()})
     np.testing.assert_allclose(logits, expected, atol=1e-4)
     fake_hub.encoders["tiny/bert"] = tiny_encoder
     shared = Matcher.load(write_folder(run, tmp_path / "shared", encoder="tiny/bert"))

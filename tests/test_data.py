@@ -8,8 +8,9 @@ import torch
 from conftest import FIXTURE_VECTORS
 
 from matching.data.batching import BucketBatchSampler, PadCollator
-from matching.data.datamodule import PairDataModule, pad_batch, split_prefix
+from matching.data.datamodule import PairDataModule, split_prefix
 from matching.data.encoding import LabelError
+from matching.data.pipeline import pad_batch
 from matching.data.readers import read_snli_jsonl
 from matching.data.sources import CorpusNotFoundError
 from matching.data.tasks import Task

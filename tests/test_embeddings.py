@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from matching.data import embeddings
-from matching.data.embeddings import VectorsError, load_vectors, missing_vectors_message
+from matching.data import embeddings, vector_files
+from matching.data.vector_files import VectorsError, load_vectors, missing_vectors_message
 
 GLOVE_SAMPLE = Path("/work/shared/data/glove-sample/glove.6B.50d.head2446.txt")
 
@@ -132,7 +132,7 @@ def test_windows_1252_word(tmp_path, caplog):
     # a later UTF-8 "café" is a duplicate; \x81 is undefined in Windows-1252 (read as latin-1)
     text = b"the 0.1 0.2\ncaf\xe9 0.3 0.4\n\x93 0.5 0.6\n" + "café 9 9\n".encode() + b"\x81x 1 1\n"
     path = write(tmp_path / "v.txt", text)
-    with caplog.at_level(logging.INFO, logger=embeddings.__name__):
+    with caplog.at_level(logging.INFO, logger="matching.data"):
         matrix, found = load_vectors(path, ["café", "\u201c", "the"])
     assert found.all()
     np.testing.assert_allclose(matrix, [[0.3, 0.4], [0.5, 0.6], [0.1, 0.2]])
@@ -170,7 +170,7 @@ def test_garbled_first_line_always_raises(tmp_path):
 
 def test_garbled_lines_outside_vocabulary_are_skipped(tmp_path, caplog):
     path = write(tmp_path / "v.txt", "the 0.1 0.2 0.3\nbad 1 x 3\nshort 1\nnospace\n\ncat 1 2 3\n")
-    with caplog.at_level(logging.INFO, logger=embeddings.__name__):
+    with caplog.at_level(logging.INFO, logger="matching.data"):
         matrix, found = load_vectors(path, ["cat", "the"])
     assert found.all()
     np.testing.assert_array_equal(matrix[0], [1, 2, 3])
@@ -201,8 +201,8 @@ def test_cache(tmp_path, monkeypatch, caplog):
     def no_parsing(*args, **kwargs):
         raise AssertionError("the vectors file was parsed again")
 
-    monkeypatch.setattr(embeddings, "_read_text", no_parsing)
-    with caplog.at_level(logging.INFO, logger=embeddings.__name__):
+    monkeypatch.setattr(vector_files, "_read_text", no_parsing)
+    with caplog.at_level(logging.INFO, logger="matching.data"):
         second = load_vectors(path, WORDS, cache_dir=cache)
     assert "from cache" in caplog.text
     for a, b in zip(first, second, strict=True):
@@ -222,7 +222,7 @@ def test_large_batches_match_exact_parser(tmp_path, monkeypatch):
     path = write(tmp_path / "v.txt", "".join(lines))
     words = [f"w{i}" for i in rng.permutation(n)[:1200]] + ["missing"]
     fast, found = load_vectors(path, words)
-    monkeypatch.setattr(embeddings, "_PANDAS_MIN_ROWS", 10**9)
+    monkeypatch.setattr(vector_files, "_PANDAS_MIN_ROWS", 10**9)
     exact, found_exact = load_vectors(path, words)
     np.testing.assert_array_equal(found, found_exact)
     assert found.sum() == 1200
@@ -231,7 +231,7 @@ def test_large_batches_match_exact_parser(tmp_path, monkeypatch):
 
     lines[1000] = "w1000 " + " ".join(["0.5"] * (dim - 1)) + " 1.2.3\n"
     path = write(tmp_path / "bad.txt", "".join(lines))
-    monkeypatch.setattr(embeddings, "_PANDAS_MIN_ROWS", 256)
+    monkeypatch.setattr(vector_files, "_PANDAS_MIN_ROWS", 256)
     with pytest.raises(VectorsError, match=r"bad\.txt: line 1001: value 20 of the word 'w1000'"):
         load_vectors(path, [f"w{i}" for i in range(n)])
 
@@ -239,7 +239,7 @@ def test_large_batches_match_exact_parser(tmp_path, monkeypatch):
 @pytest.mark.skipif(not GLOVE_SAMPLE.exists(), reason="shared GloVe sample not available")
 def test_real_glove_sample(caplog):
     words = ["the", ",", "\u2013", "\u2019s", "no-such-word-here"]
-    with caplog.at_level(logging.INFO, logger=embeddings.__name__):
+    with caplog.at_level(logging.INFO, logger="matching.data"):
         matrix, found = load_vectors(GLOVE_SAMPLE, words, dim=50)
     assert matrix.shape == (5, 50)
     assert found.tolist() == [True, True, True, True, False]
@@ -252,7 +252,7 @@ def test_real_glove_sample(caplog):
 
 def test_repeated_vocabulary_word_keeps_the_first_vector_and_is_reported(tmp_path, caplog):
     path = write(tmp_path / "v.txt", GLOVE_TEXT + "cat 9 9 9\nfoo 1 1 1\nthe 8 8 8\n")
-    with caplog.at_level(logging.WARNING, logger=embeddings.__name__):
+    with caplog.at_level(logging.WARNING, logger="matching.data"):
         matrix, found = load_vectors(path, WORDS)
     assert_vectors(matrix, found, WORDS)
     assert "2 line(s) repeat a vocabulary word" in caplog.text
@@ -262,7 +262,7 @@ def test_repeated_vocabulary_word_keeps_the_first_vector_and_is_reported(tmp_pat
 @pytest.mark.parametrize("separator", ["\t", "  ", " \t"])
 def test_a_vocabulary_line_with_tabs_or_several_spaces_is_read_and_reported(tmp_path, caplog, separator):
     path = write(tmp_path / "v.txt", f"the 0.1 0.2 0.3\ncat{separator}1.0{separator}-2.0 3.5\nsat -0.25 0.0 1e-3\n")
-    with caplog.at_level(logging.WARNING, logger=embeddings.__name__):
+    with caplog.at_level(logging.WARNING, logger="matching.data"):
         matrix, found = load_vectors(path, WORDS)
     assert_vectors(matrix, found, WORDS)
     assert "1 vocabulary line(s) separate their fields with tabs or several spaces" in caplog.text
@@ -303,7 +303,7 @@ def test_nan_in_a_word2vec_binary_vector_is_an_error_naming_the_word(tmp_path):
 
 def test_a_re_encoded_word_is_not_reported_as_irregular_spacing(tmp_path, caplog):
     path = write(tmp_path / "v.txt", b"the 0.1 0.2 0.3\n" + "caf\xe9 1 2 3\n".encode("cp1252"))
-    with caplog.at_level(logging.WARNING, logger=embeddings.__name__):
+    with caplog.at_level(logging.WARNING, logger="matching.data"):
         matrix, found = load_vectors(path, ["café"])
     assert found.all() and "tabs or several spaces" not in caplog.text
 
@@ -329,7 +329,7 @@ def test_a_zip_is_read_without_unpacking(tmp_path):
 
 def test_missing_vectors_are_fetched_from_the_hub(tmp_path, monkeypatch):
     """The download function is replaced by a stand-in that 'serves' a small zip: no network."""
-    from matching.data import embeddings
+    from matching.data import vector_files
 
     calls = []
 
@@ -338,12 +338,12 @@ def test_missing_vectors_are_fetched_from_the_hub(tmp_path, monkeypatch):
         folder.mkdir(parents=True, exist_ok=True)
         return _glove_zip(folder / filename)
 
-    monkeypatch.setattr(embeddings, "download_from_hub", serve)
+    monkeypatch.setattr(vector_files, "download_from_hub", serve)
     hub = {"repo_id": "stanfordnlp/glove", "filename": "glove.840B.300d.zip", "folder": str(tmp_path / "cache")}
     source = embeddings.PretrainedVectors(tmp_path / "glove" / "glove.840B.300d.txt", dim=3, top_words=2, hub=hub)
     assert source.path == tmp_path / "cache" / "glove.840B.300d.zip"
     assert calls == [("stanfordnlp/glove", "glove.840B.300d.zip")]
-    assert embeddings.first_words(source.path, 2) == list(VECTORS)[:2]
+    assert vector_files.first_words(source.path, 2) == list(VECTORS)[:2]
     again = embeddings.PretrainedVectors(tmp_path / "glove" / "glove.840B.300d.txt", dim=3, hub=hub)
     assert again.path == source.path and len(calls) == 1  # fetched once, then found in the folder
 
@@ -354,7 +354,7 @@ def test_offline_the_missing_vectors_message_says_what_to_download(tmp_path, mon
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     hub = {"repo_id": "stanfordnlp/glove", "filename": "glove.840B.300d.zip", "folder": str(tmp_path / "cache")}
     with pytest.raises(FileNotFoundError) as info:
-        PretrainedVectors(tmp_path / "nope.txt", dim=3, hub=hub)
+        PretrainedVectors(tmp_path / "nope.txt", dim=3, hub=hub).check_available()  # as a training run does first
     message = str(info.value)
     assert "HF_HUB_OFFLINE" in message and "glove.840B.300d.zip" in message and "embeddings=random" in message
     assert "\n" not in message  # one paragraph
@@ -376,7 +376,7 @@ def test_a_missing_vectors_file_is_named_with_each_way_to_get_it(tmp_path, optio
 
     cfg = compose_config("train", [f"embeddings={option}", f"paths.data_dir={tmp_path}"])
     with pytest.raises(FileNotFoundError) as info:
-        build(cfg.embeddings)
+        build(cfg.embeddings).check_available()  # what a training run does before reading a corpus
     message = str(info.value)
     assert message.startswith(f"No word vectors at {tmp_path}/") and "\n" not in message
     for way in ways:
@@ -389,8 +389,8 @@ def test_a_first_run_reads_the_vectors_file_once(make_cfg, monkeypatch):
     from matching.runs import build_datamodule
 
     passes = []
-    read_text = embeddings._read_text
-    monkeypatch.setattr(embeddings, "_read_text", lambda *a, **k: passes.append(a[0]) or read_text(*a, **k))
+    read_text = vector_files._read_text
+    monkeypatch.setattr(vector_files, "_read_text", lambda *a, **k: passes.append(a[0]) or read_text(*a, **k))
     cfg = make_cfg()
     dm = build_datamodule(cfg)
     dm.setup("fit")

@@ -87,6 +87,7 @@ def test_a_shared_config_names_no_path_of_the_training_machine():
 
     from matching import DEMO_DATA
     from matching.cli import compose_config
+    from matching.configs import build
     from matching.serving.sharing import KEPT, shared_config
 
     composed = compose_config("train", ["experiment=demo", "paths.data_dir=/home/alice/corpora"])
@@ -94,7 +95,8 @@ def test_a_shared_config_names_no_path_of_the_training_machine():
     saved = OmegaConf.create({k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
                               for k, v in nodes.items()})  # fmt: skip
     assert str(DEMO_DATA) in OmegaConf.to_yaml(saved) and "/home/alice" in OmegaConf.to_yaml(saved)
-    shared = OmegaConf.to_yaml(shared_config(SimpleNamespace(cfg=saved)))
+    source = build(saved.embeddings)  # the run's embedding source (its file is not read)
+    shared = OmegaConf.to_yaml(shared_config(SimpleNamespace(cfg=saved, source=source)))
     assert str(DEMO_DATA) not in shared and "/home/alice" not in shared
     assert "path: snli_sample_train.jsonl.gz" in shared and "path: minilm-static-300d.sample.txt.gz" in shared
 

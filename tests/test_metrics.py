@@ -97,7 +97,7 @@ def test_agrees_with_trec_eval_on_random_data():
 
 def test_ranking_score_is_the_logit_margin_and_does_not_saturate():
     """Two confident candidates: P(match) is exactly 1.0 for both in float32, the margins still order them."""
-    from matching.system import match_margin
+    from matching.metrics import match_margin
 
     logits = torch.tensor([[-10.0, 15.0], [-10.0, 25.0]])
     assert torch.equal(torch.softmax(logits, -1)[:, 1], torch.ones(2))

@@ -132,8 +132,8 @@ def test_a_word_seen_only_in_the_vectors_file_gets_its_own_vector(snli_run, tmp_
     run = load_trained(run_dir / "checkpoints" / "best.ckpt")
     line = next(x for x in FIXTURE_VECTORS.read_text().splitlines() if x.startswith("album "))
     vector = np.array(line.split()[1:], dtype=np.float32)
-    a, *_ = run.data.encode_pairs([Pair("an album", "qwzx", "")])
-    album, qwzx = int(a[0][1]), int(run.data.encode_pairs([Pair("qwzx", "x", "")])[0][0][0])
+    a = run.text.prepare([Pair("an album", "qwzx", "")]).a
+    album, qwzx = int(a[0][1]), int(run.text.prepare([Pair("qwzx", "x", "")]).a[0][0])
     assert album == run.vocab.index["album"] and album >= run.vocab.first_word_id
     assert qwzx == run.vocab.bucket("qwzx")
     row = run.model.embedding.weight[album].float()
@@ -143,3 +143,34 @@ def test_a_word_seen_only_in_the_vectors_file_gets_its_own_vector(snli_run, tmp_
     pairs.write_text("an album\ta record\nan qwzx\ta record\n")
     code, records, _ = _run([f"ckpt={run_dir / 'checkpoints' / 'best.ckpt'}", f"input={pairs}"], capsys)
     assert code == 0 and records[0]["probs"] != records[1]["probs"]
+
+
+def test_predict_reads_the_checkpoint_and_the_config_once(wikiqa_run, tmp_path, capsys, monkeypatch):
+    """A pair's way through `predict`: the run's config.yaml read once (to compose the command), its weights once
+    (torch.load of the checkpoint; no safetensors file is read), whatever the input."""
+    import safetensors
+    import safetensors.torch
+    import torch
+    from omegaconf import OmegaConf
+
+    run, _ = wikiqa_run
+    reads = {"torch.load": 0, "safetensors": 0, "config.yaml": 0}
+
+    def counted(key, real, path_of=lambda *a, **k: None):
+        def wrapper(*args, **kwargs):
+            if path_of(*args, **kwargs) in (None, "config.yaml"):
+                reads[key] += 1
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(torch, "load", counted("torch.load", torch.load))
+    monkeypatch.setattr(safetensors.torch, "load_file", counted("safetensors", safetensors.torch.load_file))
+    monkeypatch.setattr(safetensors, "safe_open", counted("safetensors", safetensors.safe_open))
+    name = lambda file, *a, **k: "config.yaml" if str(file).endswith("config.yaml") else "other"  # noqa: E731
+    monkeypatch.setattr(OmegaConf, "load", counted("config.yaml", OmegaConf.load, name))
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("what is a cat\ta cat is an animal\tq1\nwhat is a cat\tdogs bark\tq1\nwho wrote it\tshe did\tq2\n")
+    code, records, err = _run([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", f"input={pairs}"], capsys)
+    assert code == 0 and "predicted 3 pairs" in err and [r["group"] for r in records] == ["q1", "q2"]
+    assert reads == {"torch.load": 1, "safetensors": 0, "config.yaml": 1}

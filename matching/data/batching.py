@@ -12,10 +12,9 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader, Sampler
 
-from matching.data.contextual import ContextualEncoder
+from matching.data.embeddings import EmbeddingSource
 from matching.data.encoding import BadExampleError, EncodedSplit
 from matching.errors import ConfigError
 
@@ -218,17 +217,16 @@ class TrainLoader(DataLoader):
 
 
 class PadCollator:
-    """Gathers a batch of indices from an EncodedSplit and pads both sides to the batch's own maximum; with a
-    contextual embedder, adds the word states of both sides (frozen: read from the split's cache) or the encoder's
-    inputs (fine-tuned: `a_pieces`, `b_pieces`, run by the model).
+    """Gathers a batch of indices from an EncodedSplit and pads both sides to the batch's own maximum; the
+    embedding `source` adds what the model takes besides ids (an encoder's word states or word pieces).
 
     With a `device` (a GPU, in the loading process) the split's ids live there and the batch is gathered there:
     one small copy of the indices per batch instead of one per tensor. `pad_to` rounds the batch's lengths up to a
     multiple (compiled models see fewer shapes).
     """
 
-    def __init__(self, split: EncodedSplit, encoder: ContextualEncoder | None = None, device=None, pad_to: int = 1):
-        self.split, self.encoder = split, encoder
+    def __init__(self, split: EncodedSplit, source: EmbeddingSource | None = None, device=None, pad_to: int = 1):
+        self.split, self.source = split, source
         self.device = torch.device(device or "cpu")
         self.pad_to = pad_to
 
@@ -250,11 +248,6 @@ class PadCollator:
             "group": group,
             "index": index,
         }
-        if s.states is not None:
-            for side, ids, start in (("a", batch["a"], s.states.a_start), ("b", batch["b"], s.states.b_start)):
-                states = s.states.gather(start[host], getattr(packed, side).host_length[host].tolist())
-                batch[f"{side}_states"] = F.pad(states, (0, 0, 0, ids.shape[1] - states.shape[1]))
-        elif self.encoder is not None and s.words is not None:
-            batch["a_pieces"] = self.encoder.pieces([s.words[0][i] for i in indices])
-            batch["b_pieces"] = self.encoder.pieces([s.words[1][i] for i in indices])
+        if self.source is not None:
+            self.source.collate(s, indices, host, batch)
         return batch

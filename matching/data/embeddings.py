@@ -1,7 +1,12 @@
-"""Pretrained word vectors for a vocabulary: GloVe / word2vec text (plain or gzip), word2vec binary, gensim .kv.
+"""Embedding sources: where a run's word vectors come from, behind one interface (`EmbeddingSource`).
 
-Only the rows of the requested words are ever kept in memory: text files are streamed line by line and only the
-lines of vocabulary words have their floats parsed, so a 2M-word GloVe file loads with a small footprint.
+A source is built from the `embeddings` node of the config (`_target_`) and answers everything the data module,
+the model, export and sharing need from it: which words get a row of their own in the run's vector table and
+the table itself; what the model takes besides token ids; what a training batch and a batch of new pairs carry;
+what a checkpoint records about it; and which export formats it supports. The static sources are here
+(`PretrainedVectors`: a vectors file; `RandomVectors`: N(0, 1) rows); the pretrained encoder is
+`matching.data.contextual.ContextualEncoder`. A new source is one subclass and one YAML under conf/embeddings/
+(docs/extending.md).
 
 `PretrainedVectors` decides which words beyond the training split get a row of their own in a run's vector
 table (and so a vector in every split and at prediction time, without the original file): every word of the
@@ -11,137 +16,167 @@ fastText files list the most frequent words first).
 
 from __future__ import annotations
 
-import csv
-import gzip
-import hashlib
-import io
-import json
 import logging
 import os
-import re
-import time
-from collections.abc import Sequence
-from contextlib import ExitStack
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from tqdm import tqdm
+from omegaconf import DictConfig
 
-from matching.data.downloads import OfflineError, download_from_hub
+from matching.data.encoding import EncodedSplit
+from matching.data.vector_files import (
+    FORMATS,
+    _cache_file,
+    _write_cache,
+    first_words,
+    load_vectors,
+    locate_vectors,
+)
 from matching.data.vocab import Vocabulary
-from matching.errors import ConfigError, MissingFileError, UserError
-from matching.extras import require
-from matching.files import GZIP_MAGIC, ZIP_MAGIC, existing, open_binary, write_npz_atomic, zip_member
+from matching.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("auto", "glove", "word2vec", "word2vec_bin", "kv")
 
-_PROGRESS_MIN_BYTES = 50_000_000  # smaller files load in a moment: no progress bar
-_PROGRESS_EVERY_LINES = 0xFFF  # update the bar every 4096 lines (a mask, tested with &)
-_BATCH_ROWS = 4096  # vocabulary lines parsed together
-_PANDAS_MIN_ROWS = 256  # below this, pandas' C parser does not pay for itself
-_BOM = b"\xef\xbb\xbf"
+class ServingInputs(NamedTuple):
+    """What exporting a model with a source's own inputs needs: the module, example inputs, their names and their
+    dynamic shapes (torch.export)."""
 
-
-class VectorsError(UserError, ValueError):
-    """Bad/unsupported vectors file; message says which file, which line, what to do."""
+    module: torch.nn.Module
+    args: tuple
+    names: list[str]
+    shapes: tuple
 
 
-def missing_vectors_message(path: str | os.PathLike, hub: dict | None = None, why: str = "", download: str = "") -> str:
-    """One paragraph: the file that was expected, what was tried, how to get the file the config asks for (its
-    `download` text: each way there is) and what else works."""
-    tried = (
-        f" Fetching {hub['filename']} from the Hugging Face hub ({hub['repo_id']}) failed too ({why}); with internet "
-        f"the run downloads it by itself into {hub['folder']} (resumable; GloVe 840B is 2 GB)."
-        if hub
-        else ""
-    )
-    how = " ".join(download.split()) or "Check embeddings.path."
-    return (
-        f"No word vectors at {path}.{tried} {how} Any GloVe-text, word2vec (text or binary) or gensim .kv file works "
-        "too: embeddings.path=/path/to/vectors.txt embeddings.dim=300. To train randomly initialised embeddings "
-        "instead (no pretrained vectors), choose it explicitly: embeddings=random"
-    )
+class EmbeddingSource:
+    """Where a run's word vectors come from. A subclass sets `dim` (the vectors' width), `freeze` and `normalize`
+    (how the model uses its table: fixed or trained; unit L2 norm or as given) and implements `matrix`; the other
+    methods have the behaviour of a static table of word vectors, which a source that gives the model more than
+    token ids (an encoder's word states) overrides."""
+
+    dim: int
+    freeze: bool = True
+    normalize: bool = False
+    #: Whether the model reads every word of a text with a meaning of its own (an encoder does), so that no word is
+    #: "unknown"; a table's words outside the vocabulary hash to the OOV buckets, and the server marks them.
+    reads_every_word: bool = False
+    #: The formats `matching-export` can write a run with this source in.
+    export_formats: tuple[str, ...] = ("onnx", "torchscript", "hub")
+
+    def check_available(self) -> None:
+        """Before a training run reads any corpus: raise if what the source needs (a file) is missing; a trained run
+        is used without it."""
+
+    # -- the vocabulary and the table ------------------------------------------------------------------------------
+    def identity(self) -> dict | None:
+        """What the chosen words and the prepared splits depend on (part of the corpus cache's key); None: nothing
+        beyond the config."""
+        return None
+
+    def extra_words(self, train_words: Sequence[str], other_words: Sequence[str]) -> list[str]:
+        """The words besides the training split's that get a row of their own (`other_words`: the words of the
+        splits read with train)."""
+        return []
+
+    def matrix(self, vocab: Vocabulary, seed: int, cache_dir: str | os.PathLike | None = None) -> torch.Tensor:
+        """The run's (rows, dim) vector table for `vocab` (rows: see `table_rows`)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement matrix(vocab, seed, cache_dir)")
+
+    def table_rows(self, vocab: Vocabulary) -> int:
+        """The rows of the model's vector table: one per vocabulary entry."""
+        return len(vocab)
+
+    # -- the model -------------------------------------------------------------------------------------------------
+    def model_arguments(self) -> dict[str, Any]:
+        """Keyword arguments of DecomposableAttention besides the config's (e.g. `word_states=True`, an encoder)."""
+        return {}
+
+    def checkpoint_record(self) -> dict | None:
+        """What a checkpoint records about the source (checked by `check_trained` when the run is loaded)."""
+        return None
+
+    def check_trained(self, checkpoint: Path, record: dict | None, rows: int, vocab: Vocabulary) -> str | None:
+        """Why a checkpoint (its record, its table's `rows`) cannot be used with this source and `vocab`; None if
+        it can."""
+        if rows != len(vocab):
+            return (
+                f"vocabulary mismatch: vocab.txt has {len(vocab)} entries but checkpoint {checkpoint} has {rows} "
+                "embedding rows; the checkpoint and vocab.txt come from different runs"
+            )
+        return None
+
+    # -- the data --------------------------------------------------------------------------------------------------
+    def caches_with_corpus(self, keys: Mapping[str, dict], folder: Path) -> bool:
+        """Whether prepared splits can come from the corpus cache (`keys`: each split's identity; `folder`: the
+        source's own cache folder): a table needs nothing else."""
+        return True
+
+    def attach(self, splits: Mapping[str, EncodedSplit], keys: Mapping[str, dict], folder: Path) -> None:
+        """Give each split what its batches need from the source; a table needs only the ids, so the words go."""
+        for split in splits.values():
+            split.words = None
+
+    def collate(self, split: EncodedSplit, indices: Sequence[int], host: np.ndarray, batch: dict[str, Any]) -> None:
+        """Add to a training or evaluation batch (ids already in `batch`) what the model takes besides ids."""
+
+    def new_inputs(self, words_a: Sequence[Sequence[str]], words_b: Sequence[Sequence[str]]) -> dict[str, Any]:
+        """What a batch of new pairs (each side's words as the model sees them) carries besides ids."""
+        return {}
+
+    def on_device(self, device: str) -> None:
+        """Where the source's own computation runs for new text (an encoder); a table has none."""
+
+    # -- serving ---------------------------------------------------------------------------------------------------
+    @classmethod
+    def export_refusal(cls, fmt: str, checkpoint: str) -> str | None:
+        """Why a run with this source cannot be exported in `fmt` (asked before the source is built); None: it can."""
+        return None
+
+    def serving_model(self, model: torch.nn.Module, text: Any) -> ServingInputs | None:
+        """The module other runtimes run when the model takes more than token ids, with example inputs (`text`: the
+        run's TextPipeline); None: the token-id model (matching.serving.formats.ServingModel)."""
+        return None
+
+    def write_serving_files(self, folder: Path) -> None:
+        """Files a client needs beside an exported model, besides the vocabulary and tokenizer.json: none."""
+
+    def serving_spec(self, fmt: str, reference: dict | None = None) -> dict[str, Any]:
+        """Entries of serving.json for a model exported in `fmt` (matching.serving.spec): none for a table."""
+        return {}
+
+    # -- sharing (matching.serving.sharing) --------------------------------------------------------------------------
+    def shared_reference(self, node: Mapping, encoder: str | None, revision: str | None) -> dict | None:
+        """How a shared folder names what the source loads from elsewhere (`encoder=` of the export command): a
+        table is in the folder's weights, and names nothing."""
+        if encoder or revision:
+            raise ConfigError(
+                "encoder= and encoder_revision= name a contextual run's encoder; this run uses word vectors"
+            )
+        return None
+
+    def shared_node(self, node: DictConfig, reference: dict | None) -> None:
+        """The `embeddings` node of a shared folder's config: no path of the training machine (the table is in the
+        weights), the vectors file by name only."""
+        if node.get("path"):
+            node.path = Path(str(node.path)).name
+        if node.get("hub") is not None:
+            node.hub = None  # where the vectors file would be fetched from: not needed, the table is saved
+        if "download" in node:
+            del node["download"]  # how to get the vectors file (it names the file's path): not needed either
+
+    def shared_record(self, record: dict | None, reference: dict | None) -> dict | None:
+        """The checkpoint record as a shared folder's metadata keeps it."""
+        return record
+
+    def describe(self, reference: dict | None) -> str:
+        """The source in a sentence, for a shared folder's model card."""
+        return f"{type(self).__name__} ({self.dim} dimensions)"
 
 
-def locate_vectors(path: str | os.PathLike, hub: dict | None = None, download: str = "") -> Path:
-    """The vectors file: `path` (or its .gz twin, or a .zip beside it), else the copy fetched from the hub into
-    `hub["folder"]` (downloaded now if it is not there yet). `hub`: {repo_id, filename, folder}. `download`: how to
-    get the file by hand, for the message when it is missing."""
-    path = Path(path)
-    candidates = [path, path.with_name(path.stem + ".zip")] if path.suffix == ".txt" else [path]
-    for candidate in candidates:
-        if (found := existing(candidate)) is not None:
-            if found.is_dir():
-                raise VectorsError(f"embeddings.path={found} is a folder; point it at the vectors file inside it")
-            return found
-    if not hub:
-        raise MissingFileError(missing_vectors_message(path, download=download))
-    fetched = Path(hub["folder"]) / hub["filename"]
-    if fetched.is_file():
-        return fetched
-    try:
-        return download_from_hub(hub["repo_id"], hub["filename"], Path(hub["folder"]))
-    except OfflineError as err:
-        raise MissingFileError(missing_vectors_message(path, hub, str(err), download)) from None
-    except Exception as err:  # hub errors, disk full, a renamed repository: the same advice
-        raise MissingFileError(missing_vectors_message(path, hub, f"{type(err).__name__}: {err}", download)) from None
-
-
-def load_vectors(
-    path: str | os.PathLike,
-    words: Sequence[str],
-    *,
-    format: str = "auto",
-    dim: int | None = None,
-    cache_dir: str | os.PathLike | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Return (matrix float32 (len(words), dim), found bool (len(words),)).
-
-    Row i is the vector of words[i] (zeros where not found). Words are looked up exactly as given.
-    format: "auto" (by extension: .kv -> gensim KeyedVectors; .bin/.bin.gz -> word2vec binary; otherwise text,
-    with a first line of exactly two integers meaning word2vec text, else GloVe text), "glove", "word2vec",
-    "word2vec_bin", "kv". dim: expected dimension (a mismatch raises VectorsError). cache_dir: when given, the
-    result is cached as .npz keyed by (absolute path, size, mtime, format, hash of the word list).
-    """
-    if format not in FORMATS:
-        raise ConfigError(f"unknown vectors format {format!r}; expected one of {', '.join(FORMATS)}")
-    path = _existing(Path(path))
-    words = list(words)
-
-    cache_file = _cache_file(Path(cache_dir), path, format, words) if cache_dir is not None else None
-    if cache_file is not None and (cached := _read_cache(cache_file, len(words))) is not None:
-        matrix, found = cached
-        log.info("word vectors for %d words loaded from cache %s (source %s)", len(words), cache_file, path)
-        _check_dim(path, matrix.shape[1], dim)
-        return matrix, found
-
-    start = time.perf_counter()
-    fmt = _resolve_format(path) if format == "auto" else format
-    if fmt in ("word2vec_bin", "kv"):
-        matrix, found = _read_gensim(path, words, fmt, dim)
-    else:
-        header = {"glove": False, "word2vec": True}.get(fmt)  # None: detect
-        matrix, found = _read_text(path, words, header=header, dim=dim)
-
-    n = int(found.sum())
-    log.info(
-        "%s: found %d of %d words (%.1f%%), dim %d, %.1f s",
-        path,
-        n,
-        len(words),
-        100.0 * n / max(len(words), 1),
-        matrix.shape[1],
-        time.perf_counter() - start,
-    )
-    if cache_file is not None:
-        _write_cache(cache_file, matrix, found)
-    return matrix, found
-
-
-class PretrainedVectors:
+class PretrainedVectors(EmbeddingSource):
     """Pretrained word vectors as a run's embedding source (`conf/embeddings/glove.yaml`, `minilm.yaml`).
 
     `extra_words` chooses the words a run keeps a vector for besides its training words (see the module
@@ -159,9 +194,20 @@ class PretrainedVectors:
             raise ConfigError(f"embeddings.top_words must be 0 or more, got {top_words}")
         if format not in FORMATS:
             raise ConfigError(f"unknown vectors format embeddings.format={format!r}; expected one of {FORMATS}")
-        self.path, self.format, self.dim, self.top_words = locate_vectors(path, hub, download), format, dim, top_words
+        self.format, self.dim, self.top_words = format, dim, top_words
         self.freeze, self.normalize = freeze, normalize
+        self._location, self._path = (path, hub, download), None
         self._read: tuple[list[str], np.ndarray, np.ndarray] | None = None  # extra_words' pass, for matrix
+
+    @property
+    def path(self) -> Path:
+        """The vectors file, found (or fetched from `hub`) when first needed: a trained run is used without it."""
+        if self._path is None:
+            self._path = locate_vectors(*self._location)
+        return self._path
+
+    def check_available(self) -> None:
+        self.path  # noqa: B018  (found now, before any corpus is read, or an error that says how to get it)
 
     def identity(self) -> dict:
         """What the chosen words depend on (for cache keys)."""
@@ -198,6 +244,9 @@ class PretrainedVectors:
         )  # fmt: skip
         return torch.from_numpy(vocab.embedding_matrix(vectors, found, vectors.shape[1], seed))
 
+    def describe(self, reference: dict | None) -> str:
+        return f"frozen word vectors from `{Path(str(self._location[0])).name}` ({self.dim} dimensions)"
+
     def _rows(self, words: Sequence[str], cache_dir: str | os.PathLike | None) -> tuple[np.ndarray, np.ndarray]:
         """The rows of `words`: from the pass `extra_words` made when it covered them all (cached like a read
         of the file), else from the file or its cache."""
@@ -213,7 +262,7 @@ class PretrainedVectors:
         return load_vectors(self.path, words, format=self.format, dim=self.dim, cache_dir=cache_dir)
 
 
-class RandomVectors:
+class RandomVectors(EmbeddingSource):
     """No pretrained vectors (`embeddings=random`): N(0, 1) rows, trained with the model by default; only the
     training words get a row of their own."""
 
@@ -229,420 +278,5 @@ class RandomVectors:
     def matrix(self, vocab: Vocabulary, seed: int, cache_dir: str | os.PathLike | None = None) -> torch.Tensor:
         return torch.from_numpy(vocab.embedding_matrix(None, None, self.dim, seed))
 
-
-def first_words(path: str | os.PathLike, count: int, format: str = "auto") -> list[str]:
-    """The first `count` words of a vectors file, in file order (the most frequent first, by convention)."""
-    path = _existing(Path(path))
-    if count <= 0:
-        return []
-    fmt = _resolve_format(path) if format == "auto" else format
-    if fmt in ("word2vec_bin", "kv"):
-        KeyedVectors = require("gensim.models", "formats", "reading word2vec binary and .kv vectors").KeyedVectors
-
-        if fmt == "kv":
-            kv = KeyedVectors.load(str(path), mmap="r")
-        else:
-            kv = KeyedVectors.load_word2vec_format(str(path), binary=True, limit=count, unicode_errors="replace")
-        return list(kv.index_to_key[:count])
-    words: list[str] = []
-    with open_binary(path) as stream:
-        for number, line in enumerate(stream, 1):
-            fields = line.removeprefix(_BOM).split(None, 1) if number == 1 else line.split(None, 1)
-            if number == 1 and fmt != "glove" and len(line.split()) == 2 and line.split()[0].isdigit():
-                continue  # word2vec text header
-            if len(fields) == 2:
-                words.append(_utf8_key(fields[0]).decode("utf-8"))
-            if len(words) >= count:
-                break
-    return words
-
-
-def _existing(path: Path) -> Path:
-    found = existing(path)
-    if found is None:
-        raise MissingFileError(missing_vectors_message(path))
-    return found
-
-
-def _resolve_format(path: Path) -> str:
-    name = path.name.lower()
-    if name.endswith(".kv"):
-        return "kv"
-    if name.endswith((".bin", ".bin.gz")):
-        return "word2vec_bin"
-    return "text"
-
-
-def _check_dim(path: Path, found: int, expected: int | None, hint: str = "") -> None:
-    if expected is not None and found != expected:
-        raise VectorsError(
-            f"{path}: the vectors have dimension {found}, but dimension {expected} was expected.{hint} "
-            f"Set embeddings.dim={found} or point embeddings.path at {expected}-dimensional vectors."
-        )
-
-
-# --- text formats ---------------------------------------------------------------------------------------------
-
-
-def _read_text(path: Path, words: list[str], *, header: bool | None, dim: int | None) -> tuple[np.ndarray, np.ndarray]:
-    index: dict[bytes, int] = {}
-    for i, w in enumerate(words):
-        index.setdefault(w.encode("utf-8"), i)
-    # Vocabulary words with spaces can only be matched by looking at every line's field count (slow path).
-    spaced = any(b" " in key for key in index)
-
-    size = path.stat().st_size
-    reader = _TextReader(path, index, spaced, dim)
-    with ExitStack() as stack:
-        raw = stack.enter_context(open(path, "rb", buffering=1 << 20))
-        stream = raw
-        magic = raw.peek(4)[:4]
-        if magic[:2] == GZIP_MAGIC:  # progress follows `raw`: the compressed position
-            stream = stack.enter_context(io.BufferedReader(gzip.GzipFile(fileobj=raw), 1 << 20))
-        elif magic == ZIP_MAGIC:  # GloVe's own .zip, read without unpacking
-            stream = stack.enter_context(io.BufferedReader(zip_member(raw, path), 1 << 20))
-        bar = stack.enter_context(
-            tqdm(
-                total=size,
-                unit="B",
-                unit_scale=True,
-                desc=f"reading vectors {path.name}",
-                disable=size < _PROGRESS_MIN_BYTES,
-            )
-        )
-        reader.read(stream, raw, header, bar, len(words))
-
-    matrix, found = reader.matrix, reader.found
-    if len(index) != len(words):  # repeated words in the list share the first one's row
-        for i, w in enumerate(words):
-            j = index[w.encode("utf-8")]
-            if j != i:
-                matrix[i], found[i] = matrix[j], found[j]
-    return matrix, found
-
-
-class _TextReader:
-    """One pass over a GloVe / word2vec text file, filling the rows of vocabulary words."""
-
-    def __init__(self, path: Path, index: dict[bytes, int], spaced: bool, dim: int | None):
-        self.path = path
-        self.index = index
-        self.spaced = spaced
-        self.dim = dim
-        self.remaining = dict(index)  # words not found yet; the first occurrence of a word wins
-        self.matrix = np.zeros((0, 0), np.float32)
-        self.found = np.zeros(0, bool)
-        self.batch: list[tuple[int, int, bytes, bytes]] = []  # (row, line number, word, values)
-        self.recoded = 0  # words not in UTF-8 (Windows-1252 / latin-1)
-        self.skipped = 0  # garbled lines of words outside the vocabulary
-        self.duplicates: list[tuple[bytes, int]] = []  # (vocabulary word, line) of a repeated word: first one wins
-        self.irregular: list[int] = []  # lines of vocabulary words separated by tabs or several spaces (read fine)
-
-    def read(self, stream, raw, header: bool | None, bar: tqdm, n_rows: int) -> None:
-        lineno, first = self._first_vector_line(stream, header)
-        start = lineno + 1
-        self.matrix = np.zeros((n_rows, self.dim), np.float32)
-        self.found = np.zeros(n_rows, bool)
-        if first is not None:  # the dimension-defining line is always checked, in the vocabulary or not
-            word, values = self._split(first, lineno, always=True)
-            vector = self._parse_line(values.split(), lineno, word)
-            if (row := self._take(word)) is not None:
-                self._check_finite(vector[None], [(row, lineno, word, values)])
-                self.matrix[row], self.found[row] = vector, True
-
-        remaining, get, batch, spaced, index = self.remaining, self.remaining.get, self.batch, self.spaced, self.index
-        dim_spaces = self.dim - 1
-        for lineno, line in enumerate(stream, start):
-            if not lineno & _PROGRESS_EVERY_LINES:
-                bar.update(raw.tell() - bar.n)
-                if not remaining:
-                    break
-            sp = line.find(b" ")
-            word = line[:sp]
-            row = get(word)
-            if row is not None and sp > 0 and not spaced:
-                values = line[sp + 1 :].rstrip()
-                if values.count(b" ") == dim_spaces and b"\t" not in values:  # the common case: a well-formed line
-                    del remaining[word]
-                    batch.append((row, lineno, word, values))
-                    if len(batch) >= _BATCH_ROWS:
-                        self._flush()
-                    continue
-            elif sp > 0:
-                if row is None and word in index:  # a vocabulary word already read: a repeated line
-                    self.duplicates.append((word, lineno))
-                    continue
-                vocabulary_word = False
-                if not word.isascii() and (key := _utf8_key(word)) is not word:
-                    self.recoded += 1  # e.g. Windows-1252: looked up by its UTF-8 form
-                    vocabulary_word = key in remaining
-                elif _OTHER_WHITESPACE.search(word):  # e.g. "cat\t0.1 ...": the word ends before the tab
-                    vocabulary_word = word.split(None, 1)[0] in remaining
-                if not (vocabulary_word or spaced):
-                    continue
-            # rare cases: extra fields (a word with spaces), odd spacing, no space at all, a re-encoded word
-            word, values = self._split(line, lineno)
-            if word is not None and (row := self._take(word)) is not None:
-                if line[:1].isspace() or b"\t" in line or b"  " in line.rstrip():  # not one space between fields
-                    self.irregular.append(lineno)
-                batch.append((row, lineno, word, values))
-        self._flush()
-        bar.update(raw.tell() - bar.n)
-
-        if self.recoded:
-            log.info("%s: %d words were not UTF-8; read them as Windows-1252/latin-1", self.path, self.recoded)
-        if self.skipped:
-            log.warning("%s: skipped %d garbled line(s) (none of them a vocabulary word)", self.path, self.skipped)
-        if self.irregular:
-            log.warning(
-                "%s: %d vocabulary line(s) separate their fields with tabs or several spaces instead of one space "
-                "(lines %s); they were read all the same", self.path, len(self.irregular), _some(self.irregular),
-            )  # fmt: skip
-        if self.duplicates:
-            shown = ", ".join(f"{_show(w)} at line {n}" for w, n in self.duplicates[:5])
-            log.warning(
-                "%s: %d line(s) repeat a vocabulary word already read (%s%s); the first vector of each word is used",
-                self.path, len(self.duplicates), shown, ", ..." if len(self.duplicates) > 5 else "",
-            )  # fmt: skip
-        if not remaining:
-            log.debug("%s: all words found by line %d; stopped reading", self.path, lineno)
-
-    def _first_vector_line(self, stream, header: bool | None) -> tuple[int, bytes | None]:
-        """Read the optional word2vec header and the first vector line; fix self.dim."""
-        first = stream.readline().removeprefix(_BOM)
-        if not first.strip():
-            raise VectorsError(f"{self.path}: line 1 is empty; this is not a word-vector file.")
-        fields = first.split()
-        is_header = len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit()
-        if header is True and not is_header:
-            raise VectorsError(
-                f"{self.path}: line 1 is not a word2vec header ('<count> <dim>'): {first[:80]!r}. "
-                "If this is a GloVe file (no header), use format='glove' or 'auto'."
-            )
-        if header is not False and is_header:
-            _check_dim(self.path, int(fields[1]), self.dim, " (line 1, the word2vec header)")
-            self.dim = int(fields[1])
-            if self.dim < 1:
-                raise VectorsError(f"{self.path}: line 1: the word2vec header gives dimension 0.")
-            line = stream.readline()
-            return 2, (line if line.strip() else None)
-        hint = " The first line looks like a word2vec header: use format='word2vec' or 'auto'." if is_header else ""
-        found_dim = len(fields) - 1
-        if found_dim < 1:
-            raise VectorsError(f"{self.path}: line 1 has no numbers after the word {fields[0][:80]!r}.{hint}")
-        _check_dim(self.path, found_dim, self.dim, f" (line 1 has {found_dim} numbers after the word){hint}")
-        self.dim = found_dim
-        return 1, first
-
-    def _split(self, line: bytes, lineno: int, always: bool = False) -> tuple[bytes | None, bytes]:
-        """Split a line into (word, values) where the word is everything but the last `dim` fields.
-
-        A malformed line raises VectorsError when its word is in the vocabulary (or `always`); otherwise it
-        is counted and (None, b"") is returned.
-        """
-        parts = line.rsplit(None, self.dim)
-        if len(parts) == self.dim + 1:
-            head = parts[0].split(None, 1)
-            if len(head) == 2 and _utf8_key(head[0]) in self.remaining and _is_number(head[1].split(None, 1)[0]):
-                raise VectorsError(
-                    f"{self.path}: line {lineno}: expected a word and {self.dim} numbers, found "
-                    f"{len(line.split()) - 1} numbers after the word {_show(_utf8_key(head[0]))}. The file is "
-                    "damaged: download it again, or check embeddings.dim and embeddings.format."
-                )
-            return _utf8_key(parts[0]), b" ".join(parts[1:])
-        if not line.strip():
-            return None, b""
-        word = _utf8_key(line.split(None, 1)[0])
-        if always or word in self.remaining:
-            raise VectorsError(
-                f"{self.path}: line {lineno}: expected a word and {self.dim} numbers, found "
-                f"{len(line.split()) - 1} numbers after the word {_show(word)}. The file is truncated or "
-                "damaged: download it again, or check embeddings.dim and embeddings.format."
-            )
-        self.skipped += 1
-        return None, b""
-
-    def _take(self, word: bytes) -> int | None:
-        return self.remaining.pop(word, None)
-
-    def _flush(self) -> None:
-        if not self.batch:
-            return
-        rows = [row for row, *_ in self.batch]
-        block = self._parse_batch()
-        self._check_finite(block, self.batch)
-        self.matrix[rows] = block
-        self.found[rows] = True
-        self.batch.clear()
-
-    def _check_finite(self, block: np.ndarray, entries: list[tuple[int, int, bytes, bytes]]) -> None:
-        """NaN or inf in a vocabulary word's vector is an error naming the line (it would surface later as a NaN
-        training loss that seems to blame the learning rate)."""
-        finite = np.isfinite(block).all(axis=1)
-        if not finite.all():
-            _, lineno, word, _ = entries[int(np.argmin(finite))]
-            raise VectorsError(
-                f"{self.path}: line {lineno}: the vector of the word {_show(word)} has a value that is not a finite "
-                "number (nan or inf). The file is damaged: download it again, or remove that line."
-            )
-
-    def _parse_batch(self) -> np.ndarray:
-        # Each batch entry holds exactly `dim` fields joined by single spaces, so a large batch can go
-        # through pandas' C parser in one call (about 3x faster than numpy per line). Anything it does
-        # not accept is parsed line by line below, which finds and reports the bad line.
-        if len(self.batch) >= _PANDAS_MIN_ROWS:
-            try:
-                import pandas as pd
-
-                block = pd.read_csv(
-                    io.BytesIO(b"\n".join(values for *_, values in self.batch)),
-                    sep=" ",
-                    header=None,
-                    dtype=np.float32,
-                    na_filter=False,
-                    quoting=csv.QUOTE_NONE,
-                    engine="c",
-                ).to_numpy(np.float32)
-                if block.shape == (len(self.batch), self.dim):
-                    return block
-            except Exception:  # any failure: the exact parser below finds the bad line
-                pass
-        out = np.empty((len(self.batch), self.dim), np.float32)
-        for k, (_, lineno, word, values) in enumerate(self.batch):
-            out[k] = self._parse_line(values.split(), lineno, word)
-        return out
-
-    def _parse_line(self, fields: list[bytes], lineno: int, word: bytes) -> np.ndarray:
-        if len(fields) != self.dim:
-            raise VectorsError(
-                f"{self.path}: line {lineno}: expected {self.dim} numbers after the word {_show(word)}, "
-                f"found {len(fields)}. The file is truncated or damaged: download it again."
-            )
-        try:
-            return np.array(fields, dtype=np.float32)
-        except ValueError:
-            pass
-        for k, field in enumerate(fields, 1):
-            try:
-                float(field)
-            except ValueError:
-                raise VectorsError(
-                    f"{self.path}: line {lineno}: value {k} of the word {_show(word)} is not a number: "
-                    f"{field[:40]!r}. The file is damaged or not a word-vector text file: download it again "
-                    "or check embeddings.format."
-                ) from None
-        raise AssertionError("unreachable")  # pragma: no cover
-
-
-_OTHER_WHITESPACE = re.compile(rb"[\t\x0b\x0c\r]")
-
-
-def _is_number(field: bytes) -> bool:
-    try:
-        float(field)
-    except ValueError:
-        return False
-    return True
-
-
-def _some(lines: list[int]) -> str:
-    return ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else "")
-
-
-def _utf8_key(word: bytes) -> bytes:
-    """The vocabulary key of a word: its UTF-8 bytes; a word in Windows-1252 (or latin-1) is re-encoded."""
-    if word.isascii():
-        return word
-    try:
-        word.decode("utf-8")
-        return word
-    except UnicodeDecodeError:
-        pass
-    try:
-        text = word.decode("cp1252")
-    except UnicodeDecodeError:
-        text = word.decode("latin-1")
-    return text.encode("utf-8")
-
-
-def _show(word: bytes) -> str:
-    return repr(word.decode("utf-8", "replace")[:80])
-
-
-# --- gensim formats -------------------------------------------------------------------------------------------
-
-
-def _read_gensim(path: Path, words: list[str], fmt: str, dim: int | None) -> tuple[np.ndarray, np.ndarray]:
-    KeyedVectors = require("gensim.models", "formats", "reading word2vec binary and .kv vectors").KeyedVectors
-
-    try:
-        if fmt == "kv":
-            kv = KeyedVectors.load(str(path), mmap="r")
-        else:
-            kv = KeyedVectors.load_word2vec_format(str(path), binary=True, unicode_errors="replace")
-    except Exception as e:  # gensim raises many kinds: pickle, EOF, value, unicode errors
-        what = "a gensim KeyedVectors (.kv) file" if fmt == "kv" else "a word2vec binary file"
-        raise VectorsError(
-            f"{path}: could not read it as {what}: {type(e).__name__}: {e}. Check embeddings.format "
-            "(glove, word2vec, word2vec_bin, kv) or download the file again."
-        ) from e
-    if not isinstance(kv, KeyedVectors):
-        raise VectorsError(f"{path}: holds a {type(kv).__name__}, not gensim KeyedVectors; save model.wv instead.")
-    _check_dim(path, kv.vector_size, dim)
-
-    key_to_index = kv.key_to_index
-    rows, indices = [], []
-    for i, w in enumerate(words):
-        j = key_to_index.get(w)
-        if j is not None:
-            rows.append(i)
-            indices.append(j)
-    matrix = np.zeros((len(words), kv.vector_size), np.float32)
-    found = np.zeros(len(words), bool)
-    if rows:
-        order = np.argsort(indices)  # read a memory-mapped file in order
-        matrix[np.asarray(rows)[order]] = kv.vectors[np.asarray(indices)[order]]
-        found[rows] = True
-        finite = np.isfinite(matrix[rows]).all(axis=1)
-        if not finite.all():
-            word = words[rows[int(np.argmin(finite))]]
-            raise VectorsError(
-                f"{path}: the vector of the word {word!r} has a value that is not a finite number (nan or inf). "
-                "The file is damaged: download it again, or rebuild it without that word."
-            )
-    return matrix, found
-
-
-# --- cache ----------------------------------------------------------------------------------------------------
-
-
-def _cache_file(cache_dir: Path, path: Path, format: str, words: list[str]) -> Path:
-    st = path.stat()
-    key = hashlib.sha256(json.dumps([str(path.resolve()), st.st_size, st.st_mtime_ns, format]).encode())
-    key.update(hashlib.sha256("\0".join(words).encode("utf-8", "surrogatepass")).digest())
-    key.update(str(len(words)).encode())
-    return cache_dir / f"{path.name}.{key.hexdigest()[:24]}.npz"
-
-
-def _read_cache(cache_file: Path, n_words: int) -> tuple[np.ndarray, np.ndarray] | None:
-    if not cache_file.exists():
-        return None
-    try:
-        with np.load(cache_file) as z:
-            matrix, found = z["matrix"], z["found"]
-    except Exception as e:  # a damaged cache is rebuilt, never fatal
-        log.warning("ignoring unreadable vectors cache %s (%s)", cache_file, e)
-        return None
-    if matrix.ndim != 2 or matrix.shape[0] != n_words or found.shape != (n_words,):
-        log.warning("ignoring vectors cache %s: unexpected shape %s", cache_file, matrix.shape)
-        return None
-    return matrix.astype(np.float32, copy=False), found.astype(bool, copy=False)
-
-
-def _write_cache(cache_file: Path, matrix: np.ndarray, found: np.ndarray) -> None:
-    try:
-        write_npz_atomic(cache_file, matrix=matrix, found=found)
-    except OSError as e:
-        log.warning("could not write vectors cache %s (%s)", cache_file, e)
-        return
-    log.info("cached word vectors in %s", cache_file)
+    def describe(self, reference: dict | None) -> str:
+        return "randomly initialised, trained embeddings (no pretrained vectors)"

@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from matching.data.contextual import SplitStates
 from matching.data.readers import Pair
 from matching.data.vocab import Vocabulary
 from matching.errors import ConfigError, UserError
@@ -42,10 +42,11 @@ class EncodedSplit(Dataset):
     groups: np.ndarray  # (N,) int64 question/context id (order of first appearance); -1 when ungrouped
     group_names: list[str]  # group id -> the corpus's own question id
     truncated: int = 0
-    # Contextual embedders only: the words of each text exactly as encoded (while the states are built, or
-    # throughout when the encoder is fine-tuned), and the cached word states of a frozen encoder.
+    # The words of each text as the model sees them, kept until the embedding source has taken what it needs
+    # (EmbeddingSource.attach: a table needs none; an encoder encodes them), and what the source keeps for the
+    # split's batches (an encoder's cached word states).
     words: tuple[list[list[str]], list[list[str]]] | None = None
-    states: SplitStates | None = None
+    source_data: Any = None
 
     def __len__(self) -> int:
         return len(self.labels)

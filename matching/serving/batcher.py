@@ -3,10 +3,11 @@
 The HTTP front (matching/serving/http.py) puts each checked request on the worker's request queue as a `Job` and
 awaits its answer. The worker sleeps on the queue until a job comes, then takes every job already queued (those
 that arrived while its previous batch ran) and, for `batch_timeout` seconds, more, up to `max_batch_size` jobs.
-The pairs of a batch's /classify and /rank jobs run through one `Matcher.predict` call, which cuts them into
-model batches within the run's memory budget (`data.batch_tokens`, `data.batch_cells`: see TrainedRun.logits), so
-one large request cannot exhaust memory; /align jobs run one pair at a time. Each job is checked here with the
-run's own tokenizer (an empty text, a text over `limits.max_text_tokens`); a refused job answers for itself and
+Each job's pairs are prepared once by the run's text pipeline (matching.data.pipeline), which gives both the checks
+(an empty text, a text over `limits.max_text_tokens`, counted by the run's own tokenizer) and the model's inputs.
+The pairs of a batch's /classify and /rank jobs run through one `TrainedRun.logits_of` call, which cuts them into
+model batches within the run's memory budget (`data.batch_tokens`, `data.batch_cells`), so one large request
+cannot exhaust memory; /align jobs run one pair at a time. A refused job answers for itself and
 never fails the others of its batch. Answers leave the worker as finished HTTP bodies (JSON bytes), one message
 per batch on a pipe that the front reads in its event loop.
 
@@ -17,7 +18,6 @@ SIGKILL), so that no orphan lives on.
 
 from __future__ import annotations
 
-import functools
 import gc
 import itertools
 import json
@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from queue import Empty
 from typing import Any, NamedTuple
 
+from matching.data.pipeline import PreparedPairs
 from matching.runs import RunError
 
 
@@ -84,21 +85,6 @@ def error_body(status: int, message: str) -> bytes:
     return json.dumps({"error": message, "status": status}, ensure_ascii=False).encode()
 
 
-class RecentTexts:
-    """The run's tokenizer, remembering the tokens of the last texts it saw: a request's texts are tokenised to check
-    them and then again by TrainedRun.logits, a tenth of the worker's time without this."""
-
-    def __init__(self, tokenizer: Any, size: int = 4096):
-        self.tokenizer = tokenizer
-        self.tokens = functools.lru_cache(maxsize=size)(lambda text: tuple(tokenizer(text)))
-
-    def __call__(self, text: str) -> list[str]:
-        return list(self.tokens(text))
-
-    def __getattr__(self, name: str) -> Any:  # lowercase, keep_tokens, ...: the tokenizer's own
-        return getattr(self.tokenizer, name)
-
-
 class Worker:
     """A loaded run answering jobs (in the worker process; tests may build one in-process)."""
 
@@ -107,29 +93,27 @@ class Worker:
         from omegaconf import OmegaConf
 
         from matching.matcher import Matcher
-        from matching.runs import is_contextual, load_trained
+        from matching.matrices import describe, value_range
+        from matching.runs import load_trained
 
         if spec.threads:
             torch.set_num_threads(spec.threads)
         self.spec, self.limits = spec, spec.limits
         self.matcher = Matcher(load_trained(spec.ckpt, OmegaConf.create(spec.config)))
         self.run = self.matcher.run
-        self.run.data.tokenizer = RecentTexts(self.run.data.tokenizer)
         if spec.device != "cpu":
             self.run.system.to(spec.device)
-        # A word outside the vocabulary has no trained vector: it hashes to one of the OOV buckets' random vectors.
-        # (A contextual run's encoder reads every word, so none is marked.)
-        self.marks_unknown = not is_contextual(self.run.cfg)
-        from matching.matrices import describe, value_range
-
+            self.run.source.on_device(spec.device)
+        # A word outside the vocabulary has no trained vector: it hashes to one of the OOV buckets' random vectors
+        # (unless the embedding source reads every word, as an encoder does: then none is marked).
+        self.marks_unknown = not self.run.source.reads_every_word
         self.describe, self.value_range = describe, value_range
 
     # -- checks --------------------------------------------------------------------------------------------------
-    def check_texts(self, texts: list[tuple[str, str]]) -> Rejected | None:
-        """Each (field name, text) must give at least one token and at most limits.max_text_tokens."""
-        tokenizer = self.run.data.tokenizer
-        for field, text in texts:
-            count = len(tokenizer(text))
+    def check_texts(self, fields: list[str], counts: list[int]) -> Rejected | None:
+        """Each text (its field name, its token count by the run's own tokenizer) must have at least one token
+        and at most limits.max_text_tokens."""
+        for field, count in zip(fields, counts, strict=True):
             if count == 0:
                 return Rejected(422, f"{field} is empty (no tokens); give a text with at least one word")
             if count > self.limits.max_text_tokens:
@@ -140,20 +124,25 @@ class Worker:
                 )
         return None
 
-    def pairs_of(self, job: Job) -> list | Rejected:
-        """The job's pairs (matching.data.readers.Pair), or why it is refused."""
+    def prepare(self, job: Job) -> PreparedPairs | Rejected:
+        """The job's pairs, prepared once (matching.data.pipeline) for both the checks and the model, or why the
+        job is refused."""
         from matching.data.readers import Pair
 
         if job.kind == "classify":
-            refused = self.check_texts([(f"pairs[{i}].{side}", text) for i, pair in enumerate(job.texts)
-                                        for side, text in zip("ab", pair, strict=True)])  # fmt: skip
-            return refused or [Pair(a, b, "", None, i + 1) for i, (a, b) in enumerate(job.texts)]
-        if job.kind == "rank":
+            pairs = [Pair(a, b, "", None, i + 1) for i, (a, b) in enumerate(job.texts)]
+            fields = [f"pairs[{i}].{side}" for i in range(len(pairs)) for side in "ab"]
+        elif job.kind == "rank":
             query, candidates = job.texts
-            refused = self.check_texts([("query", query), *((f"candidates[{i}]", c) for i, c in enumerate(candidates))])
-            return refused or [Pair(query, c, "", None, i) for i, c in enumerate(candidates)]
-        a, b = job.texts
-        return self.check_texts([("a", a), ("b", b)]) or [Pair(a, b, "", None, 1)]
+            pairs = [Pair(query, c, "", None, i) for i, c in enumerate(candidates)]
+            fields = ["query", *(f"candidates[{i}]" for i in range(len(pairs)))]
+        else:
+            pairs, fields = [Pair(*job.texts, "", None, 1)], ["a", "b"]
+        prepared = self.run.text.prepare(pairs)
+        counts = prepared.tokens.ravel().tolist()  # a0, b0, a1, b1, ...
+        if job.kind == "rank":  # the query once, then each candidate
+            counts = [counts[0], *counts[1::2]]
+        return self.check_texts(fields, counts) or prepared
 
     # -- answers -------------------------------------------------------------------------------------------------
     def answer(self, jobs: list[Job]) -> list[tuple[int, int, bytes]]:
@@ -169,10 +158,14 @@ class Worker:
                                           f"timeout of {self.spec.timeout:g} s (timeout=); the server is overloaded: "
                                           f"retry later, or serve with a larger timeout"))  # fmt: skip
             else:
-                work.append(self.pairs_of(job))
+                work.append(self.prepare(job))
         batched = [i for i, (job, w) in enumerate(zip(jobs, work, strict=True))
                    if job.kind != "align" and not isinstance(w, Rejected)]  # fmt: skip
-        answers = self.matcher.predict([p for i in batched for p in work[i]], "request") if batched else []
+        if batched:
+            joined = PreparedPairs.join([work[i] for i in batched])
+            answers = self.matcher.answers(self.run.logits_of(joined, "request"))
+        else:
+            answers = []
         ends = dict(zip(batched, itertools.accumulate(len(work[i]) for i in batched), strict=True))
         out = []
         for i, (job, w) in enumerate(zip(jobs, work, strict=True)):
@@ -180,17 +173,17 @@ class Worker:
                 out.append((job.id, w.status, error_body(w.status, w.message)))
                 continue
             if job.kind == "align":
-                body = self.align(w[0].a, w[0].b)
+                body = self.align(w)
             else:
                 mine = answers[ends[i] - len(w) : ends[i]]
                 body = {"predictions": mine} if job.kind == "classify" else {"ranking": ranking(job.texts[1], mine)}
             out.append((job.id, 200, json.dumps(body, ensure_ascii=False).encode()))
         return out
 
-    def align(self, a: str, b: str) -> dict:
+    def align(self, prepared: PreparedPairs) -> dict:
         """`Matcher.align` as JSON, with what a reader of the matrices needs: which tokens are unknown words, what
         each matrix is (`describe`) and the range its values can take (None where not known)."""
-        aligned = self.matcher.align(a, b)
+        aligned = self.matcher.alignment(prepared)
         index = self.run.vocab.index
         aligned["unknown"] = {side: [self.marks_unknown and t != "<null>" and t not in index
                                      for t in aligned[f"{side}_tokens"]] for side in "ab"}  # fmt: skip

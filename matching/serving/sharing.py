@@ -6,7 +6,8 @@ A shared folder holds what a trained run needs for prediction, in formats that c
                        embeddings, model, aligner, intra; plus the choices it was trained with)
     vocab.txt          the vocabulary (one word a line, after the OOV-bucket count)
     model.safetensors  every weight of the model, the frozen word-vectors table included (`embedding.weight`);
-                       its metadata holds the task, labels, kind and (contextual runs) the encoder's identity
+                       its metadata holds the task, labels, kind and what the embedding source records (an
+                       encoder's identity)
     tokenizer.json     the tokenisation as a Hugging Face `tokenizers` file
     serving.json       labels, kind and every step of the text preparation (see matching.export)
     metrics.json       the run's dev metrics (when it has them)
@@ -14,8 +15,9 @@ A shared folder holds what a trained run needs for prediction, in formats that c
 
 Loading (`load_shared`) reads YAML, text and safetensors only, never a pickle, and builds nothing that the
 config names unless it is one of matching's own model and text components (`SHARED_TARGETS`): a config.yaml from
-someone else cannot make Hydra call an arbitrary function. A contextual run's encoder is not in the folder: the
-config names it by hub id and revision, and the weights are checked against the sha256 recorded at training.
+someone else cannot make Hydra call an arbitrary function. What an embedding source loads from elsewhere (an
+encoder) is not in the folder: the config names it by hub id and revision, and the weights are checked against the
+sha256 recorded at training.
 """
 
 from __future__ import annotations
@@ -33,9 +35,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from matching.aligners import Aligner
 from matching.configs import CONF
-from matching.data.contextual import MINILM, ContextualEncoder
 from matching.data.datamodule import PairDataModule
-from matching.data.embeddings import PretrainedVectors, RandomVectors
+from matching.data.embeddings import EmbeddingSource
 from matching.data.tasks import Task, keep_recent_turns
 from matching.data.vocab import Vocabulary, hf_tokenizer
 from matching.extras import require
@@ -53,7 +54,7 @@ REQUIRED = ("config.yaml", "vocab.txt", WEIGHTS)
 #: The config nodes a shared folder keeps: what builds the model and prepares text, and the recorded choices.
 KEPT = ("task", "data", "embeddings", "model", "aligner", "intra", "choices", "seed")
 #: What a shared folder's config may name as a `_target_`: matching's own model and text components.
-SHARED_CLASSES = (Task, PairDataModule, PretrainedVectors, RandomVectors, ContextualEncoder, DecomposableAttention)
+SHARED_CLASSES = (Task, PairDataModule, DecomposableAttention)  # and every Aligner and EmbeddingSource of matching
 
 
 def is_shared_folder(folder: Path) -> bool:
@@ -63,55 +64,28 @@ def is_shared_folder(folder: Path) -> bool:
 # --- writing ----------------------------------------------------------------------------------------------------
 
 
-def encoder_reference(run: TrainedRun, encoder: str | None, revision: str | None) -> tuple[str, str | None]:
-    """The hub id and revision that a contextual run's shared folder names its encoder by: `encoder` (and
-    `revision`) when given, else the run's own `embeddings.model` when that is a hub id (not a local folder)."""
-    model = str(run.cfg.embeddings.model)
-    if encoder is None:
-        if Path(model).expanduser().exists() or model.startswith(("/", ".", "~")):
-            raise RunError(
-                f"the run's encoder is the local folder {model}; a shared folder names its encoder by hub id, so that "
-                "whoever loads it can fetch it: give encoder=<owner/name> (and encoder_revision=<commit or tag>) of "
-                "the same weights on the Hugging Face hub (they are checked by sha256 when the folder is loaded)"
-            )
-        encoder, revision = (MINILM[1] if model == MINILM[0] else model), revision or run.cfg.embeddings.revision
-    return encoder, revision
-
-
-def shared_config(run: TrainedRun, encoder: tuple[str, str | None] | None = None) -> DictConfig:
-    """The run's config for a shared folder: the KEPT nodes, with no path of the training machine in it."""
+def shared_config(run: TrainedRun, reference: dict | None = None) -> DictConfig:
+    """The run's config for a shared folder: the KEPT nodes, with no path of the training machine in it (the
+    embedding source says how its node reads: `reference`, see EmbeddingSource.shared_reference)."""
     cfg = OmegaConf.create({k: copy.deepcopy(run.cfg[k]) for k in KEPT if k in run.cfg})
     cfg.data.data_dir, cfg.data.cache_dir = "data", "data/cache"  # for evaluating on local corpora, if ever
-    if encoder is not None:
-        cfg.embeddings.model, cfg.embeddings.revision = encoder
-        cfg.embeddings.device = "auto"
-    elif cfg.embeddings.get("path"):
-        cfg.embeddings.path = Path(str(cfg.embeddings.path)).name  # the file it came from, by name only
-    if cfg.embeddings.get("hub") is not None:
-        cfg.embeddings.hub = None  # where the vectors file would be fetched from: not needed, the table is saved
-    if "download" in cfg.embeddings:
-        del cfg.embeddings["download"]  # how to get the vectors file (it names the file's path): not needed either
+    run.source.shared_node(cfg.embeddings, reference)
     for split in (cfg.task.get("splits") or {}).values():  # an absolute split (a file of one's own, the demo's
         if split is not None and Path(str(split.path)).is_absolute():  # sample): by name only, like the vectors
             split.path = Path(str(split.path)).name
     return cfg
 
 
-def metadata(run: TrainedRun, encoder: tuple[str, str | None] | None) -> dict[str, Any]:
+def metadata(run: TrainedRun, reference: dict | None) -> dict[str, Any]:
     """What the checkpoint says about itself (MatchingSystem.on_save_checkpoint), for the safetensors header."""
-    identity = run.model.source_identity
-    if identity is not None:
-        identity = {**identity, "encoder": encoder[0], "revision": encoder[1]}
-    return {"task": run.task.name, "labels": run.labels, "kind": run.kind, "encoder": identity}
+    record = run.source.shared_record(run.model.source_record, reference)
+    return {"task": run.task.name, "labels": run.labels, "kind": run.kind, "encoder": record}
 
 
 def write_folder(run: TrainedRun, out: Path, encoder: str | None = None, encoder_revision: str | None = None) -> Path:
     """Write the shared folder of a trained run into `out`; returns `out`."""
     safetensors = require("safetensors.torch", "hub", "writing a shared model folder (safetensors)")
-    contextual = run.data.contextual is not None
-    if not contextual and (encoder or encoder_revision):
-        raise RunError("encoder= and encoder_revision= name a contextual run's encoder; this run uses word vectors")
-    reference = encoder_reference(run, encoder, encoder_revision) if contextual else None
+    reference = run.source.shared_reference(run.cfg.embeddings, encoder, encoder_revision)
     out.mkdir(parents=True, exist_ok=True)
     cfg = shared_config(run, reference)
     write_text_atomic(out / "config.yaml", OmegaConf.to_yaml(cfg))
@@ -152,19 +126,7 @@ def training_command(run: TrainedRun) -> tuple[str, bool]:
     return " ".join(["python -m matching.train", *words, f"seed={run.cfg.get('seed')}"]), False
 
 
-def _source(run: TrainedRun, encoder: tuple[str, str | None] | None) -> str:
-    if encoder is not None:
-        sha = run.data.contextual.weights
-        return (f"contextual encoder [{encoder[0]}](https://huggingface.co/{encoder[0]}) at revision "
-                f"`{encoder[1] or 'main (not pinned)'}` (weights sha256 `{sha[:16]}…`, checked when loaded), "
-                "last hidden states averaged over each word's pieces")  # fmt: skip
-    emb = run.cfg.embeddings
-    if emb.get("path"):
-        return f"frozen word vectors from `{Path(str(emb.path)).name}` ({emb.get('dim')} dimensions)"
-    return "randomly initialised, trained embeddings (no pretrained vectors)"
-
-
-def model_card(run: TrainedRun, metrics: dict[str, float], encoder: tuple[str, str | None] | None) -> str:
+def model_card(run: TrainedRun, metrics: dict[str, float], encoder: dict | None) -> str:
     """The folder's README.md: what the model is, how well it did on dev, how it was trained, how to load it."""
     task, kind = run.task.name, run.kind
     aligner = option_name(run.cfg, "aligner")
@@ -188,7 +150,7 @@ A sentence-pair model trained with `matching` (Decomposable Attention, Parikh et
 |---|---|
 | task | `{task}` ({kind}; labels {run.labels}) |
 | aligner | `{aligner}` (intra-sentence attention: `{intra}`) |
-| word representations | {_source(run, encoder)} |
+| word representations | {run.source.describe(encoder)} |
 | parameters | {params:,} |
 
 ## Dev metrics (best checkpoint)
@@ -294,12 +256,12 @@ def _allowed(target: str) -> bool:
         return False
     if obj is keep_recent_turns:
         return True
-    return isinstance(obj, type) and (issubclass(obj, Aligner) or obj in SHARED_CLASSES)
+    return isinstance(obj, type) and (issubclass(obj, (Aligner, EmbeddingSource)) or obj in SHARED_CLASSES)
 
 
 def load_shared(folder: Path, settings: dict[str, Any] | None = None, device: str = "cpu") -> TrainedRun:
-    """The TrainedRun of a shared folder (offline once a contextual run's encoder is cached), from YAML, text and
-    safetensors only; `settings`: dotted config keys to override (see Matcher.load)."""
+    """The TrainedRun of a shared folder (offline once what its source loads, an encoder, is cached), from YAML,
+    text and safetensors only; `settings`: dotted config keys to override (see Matcher.load)."""
     safetensors = require("safetensors", "hub", "loading a shared model folder (safetensors)")
     missing = [name for name in REQUIRED if not (folder / name).is_file()]
     if missing:
@@ -311,7 +273,7 @@ def load_shared(folder: Path, settings: dict[str, Any] | None = None, device: st
     if not isinstance(cfg, DictConfig) or any(k not in cfg for k in ("task", "data", "embeddings", "model")):
         raise RunError(f"{folder / 'config.yaml'} is not the config of a shared model (task, data, embeddings, model)")
     check_targets(cfg, folder)
-    cfg = configured(cfg, settings or {}, device)
+    cfg = configured(cfg, settings or {})
     weights_file = folder / WEIGHTS
     try:
         with safetensors.safe_open(str(weights_file), framework="pt") as f:
@@ -325,4 +287,6 @@ def load_shared(folder: Path, settings: dict[str, Any] | None = None, device: st
     encoder = meta.get("encoder")
     if encoder is not None and not re.fullmatch(r"[0-9a-f]{64}", str(encoder.get("weights_sha256", ""))):
         raise RunError(f"{weights_file}: its metadata names no encoder weights sha256; export the folder again")
-    return assemble_run(folder, weights_file, cfg, Vocabulary.load(folder / "vocab.txt"), weights, meta)
+    run = assemble_run(folder, weights_file, cfg, Vocabulary.load(folder / "vocab.txt"), weights, meta)
+    run.source.on_device(device)
+    return run

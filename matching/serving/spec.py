@@ -3,14 +3,13 @@ model file, its inputs and outputs, the labels and every step of the text prepar
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from matching.data.tasks import describe
 from matching.runs import TrainedRun
 
 
-def serving_spec(run: TrainedRun, fmt: str, model_file: str, encoder: tuple[str, str | None] | None = None) -> dict:
-    """serving.json: the model file, its inputs and outputs, the labels and every step of the text preparation."""
+def serving_spec(run: TrainedRun, fmt: str, model_file: str, encoder: dict | None = None) -> dict:
+    """serving.json: the model file, its inputs and outputs, the labels and every step of the text preparation;
+    `encoder`: how a shared folder names what its embedding source loads from elsewhere (EmbeddingSource)."""
     cfg = run.cfg
     spec = {
         "format": fmt,
@@ -46,35 +45,5 @@ def serving_spec(run: TrainedRun, fmt: str, model_file: str, encoder: tuple[str,
         spec["loader"] = "from matching import Matcher; Matcher.load(<this folder>)"
     else:
         spec["checkpoint"] = str(run.checkpoint)
-    contextual = run.data.contextual
-    if contextual is not None and fmt == "onnx":
-        pieces = contextual.pieces
-        spec["inputs"] = {
-            "a": "int64 (batch, len_a): one nonzero id per word (tokenizer.json's ids will do), 0 = padding",
-            "b": "int64 (batch, len_b)",
-            "a_pieces": "int64 (windows_a, pieces_a): the encoder's piece ids of each window, [CLS] ... [SEP], padded",
-            "a_piece_mask": "int64 (windows_a, pieces_a): 1 for [CLS], the pieces and [SEP], 0 for padding",
-            "a_piece_word": "int64 (windows_a, pieces_a): the word (0-based, in its text) of each piece; -1 for "
-            "[CLS], [SEP] and padding",
-            "a_piece_row": "int64 (windows_a,): the text (0-based row of a) of each window",
-            "b_pieces, b_piece_mask, b_piece_word, b_piece_row": "the same for b",
-        }
-        spec["contextual"] = {
-            "encoder": Path(contextual.name).name if Path(contextual.name).expanduser().exists() else contextual.name,
-            "weights_sha256": contextual.weights,
-            "words": "each text's words: tokenizer.json's normalizer, then its pre_tokenizer (the token strings, "
-            "not ids), cut to max_length",
-            "piece_tokenizer": "encoder_tokenizer.json",
-            "pieces": "encode each text's words with encoder_tokenizer.json as pre-tokenized input, without special "
-            "tokens; its word_ids give each piece's word",
-            "window": pieces.width,
-            "step": pieces.step,
-            "cls_id": pieces.cls,
-            "sep_id": pieces.sep,
-            "pad_id": pieces.pad,
-            "windows_rule": "a text of n pieces is one window when n <= window, else windows starting at every "
-            "multiple of step below n - window, and at n - window; each window is [cls_id] + its pieces + [sep_id]",
-        }
-    if encoder is not None:
-        spec["encoder"] = {"hub_id": encoder[0], "revision": encoder[1], "weights_sha256": contextual.weights}
+    spec |= run.source.serving_spec(fmt, encoder)  # what a model with the source's own inputs takes
     return spec
