@@ -46,7 +46,8 @@ def compose_train(tmp_path: Path, *overrides: str, small: bool = True) -> DictCo
         "embeddings.dim=20",
         "trainer.enable_progress_bar=false",
     ]
-    if "embeddings=random" in overrides:
+    chosen = next((o.split("=", 1)[1] for o in overrides if o.startswith("embeddings=")), None)
+    if chosen not in (None, "glove", "minilm", "minilm_sample"):  # a source without a vectors file
         base = [o for o in base if not o.startswith("embeddings.path=")]
     if "embeddings=minilm_contextual" in overrides:  # no vectors file; the encoder gives its own width
         base = [o for o in base if not o.startswith(("embeddings.path=", "embeddings.dim="))]

@@ -146,3 +146,64 @@ def test_every_option_trains_evaluates_predicts_and_reports(group, option, tmp_p
     row = seen["report"][0]
     assert row["task"] == cfg.task.name and row["aligner"] == (option if group == "aligner" else "softmax")
     assert row["metric"] == cfg.task.report_metrics[0]
+
+
+THROWAWAY_SOURCE = '''
+import zlib
+
+import numpy as np
+import torch
+
+from matching.data.embeddings import EmbeddingSource
+
+
+class TrigramVectors(EmbeddingSource):
+    """A word's vector is the sum of random vectors of its character trigrams (hashed): every word of the dev
+    splits gets a row of its own, built from its spelling, with no vectors file."""
+
+    def __init__(self, dim: int = 16, buckets: int = 512, freeze: bool = True, normalize: bool = True):
+        self.dim, self.buckets, self.freeze, self.normalize = dim, buckets, freeze, normalize
+        self.table = np.random.default_rng(0).standard_normal((buckets, dim)).astype(np.float32)
+
+    def identity(self):
+        return {"trigrams": self.buckets, "dim": self.dim}
+
+    def extra_words(self, train_words, other_words):
+        known = set(train_words)
+        return [w for w in dict.fromkeys(other_words) if w not in known]
+
+    def matrix(self, vocab, seed, cache_dir=None):
+        def vector(word):
+            padded = f"<{word}>"
+            grams = [padded[i : i + 3] for i in range(len(padded) - 2)]
+            return self.table[[zlib.crc32(g.encode()) % self.buckets for g in grams]].sum(0)
+
+        rows = np.stack([vector(w) for w in vocab.words])
+        return torch.from_numpy(vocab.embedding_matrix(rows, np.ones(len(rows), bool), self.dim, seed))
+'''
+
+
+def test_a_throwaway_embedding_source_is_one_class_and_one_yaml(tmp_path, monkeypatch, capsys):
+    """A source of word vectors of one's own: its class and YAML outside the package, and every command works."""
+    (tmp_path / "throwaway_source.py").write_text(THROWAWAY_SOURCE)
+    (tmp_path / "conf" / "embeddings").mkdir(parents=True)
+    (tmp_path / "conf" / "embeddings" / "trigrams.yaml").write_text(
+        "# Character-trigram vectors, no file.\n_target_: throwaway_source.TrigramVectors\ndim: 16\nbuckets: 512\n"
+        "freeze: true\nnormalize: true\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = compose_train(tmp_path, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "embeddings=trigrams",
+                        "trainer.max_epochs=1")  # fmt: skip
+    train(cfg)
+    run_dir = Path(cfg.paths.output_dir)
+    seen = _through_every_command(run_dir, tmp_path, "A man plays.\tA person plays music.\n", capsys)
+    assert len(seen["predictions"]) == 1
+    from matching.runs import load_trained
+
+    run = load_trained(run_dir / "checkpoints" / "best.ckpt")
+    assert type(run.source).__name__ == "TrigramVectors"
+    from matching.data.sources import read_split
+
+    pairs = read_split(run.task, "train", cfg.paths.data_dir, cfg.paths.cache_dir)
+    train_words = {w for a, b in run.text.tokenize("train", pairs) for w in (*a, *b)}
+    assert set(run.vocab.words) - train_words  # the dev split's words got rows of their own (extra_words)
