@@ -29,11 +29,11 @@ from omegaconf import DictConfig
 from matching.data.encoding import EncodedSplit
 from matching.data.vector_files import (
     FORMATS,
-    _cache_file,
-    _write_cache,
     first_words,
     load_vectors,
     locate_vectors,
+    vectors_cache_file,
+    write_vectors_cache,
 )
 from matching.data.vocab import Vocabulary
 from matching.errors import ConfigError
@@ -257,7 +257,8 @@ class PretrainedVectors(EmbeddingSource):
                 take = np.fromiter((index[w] for w in words), dtype=np.int64, count=len(words))
                 matrix, found = read[1][take], read[2][take]
                 if cache_dir is not None:
-                    _write_cache(_cache_file(Path(cache_dir), self.path, self.format, list(words)), matrix, found)
+                    cached = vectors_cache_file(Path(cache_dir), self.path, self.format, list(words))
+                    write_vectors_cache(cached, matrix, found)
                 return matrix, found
         return load_vectors(self.path, words, format=self.format, dim=self.dim, cache_dir=cache_dir)
 

@@ -105,7 +105,7 @@ def load_vectors(
     path = _existing(Path(path))
     words = list(words)
 
-    cache_file = _cache_file(Path(cache_dir), path, format, words) if cache_dir is not None else None
+    cache_file = vectors_cache_file(Path(cache_dir), path, format, words) if cache_dir is not None else None
     if cache_file is not None and (cached := _read_cache(cache_file, len(words))) is not None:
         matrix, found = cached
         log.info("word vectors for %d words loaded from cache %s (source %s)", len(words), cache_file, path)
@@ -131,7 +131,7 @@ def load_vectors(
         time.perf_counter() - start,
     )
     if cache_file is not None:
-        _write_cache(cache_file, matrix, found)
+        write_vectors_cache(cache_file, matrix, found)
     return matrix, found
 
 
@@ -521,7 +521,7 @@ def _read_gensim(path: Path, words: list[str], fmt: str, dim: int | None) -> tup
 # --- cache ----------------------------------------------------------------------------------------------------
 
 
-def _cache_file(cache_dir: Path, path: Path, format: str, words: list[str]) -> Path:
+def vectors_cache_file(cache_dir: Path, path: Path, format: str, words: list[str]) -> Path:
     st = path.stat()
     key = hashlib.sha256(json.dumps([str(path.resolve()), st.st_size, st.st_mtime_ns, format]).encode())
     key.update(hashlib.sha256("\0".join(words).encode("utf-8", "surrogatepass")).digest())
@@ -544,7 +544,7 @@ def _read_cache(cache_file: Path, n_words: int) -> tuple[np.ndarray, np.ndarray]
     return matrix.astype(np.float32, copy=False), found.astype(bool, copy=False)
 
 
-def _write_cache(cache_file: Path, matrix: np.ndarray, found: np.ndarray) -> None:
+def write_vectors_cache(cache_file: Path, matrix: np.ndarray, found: np.ndarray) -> None:
     try:
         write_npz_atomic(cache_file, matrix=matrix, found=found)
     except OSError as e:
