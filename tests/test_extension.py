@@ -55,19 +55,24 @@ def _through_every_command(run_dir: Path, tmp_path: Path, pairs: str, capsys) ->
     return {"predictions": predictions, "report": rows}
 
 
-def test_a_throwaway_aligner_is_one_class_and_one_yaml(tmp_path, monkeypatch, capsys):
-    """The class and its YAML live outside the package (a user's own folder, found through hydra.searchpath)."""
-    (tmp_path / "throwaway_aligner.py").write_text(THROWAWAY_ALIGNER)
-    (tmp_path / "conf" / "aligner").mkdir(parents=True)
-    (tmp_path / "conf" / "aligner" / "uniform.yaml").write_text(
-        "# Every token aligned to the mean of the other sentence.\n_target_: throwaway_aligner.UniformAligner\n"
-        "_partial_: true\n"
-    )
+def _train_own_option(tmp_path, monkeypatch, module: str, code: str, group: str, option: str, yaml: str) -> Path:
+    """Train one epoch with an option of one's own: `code` as `module`.py and `yaml` as conf/<group>/<option>.yaml
+    in a folder outside the package, found through hydra.searchpath; the run's directory."""
+    (tmp_path / f"{module}.py").write_text(code)
+    (tmp_path / "conf" / group).mkdir(parents=True)
+    (tmp_path / "conf" / group / f"{option}.yaml").write_text(yaml)
     monkeypatch.syspath_prepend(str(tmp_path))
-    cfg = compose_train(tmp_path, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "aligner=uniform",
+    cfg = compose_train(tmp_path, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"{group}={option}",
                         "trainer.max_epochs=1")  # fmt: skip
     train(cfg)
-    run_dir = Path(cfg.paths.output_dir)
+    return Path(cfg.paths.output_dir)
+
+
+def test_a_throwaway_aligner_is_one_class_and_one_yaml(tmp_path, monkeypatch, capsys):
+    """The class and its YAML live outside the package (a user's own folder, found through hydra.searchpath)."""
+    yaml = "# Every token aligned to the mean of the other sentence.\n_target_: throwaway_aligner.UniformAligner\n"
+    run_dir = _train_own_option(tmp_path, monkeypatch, "throwaway_aligner", THROWAWAY_ALIGNER, "aligner", "uniform",
+                                yaml + "_partial_: true\n")  # fmt: skip
     seen = _through_every_command(run_dir, tmp_path, "A man plays.\tA person plays music.\n", capsys)
     assert len(seen["predictions"]) == 1 and set(seen["predictions"][0]["probs"]) == {
         "entailment", "neutral", "contradiction",
@@ -185,17 +190,9 @@ class TrigramVectors(EmbeddingSource):
 
 def test_a_throwaway_embedding_source_is_one_class_and_one_yaml(tmp_path, monkeypatch, capsys):
     """A source of word vectors of one's own: its class and YAML outside the package, and every command works."""
-    (tmp_path / "throwaway_source.py").write_text(THROWAWAY_SOURCE)
-    (tmp_path / "conf" / "embeddings").mkdir(parents=True)
-    (tmp_path / "conf" / "embeddings" / "trigrams.yaml").write_text(
-        "# Character-trigram vectors, no file.\n_target_: throwaway_source.TrigramVectors\ndim: 16\nbuckets: 512\n"
-        "freeze: true\nnormalize: true\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    cfg = compose_train(tmp_path, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "embeddings=trigrams",
-                        "trainer.max_epochs=1")  # fmt: skip
-    train(cfg)
-    run_dir = Path(cfg.paths.output_dir)
+    yaml = "# Character-trigram vectors, no file.\n_target_: throwaway_source.TrigramVectors\ndim: 16\nbuckets: 512\n"
+    run_dir = _train_own_option(tmp_path, monkeypatch, "throwaway_source", THROWAWAY_SOURCE, "embeddings", "trigrams",
+                                yaml + "freeze: true\nnormalize: true\n")  # fmt: skip
     seen = _through_every_command(run_dir, tmp_path, "A man plays.\tA person plays music.\n", capsys)
     assert len(seen["predictions"]) == 1
     from matching.runs import load_trained
@@ -204,6 +201,6 @@ def test_a_throwaway_embedding_source_is_one_class_and_one_yaml(tmp_path, monkey
     assert type(run.source).__name__ == "TrigramVectors"
     from matching.data.sources import read_split
 
-    pairs = read_split(run.task, "train", cfg.paths.data_dir, cfg.paths.cache_dir)
+    pairs = read_split(run.task, "train", run.cfg.paths.data_dir, run.cfg.paths.cache_dir)
     train_words = {w for a, b in run.text.tokenize("train", pairs) for w in (*a, *b)}
     assert set(run.vocab.words) - train_words  # the dev split's words got rows of their own (extra_words)
