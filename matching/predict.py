@@ -170,7 +170,7 @@ def predict_command(cfg: DictConfig) -> int:
         out = sys.stdout if cfg.output == "-" else stack.enter_context(open(cfg.output, "w", encoding="utf-8"))
         count = predict(matcher, read_input(stream, source, fmt), out, int(cfg.batch_size), source)
     run = matcher.run
-    cut = f"; {run.truncated} had a text cut to data.max_length={run.data.max_length} tokens" if run.truncated else ""
+    cut = f"; {run.truncated} had a text cut to data.max_length={run.text.max_length} tokens" if run.truncated else ""
     print(f"predicted {count} pair{'' if count == 1 else 's'}{cut}", file=sys.stderr)
     return count
 

@@ -116,7 +116,7 @@ def export(
         traced.save(str(path))
     run.source.write_serving_files(out_dir)
     shutil.copyfile(run.run_dir / "vocab.txt", out_dir / "vocab.txt")  # the mode of a new file (umask)
-    hf_tokenizer(run.data.tokenizer, run.vocab).save(str(out_dir / "tokenizer.json"))
+    hf_tokenizer(run.text.tokenizer, run.vocab).save(str(out_dir / "tokenizer.json"))
     write_json(out_dir / "serving.json", serving_spec(run, fmt, path.name))
     return path
 

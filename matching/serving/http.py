@@ -249,7 +249,7 @@ def model_info(run: TrainedRun, limits: Limits, examples: dict | None = None) ->
         "checkpoint": str(run.checkpoint),
         "run_dir": str(run.run_dir),
         "vocabulary_size": len(run.vocab),
-        "max_length": run.data.max_length,
+        "max_length": run.text.max_length,
         "endpoints": ["/classify", "/rank", "/align"] if run.kind == "rank" else ["/classify", "/align"],
         "limits": asdict(limits),
         "examples": task_examples(run.task.name, run.kind) if examples is None else examples,

@@ -93,7 +93,7 @@ def write_folder(run: TrainedRun, out: Path, encoder: str | None = None, encoder
     tensors = {k: v.detach().cpu().contiguous() for k, v in run.model.state_dict().items()}
     meta = {"matching": json.dumps(metadata(run, reference)), "format": "pt"}
     write_atomic(out / WEIGHTS, lambda tmp: safetensors.save_file(tensors, str(tmp), metadata=meta))
-    hf_tokenizer(run.data.tokenizer, run.vocab).save(str(out / "tokenizer.json"))
+    hf_tokenizer(run.text.tokenizer, run.vocab).save(str(out / "tokenizer.json"))
 
     write_json(out / "serving.json", serving_spec(run, "hub", WEIGHTS, reference))
     metrics = _metrics(run)
