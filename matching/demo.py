@@ -96,7 +96,7 @@ def dev_pairs(run_dir: Path) -> int:
 def comparison(rows: list[dict], n_dev: int) -> list[str]:
     """What the table says and does not say: each aligner's dev accuracy and, against the first aligner, the paired
     test's difference, interval and p over the `n_dev` dev pairs, whether that resolves which is better, and the
-    smallest difference this many pairs and seeds could resolve (see matching.significance)."""
+    smallest difference this many pairs and seeds could resolve (see matching.results.significance)."""
     accuracy = {r["aligner"]: r for r in rows if r["metric"] == "acc" and r["split"] == "dev" and r["n"]}
     if len(accuracy) < 2:
         return []

@@ -21,8 +21,8 @@ from matching.cli import command
 from matching.data.datamodule import split_prefix
 from matching.data.tasks import Task
 from matching.files import write_json
+from matching.results.scores import write_recorded
 from matching.runs import RunError, TrainedRun, load_trained
-from matching.scores import write_recorded
 from matching.system import MatchingSystem
 
 log = logging.getLogger(__name__)

@@ -96,7 +96,8 @@ class RankingMetrics(Metric):
 class EvaluationRecord(Metric):
     """Every evaluated pair's example index, label, group, predicted class and score (the ranking margin, or the
     probability of the predicted class), gathered from all processes with duplicates dropped: what an evaluation
-    writes to the run directory (`matching.scores`) for paired significance tests and for reading the answers."""
+    writes to the run directory (`matching.results.scores`) for paired significance tests and for reading the
+    answers."""
 
     full_state_update = False
     FIELDS = ("indices", "targets", "groups", "predicted", "scores")

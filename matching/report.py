@@ -41,8 +41,8 @@ from matching.cli import command
 from matching.errors import ConfigError, MissingFileError
 from matching.extras import MissingExtraError, require
 from matching.files import write_text_atomic
-from matching.scores import METRIC_COLUMNS, ranked_answers, unit_rows, unit_scores
-from matching.significance import paired_test, seed_mean
+from matching.results.scores import METRIC_COLUMNS, ranked_answers, unit_rows, unit_scores
+from matching.results.significance import paired_test, seed_mean
 from matching.sweeps import planned_jobs
 
 log = logging.getLogger(__name__)
@@ -353,7 +353,7 @@ def compare(rows: list[dict], runs: list[Run], baseline: str) -> list[dict]:
     """Adds to each row its difference from the baseline aligner's row (`baseline`: an aligner, optionally with a
     variant, e.g. "softmax" or "softmax F=parikh"): mean difference in points, 95 % bootstrap interval and paired
     randomization p over the units (questions or examples) both were scored on, each unit's score averaged over
-    its seeds (`matching.significance`), from the runs' `scores/` files."""
+    its seeds (`matching.results.significance`), from the runs' `scores/` files."""
     aligner, _, variant = baseline.strip().partition(" ")
     members: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
     for run in runs:

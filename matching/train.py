@@ -39,6 +39,7 @@ from matching.data.vocab import Vocabulary
 from matching.extras import check_installed
 from matching.files import write_json, write_text_atomic
 from matching.precision import describe
+from matching.results.scores import write_recorded
 from matching.runs import (
     AtomicCheckpointIO,
     RunError,
@@ -48,7 +49,6 @@ from matching.runs import (
     check_writable,
     find_run_dir,
 )
-from matching.scores import write_recorded
 from matching.sweeps import check_sweep_processes, is_sweep_job, prior_run
 
 log = logging.getLogger(__name__)

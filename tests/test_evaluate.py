@@ -39,7 +39,7 @@ def test_per_question_scores_average_to_the_metrics(wikiqa_run, snli_run):
     """scores/val.csv, written by train and again by evaluate, holds the units whose means are the logged metrics."""
     import csv
 
-    from matching.scores import unit_scores
+    from matching.results.scores import unit_scores
 
     for (run, trained), checks in ((wikiqa_run, {"map": "val/map", "mrr": "val/mrr", "map_raw": "val/map_raw",
                                                  "top1": "val/top1"}), (snli_run, {"acc": "val/acc"})):  # fmt: skip

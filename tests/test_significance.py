@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from matching.significance import bootstrap_interval, paired_test, randomization_p, seed_mean
+from matching.results.significance import bootstrap_interval, paired_test, randomization_p, seed_mean
 
 
 def test_the_exact_randomization_test_equals_a_hand_computation():
@@ -57,7 +57,7 @@ def test_the_bootstrap_interval_is_the_percentiles_of_resampled_means():
 
 
 def test_the_detectable_difference_is_the_power_formula_by_hand():
-    from matching.significance import detectable_difference
+    from matching.results.significance import detectable_difference
 
     d = np.array([0.1, -0.1] * 50)  # sd (n − 1) = 0.1 · √(100/99), n = 100
     by_hand = (1.959964 + 0.841621) * 0.1 * np.sqrt(100 / 99) / np.sqrt(100)
