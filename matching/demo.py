@@ -31,6 +31,7 @@ from matching.data.sources import resolve_path
 from matching.demo_sample import DEV, NEW_PAIRS, TRAIN, VECTORS
 from matching.errors import MissingFileError, UserError
 from matching.files import open_binary
+from matching.results.rows import Row
 
 log = logging.getLogger(__name__)
 
@@ -93,28 +94,29 @@ def dev_pairs(run_dir: Path) -> int:
     return sum(1 for _ in islice(task.reader(resolve_path(split.path, cfg.paths.data_dir)), split.start, split.stop))
 
 
-def comparison(rows: list[dict], n_dev: int) -> list[str]:
+def comparison(rows: list[Row], n_dev: int) -> list[str]:
     """What the table says and does not say: each aligner's dev accuracy and, against the first aligner, the paired
     test's difference, interval and p over the `n_dev` dev pairs, whether that resolves which is better, and the
     smallest difference this many pairs and seeds could resolve (see matching.results.significance)."""
-    accuracy = {r["aligner"]: r for r in rows if r["metric"] == "acc" and r["split"] == "dev" and r["n"]}
+    accuracy = {r.aligner: r for r in rows if r.metric == "acc" and r.split == "dev" and r.n}
     if len(accuracy) < 2:
         return []
-    shown = ", ".join(f"{name} {r['mean']:.2f} ± {r['std']:.2f}" for name, r in accuracy.items())
-    variant = next(iter(accuracy.values())).get("variant") or ""
+    shown = ", ".join(f"{name} {r.mean:.2f} ± {r.std:.2f}" for name, r in accuracy.items())
+    variant = next(iter(accuracy.values())).variant
     lines = [f"Dev accuracy (mean ± std over seeds{', the same ' + variant if variant else ''}): {shown}."]
     for name, r in accuracy.items():
-        if r.get("diff", "") == "":
+        if not r.tested:
             continue
-        seeds = f"{r['n']} seed{'s' * (int(r['n']) > 1)}"
+        c = r.comparison
+        seeds = f"{r.n} seed{'s' * (r.n > 1)}"
         lines.append(
-            f"{name} − {r['baseline']}: {float(r['diff']):+.2f} points, 95 % CI [{float(r['ci_low']):+.2f}, "
-            f"{float(r['ci_high']):+.2f}], p = {float(r['p_value']):.2g} over {n_dev:,} dev pairs and {seeds}: "
+            f"{name} − {c.baseline}: {c.diff:+.2f} points, 95 % CI [{c.ci_low:+.2f}, {c.ci_high:+.2f}], "
+            f"p = {c.p_value:.2g} over {n_dev:,} dev pairs and {seeds}: "
             + (
                 "resolved on this sample, with these settings and seeds."
-                if r["verdict"] == "resolved"
+                if c.verdict == "resolved"
                 else f"not resolved at this size (which is not the same as equal): these pairs and seeds can only "
-                f"resolve a difference of about {float(r['detectable']):.1f} points (80 % power, α = 0.05)."
+                f"resolve a difference of about {c.detectable:.1f} points (80 % power, α = 0.05)."
             )
         )
     lines.append("The CoDA paper compares them on the full corpus (test accuracy: softmax 84.61, CoDA 85.71).")

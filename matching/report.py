@@ -41,6 +41,7 @@ from matching.cli import command
 from matching.errors import ConfigError, MissingFileError
 from matching.extras import MissingExtraError, require
 from matching.files import write_text_atomic
+from matching.results.rows import BASELINE, Comparison, Row
 from matching.results.scores import METRIC_COLUMNS, ranked_answers, unit_rows, unit_scores
 from matching.results.significance import paired_test, seed_mean
 from matching.sweeps import planned_jobs
@@ -57,9 +58,14 @@ class Run:
     metrics: dict[str, float]
     overrides: tuple[str, ...] = ()  # key=value from the command line, as Hydra saved them
     config: dict | None = None  # the resolved config.yaml
-    variant: str = ""
-    missing: str = ""  # why the run has no metrics (it failed or never started); "" for a finished run
-    cwd: str = ""  # the directory it was launched from (relative paths in its config are relative to it)
+    variant: str | None = None  # the settings that set it apart from the other runs of its task (see find_runs)
+    missing: str | None = None  # why the run has no metrics (it failed or never started); None for a finished run
+    cwd: str | None = None  # the directory it was launched from (relative paths in its config are relative to it)
+
+    @property
+    def label(self) -> str:
+        """The aligner and the variant, as a row of the report names them."""
+        return " ".join(filter(None, [self.aligner, self.variant]))
 
     @property
     def task_config(self) -> dict:
@@ -100,10 +106,10 @@ def _config_value(run: Run, key: str) -> str:
     return json.dumps(node, sort_keys=True, default=str)
 
 
-def score_function(config: Mapping | None) -> str:
-    """`F=<projection>` for an aligner with a score function F (aligner.projection), else ""."""
+def score_function(config: Mapping | None) -> str | None:
+    """`F=<projection>` for an aligner with a score function F (aligner.projection), else None."""
     projection = ((config or {}).get("aligner") or {}).get("projection")
-    return f"F={projection}" if projection is not None else ""
+    return f"F={projection}" if projection is not None else None
 
 
 def _with_variants(runs: list[Run]) -> list[Run]:
@@ -121,15 +127,15 @@ def _with_variants(runs: list[Run]) -> list[Run]:
     def spelled(value: object) -> str:  # as on the command line: true/false/null, not Python's reprs
         return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
 
-    def variant(run: Run) -> str:
+    def variant(run: Run) -> str | None:
         parts = [f"{k}={spelled(json.loads(_config_value(run, k)))}" for k in varying[run.task]]
-        return " ".join(filter(None, [score_function(run.config), *parts]))
+        return " ".join(filter(None, [score_function(run.config), *parts])) or None
 
     return [replace(r, variant=variant(r)) for r in runs]
 
 
-def wiring_reason(config: Mapping) -> str:
-    """Why a run is a wiring or debug run and not a result (`debug=fast`, one batch, ...), or ""."""
+def wiring_reason(config: Mapping) -> str | None:
+    """Why a run is a wiring or debug run and not a result (`debug=fast`, one batch, ...), or None."""
     debug = (config.get("choices") or {}).get("debug")
     if debug:
         return f"debug={debug}"
@@ -141,7 +147,7 @@ def wiring_reason(config: Mapping) -> str:
     for key in ("limit_train_batches", "limit_val_batches"):
         if trainer.get(key) not in (None, 1.0):
             return f"trainer.{key}={trainer[key]}"
-    return ""
+    return None
 
 
 def _metric_key(split: str, metric: str) -> str:
@@ -152,7 +158,7 @@ def _metric_key(split: str, metric: str) -> str:
     return f"{split}/{metric}"
 
 
-def _read_run(run_dir: Path, missing: str = "") -> Run:
+def _read_run(run_dir: Path, missing: str | None = None) -> Run:
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     aligner = option_name(cfg, "aligner")
     if cfg.get("intra"):
@@ -161,9 +167,10 @@ def _read_run(run_dir: Path, missing: str = "") -> Run:
     overrides_file = run_dir / ".hydra" / "overrides.yaml"
     overrides = tuple(yaml.safe_load(overrides_file.read_text()) or ()) if overrides_file.exists() else ()
     hydra_file = run_dir / ".hydra" / "hydra.yaml"
-    cwd = ""
+    cwd = None
     if hydra_file.exists():
-        cwd = str(((yaml.safe_load(hydra_file.read_text()) or {}).get("hydra") or {}).get("runtime", {}).get("cwd", ""))
+        runtime = ((yaml.safe_load(hydra_file.read_text()) or {}).get("hydra") or {}).get("runtime", {})
+        cwd = str(runtime.get("cwd") or "") or None
     return Run(run_dir, cfg["task"]["name"], aligner, int(cfg["seed"]), metrics, overrides, cfg, missing=missing,
                cwd=cwd)  # fmt: skip
 
@@ -217,7 +224,7 @@ def find_runs(paths: list[Path], left_out: list[Run] | None = None, superseded: 
     return [r for r, gap_filled in zip(runs, filled, strict=True) if not gap_filled]
 
 
-def _setting(run: Run) -> tuple[str, str, str, int]:
+def _setting(run: Run) -> tuple[str, str, str | None, int]:
     return run.task, run.aligner, run.variant, run.seed
 
 
@@ -265,27 +272,29 @@ def option_name(cfg: Mapping, group: str) -> str:
     return chosen or str(cfg[group]["_target_"]).rsplit(".", 1)[-1]
 
 
-def _only_f(variant: str) -> bool:
+def _only_f(variant: str | None) -> bool:
     """A variant that names nothing but the score function F: the paper's number for the aligner applies."""
-    return all(part.startswith("F=") for part in variant.split())
+    return all(part.startswith("F=") for part in (variant or "").split())
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def summarise(runs: list[Run]) -> list[dict[str, object]]:
+def summarise(runs: list[Run]) -> list[Row]:
     """One row per task × aligner × variant × metric × split: mean, std (sample) and number of the seeds that have
     the metric, the seeds planned, the missing ones and why, and the paper's number."""
-    groups: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
+    groups: dict[tuple[str, str, str | None], list[Run]] = defaultdict(list)
     for run in runs:
         groups[(run.task, run.aligner, run.variant)].append(run)
     rows = []
-    for (task, aligner, variant), members in sorted(groups.items()):
+    for (task, aligner, variant), members in sorted(groups.items(), key=lambda g: (g[0][0], g[0][1], g[0][2] or "")):
         finished = [r for r in members if not r.missing]
         seeds = sorted(r.seed for r in finished)
         if len(set(seeds)) != len(seeds):
-            log.warning("%s/%s %s: several runs share a seed (%s); each counts once", task, aligner, variant, seeds)
+            log.warning(
+                "%s/%s %s: several runs share a seed (%s); each counts once", task, aligner, variant or "", seeds
+            )
         planned = sorted({r.seed for r in members})
         reference = (finished or members)[0]
         task_config = reference.task_config
@@ -297,26 +306,26 @@ def summarise(runs: list[Run]) -> list[dict[str, object]]:
                 if not has and (split == "test" or len(finished) == len(members)):
                     continue  # not computed by any run (test=false), or no run of the group has it at all
                 values = [100 * r.metrics[key] for r in has]
-                why = {}
+                why: dict[int, str] = {}
                 for r in members:
                     if r.seed not in {h.seed for h in has}:
                         why.setdefault(r.seed, r.missing or f"no {key} in metrics.json")
                 mean, std = _mean_std(values) if values else (math.nan, math.nan)
                 rows.append(
-                    {
-                        "task": task,
-                        "aligner": aligner,
-                        "variant": variant,
-                        "split": "dev" if split == "val" else "test",
-                        "metric": metric,
-                        "mean": round(mean, 2),
-                        "std": round(std, 2),
-                        "n": len(values),
-                        "seeds": " ".join(map(str, sorted({h.seed for h in has}))),
-                        "paper_test": (paper.get(aligner) or {}).get(metric, "") if _only_f(variant) else "",
-                        "planned": len(planned),
-                        "missing": "; ".join(f"seed {seed} ({reason})" for seed, reason in sorted(why.items())),
-                    }
+                    Row(
+                        task=task,
+                        aligner=aligner,
+                        variant=variant,
+                        split="dev" if split == "val" else "test",
+                        metric=metric,
+                        mean=round(mean, 2),
+                        std=round(std, 2),
+                        n=len(values),
+                        seeds=tuple(sorted({h.seed for h in has})),
+                        paper_test=(paper.get(aligner) or {}).get(metric) if _only_f(variant) else None,
+                        planned=len(planned),
+                        missing=dict(sorted(why.items())),
+                    )
                 )
     return rows
 
@@ -326,18 +335,16 @@ def _prefix_and_name(split: str, metric: str) -> tuple[str, str]:
     return tuple(_metric_key("val" if split == "dev" else split, metric).split("/", 1))  # type: ignore[return-value]
 
 
-def _label(row: Mapping[str, object]) -> str:
-    return " ".join(filter(None, [str(row["aligner"]), str(row["variant"])]))
-
-
-def _baseline_row(row: dict, rows: list[dict], aligner: str, variant: str) -> tuple[dict | None, str]:
+def _baseline_row(row: Row, rows: list[Row], aligner: str, variant: str | None) -> tuple[Row | None, str]:
     """The row `row` is compared with: the baseline aligner's row with the same variant, else the one named by the
     baseline's own variant, else its only row; (None, why) when there is none or the choice is ambiguous."""
-    where = ("task", "split", "metric")
-    same = [r for r in rows if r["aligner"] == aligner and all(r[k] == row[k] for k in where) and r is not row]
-    for wanted in (row["variant"], variant):
-        chosen = [r for r in same if r["variant"] == wanted]
-        if chosen and not chosen[0]["n"]:  # planned, not finished: no other variant stands in for it
+    same = [
+        r for r in rows
+        if r.aligner == aligner and (r.task, r.split, r.metric) == (row.task, row.split, row.metric) and r is not row
+    ]  # fmt: skip
+    for wanted in (row.variant, variant):
+        chosen = [r for r in same if r.variant == wanted]
+        if chosen and not chosen[0].n:  # planned, not finished: no other variant stands in for it
             return None, f"no finished {' '.join(filter(None, [aligner, wanted]))} run yet to compare with"
         if chosen:
             return chosen[0], ""
@@ -345,100 +352,129 @@ def _baseline_row(row: dict, rows: list[dict], aligner: str, variant: str) -> tu
         return same[0], ""
     if not same:
         return None, f"no {aligner} row for this task"
-    options = " or ".join(sorted(f"""'baseline="{aligner} {r["variant"]}"'""" for r in same))
+    options = " or ".join(sorted(f"""'baseline="{aligner} {r.variant or ""}"'""" for r in same))
     return None, f"several {aligner} rows: name one, {options}"
 
 
-def compare(rows: list[dict], runs: list[Run], baseline: str) -> list[dict]:
-    """Adds to each row its difference from the baseline aligner's row (`baseline`: an aligner, optionally with a
+def compare(rows: list[Row], runs: list[Run], baseline: str) -> list[Row]:
+    """Each row with its comparison with the baseline aligner's row (`baseline`: an aligner, optionally with a
     variant, e.g. "softmax" or "softmax F=parikh"): mean difference in points, 95 % bootstrap interval and paired
     randomization p over the units (questions or examples) both were scored on, each unit's score averaged over
     its seeds (`matching.results.significance`), from the runs' `scores/` files."""
-    aligner, _, variant = baseline.strip().partition(" ")
-    members: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
+    aligner, _, named = baseline.strip().partition(" ")
+    variant = named or None
+    members: dict[tuple[str, str, str | None], list[Run]] = defaultdict(list)
     for run in runs:
         if not run.missing:
             members[(run.task, run.aligner, run.variant)].append(run)
 
-    def units(row: dict) -> tuple[dict[str, float] | None, int]:
-        prefix, name = _prefix_and_name(str(row["split"]), str(row["metric"]))
-        per_seed = [unit_scores(r.path, prefix, name) for r in members[(row["task"], row["aligner"], row["variant"])]]
+    def units(row: Row) -> tuple[dict[str, float] | None, int]:
+        prefix, name = _prefix_and_name(row.split, row.metric)
+        per_seed = [unit_scores(r.path, prefix, name) for r in members[(row.task, row.aligner, row.variant)]]
         have = [u for u in per_seed if u is not None]
         return (seed_mean(have) if have else None), len(have)
 
     compared = []
     for row in rows:
-        extra = {"baseline": "", "diff": "", "ci_low": "", "ci_high": "", "p_value": "", "units": "", "detectable": "",
-                 "verdict": "", "note": ""}  # fmt: skip
-        if row["aligner"] == aligner and (not variant or row["variant"] == variant):
-            extra["note"] = "baseline"
-        elif row["n"]:
+        comparison = Comparison()
+        if row.aligner == aligner and (not variant or row.variant == variant):
+            comparison = Comparison(note=BASELINE)
+        elif row.n:
             base, why = _baseline_row(row, rows, aligner, variant)
             if base is None:
-                extra["note"] = why
+                comparison = Comparison(note=why)
             else:
-                extra["baseline"] = _label(base)
                 (mine, mine_seeds), (theirs, their_seeds) = units(row), units(base)
                 test = paired_test(mine, theirs) if mine is not None and theirs is not None else None
                 if test is None:
-                    extra["note"] = (
-                        "no per-question scores (runs from before scores/ existed: evaluate their best.ckpt)"
+                    comparison = Comparison(
+                        baseline=base.label,
+                        note="no per-question scores (runs from before scores/ existed: evaluate their best.ckpt)",
                     )
                 else:
-                    extra |= {
-                        "diff": round(100 * test.difference, 2), "ci_low": round(100 * test.low, 2),
-                        "ci_high": round(100 * test.high, 2), "p_value": float(f"{test.p_value:.3g}"),
-                        "units": test.units, "detectable": round(100 * test.detectable, 2), "verdict": test.verdict,
-                    }  # fmt: skip
-                    if mine_seeds < row["n"] or their_seeds < base["n"]:
-                        extra["note"] = f"scores of {mine_seeds} of {row['n']} and {their_seeds} of {base['n']} seeds"
-        compared.append(row | extra)
+                    partial = mine_seeds < row.n or their_seeds < base.n
+                    comparison = Comparison(
+                        baseline=base.label, diff=round(100 * test.difference, 2), ci_low=round(100 * test.low, 2),
+                        ci_high=round(100 * test.high, 2), p_value=float(f"{test.p_value:.3g}"), units=test.units,
+                        detectable=round(100 * test.detectable, 2), verdict=test.verdict,
+                        note=f"scores of {mine_seeds} of {row.n} and {their_seeds} of {base.n} seeds" if partial
+                        else None,
+                    )  # fmt: skip
+        compared.append(replace(row, comparison=comparison))
     return compared
 
 
-def _ours(r: Mapping[str, object]) -> str:
-    if not r["n"]:
+def _ours(r: Row) -> str:
+    if not r.n:
         return "–"
-    return f"{r['mean']:.2f} ± {r['std']:.2f}" if int(r["n"]) > 1 else f"{r['mean']:.2f} (n = 1)"
+    return f"{r.mean:.2f} ± {r.std:.2f}" if r.n > 1 else f"{r.mean:.2f} (n = 1)"
 
 
-def _points(x: object) -> str:
+def _points(x: float) -> str:
     """A difference in points, signed, two decimals; one that rounds to zero is "0.00" (not "-0.00")."""
     text = f"{float(x):+.2f}"
     return "0.00" if text in ("+0.00", "-0.00") else text
 
 
-def _versus(r: Mapping[str, object]) -> tuple[str, str, str]:
+def _versus(c: Comparison) -> tuple[str, str, str]:
     """(Δ [95 % CI], p, what the comparison resolves) of a row compared with its baseline."""
-    if r.get("diff", "") == "":
-        return (r.get("note") or "–", "–", "–") if r.get("note") != "baseline" else ("baseline", "–", "–")
-    detectable = "" if r["detectable"] != r["detectable"] else f"; detectable: {float(r['detectable']):.2f}"  # nan
-    return (f"{_points(r['diff'])} [{_points(r['ci_low'])}, {_points(r['ci_high'])}]", f"{r['p_value']:.3g}",
-            f"{r['verdict']}{detectable}")  # fmt: skip
+    if not c.tested:
+        return ("baseline", "–", "–") if c.is_baseline else (c.note or "–", "–", "–")
+    detectable = "" if math.isnan(c.detectable) else f"; detectable: {c.detectable:.2f}"
+    return (
+        f"{_points(c.diff)} [{_points(c.ci_low)}, {_points(c.ci_high)}]",
+        f"{c.p_value:.3g}",
+        f"{c.verdict}{detectable}",
+    )
 
 
-def to_markdown(rows: list[dict[str, object]]) -> str:
+def to_markdown(rows: list[Row]) -> str:
     """The table; a row short of seeds says so (`1 of 2`) and names the missing ones in its last column; with a
     baseline, each row's difference from it (points, 95 % interval) and its p-value."""
-    compared = any("diff" in r for r in rows)
+    compared = any(r.comparison is not None for r in rows)
     header = "| task | aligner | variant | split | metric | ours (mean ± std, %) | seeds | paper (test, %) |"
     if compared:
         header += " vs baseline: Δ [95 % CI] | p | verdict; detectable Δ (80 % power) |"
     lines = [header + " missing |", "|---" * (header.count("|")) + "|"]
     for r in rows:
-        seeds = f"{r['n']} of {r['planned']}" if r["missing"] else f"{r['n']}"
+        seeds = f"{r.n} of {r.planned}" if r.missing else f"{r.n}"
         line = (
-            f"| {r['task']} | {r['aligner']} | {r['variant'] or '–'} | {r['split']} | {r['metric']} | {_ours(r)} "
-            f"| {seeds} | {r['paper_test'] if r['paper_test'] != '' else '–'} |"
+            f"| {r.task} | {r.aligner} | {r.variant or '–'} | {r.split} | {r.metric} | {_ours(r)} "
+            f"| {seeds} | {r.paper_test if r.paper_test is not None else '–'} |"
         )
         if compared:
-            delta, p, verdict = _versus(r)
+            delta, p, verdict = _versus(r.comparison or Comparison())
             line += f" {delta} | {p} | {verdict} |"
-        lines.append(line + f" {r['missing'] or '–'} |")
+        lines.append(line + f" {r.missing_text() or '–'} |")
     return "\n".join(lines) + "\n"
 
 
-def write_chart(rows: list[dict[str, object]], path: Path) -> list[str]:
+#: The columns of report.csv: a row's, then with a baseline its comparison's.
+ROW_COLUMNS = ("task", "aligner", "variant", "split", "metric", "mean", "std", "n", "seeds", "paper_test", "planned",
+               "missing")  # fmt: skip
+COMPARISON_COLUMNS = ("baseline", "diff", "ci_low", "ci_high", "p_value", "units", "detectable", "verdict", "note")
+
+
+def to_csv(rows: list[Row]) -> str:
+    """The table as CSV, one line per row: a value that is not there is an empty cell, the seeds are separated by
+    spaces, the missing seeds as in the Markdown table."""
+
+    def cells(r: Row) -> dict[str, object]:
+        values = {k: getattr(r, k) for k in ROW_COLUMNS} | {"seeds": " ".join(map(str, r.seeds))}
+        values["missing"] = r.missing_text()
+        if r.comparison is not None:
+            values |= {k: getattr(r.comparison, k) for k in COMPARISON_COLUMNS}
+        return {k: "" if v is None else v for k, v in values.items()}
+
+    table = io.StringIO()
+    lines = [cells(r) for r in rows]
+    writer = csv.DictWriter(table, fieldnames=list(lines[0]) if lines else ["task"])
+    writer.writeheader()
+    writer.writerows(lines)
+    return table.getvalue()
+
+
+def write_chart(rows: list[Row], path: Path) -> list[str]:
     """One panel per task × metric × split: each row's mean with its std over seeds (no bar for a single seed's
     spread), the paper's test number dashed, and with a baseline each row's Δ, p and verdict above its bar. Each
     aligner keeps one colour in every panel (the baseline hatched); the axis starts at 0, so that a bar's height
@@ -449,10 +485,10 @@ def write_chart(rows: list[dict[str, object]], path: Path) -> list[str]:
 
     import matplotlib.pyplot as plt
 
-    panels: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+    panels: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
     for r in rows:
-        if r["n"]:
-            panels[(str(r["task"]), str(r["metric"]), str(r["split"]))].append(r)
+        if r.n:
+            panels[(r.task, r.metric, r.split)].append(r)
     if not panels:
         return []
     columns = min(3, len(panels))
@@ -461,33 +497,34 @@ def write_chart(rows: list[dict[str, object]], path: Path) -> list[str]:
     fig, axes = plt.subplots(-(-len(panels) // columns), columns, figsize=(columns * max(4.0, 1.3 * widest), height),
                              squeeze=False)  # fmt: skip
     palette = plt.get_cmap("tab10").colors
-    colours = {a: palette[i % len(palette)] for i, a in enumerate(sorted({str(r["aligner"]) for r in rows}))}
+    colours = {a: palette[i % len(palette)] for i, a in enumerate(sorted({r.aligner for r in rows}))}
     for ax, ((task, metric, split), shown) in zip(axes.flat, sorted(panels.items()), strict=False):
         x = range(len(shown))
-        means = [float(r["mean"]) for r in shown]
-        errors = [float(r["std"]) if int(r["n"]) > 1 else 0.0 for r in shown]
-        bars = ax.bar(x, means, yerr=errors, capsize=4, color=[colours[str(r["aligner"])] for r in shown])
+        means = [r.mean for r in shown]
+        errors = [r.std if r.n > 1 else 0.0 for r in shown]
+        bars = ax.bar(x, means, yerr=errors, capsize=4, color=[colours[r.aligner] for r in shown])
         for bar, r in zip(bars, shown, strict=True):
-            if r.get("note") == "baseline":
+            if r.comparison is not None and r.comparison.is_baseline:
                 bar.set_hatch("//")
                 bar.set_edgecolor("black")
         for i, r in enumerate(shown):
             top = means[i] + errors[i]
-            if r["paper_test"] != "":
-                ax.plot([i - 0.4, i + 0.4], [float(r["paper_test"])] * 2, color="black", linestyle="--", linewidth=1)
-                top = max(top, float(r["paper_test"]))
-            note = f"n = {r['n']}" + ("\nbaseline" if r.get("note") == "baseline" else "")
-            if r.get("diff", "") != "":
-                verdict = str(r["verdict"]).replace(" at this size", "")
-                note = (f"Δ {_points(r['diff'])} vs\n{r['baseline']}\np = {float(r['p_value']):.2g}, {verdict}\n"
-                        f"detectable {float(r['detectable']):.1f}\n" + note)  # fmt: skip
+            if r.paper_test is not None:
+                ax.plot([i - 0.4, i + 0.4], [float(r.paper_test)] * 2, color="black", linestyle="--", linewidth=1)
+                top = max(top, float(r.paper_test))
+            c = r.comparison or Comparison()
+            note = f"n = {r.n}" + ("\nbaseline" if c.is_baseline else "")
+            if c.tested:
+                verdict = str(c.verdict).replace(" at this size", "")
+                note = (f"Δ {_points(c.diff)} vs\n{c.baseline}\np = {c.p_value:.2g}, {verdict}\n"
+                        f"detectable {c.detectable:.1f}\n" + note)  # fmt: skip
             ax.text(i, top + 0.5, note, ha="center", va="bottom", fontsize=7)
-        ax.set_xticks(list(x), ["\n".join(textwrap.wrap(_label(r), 16)) for r in shown], fontsize=7)
+        ax.set_xticks(list(x), ["\n".join(textwrap.wrap(r.label, 16)) for r in shown], fontsize=7)
         role = "held-out, final" if split.startswith("test") else "selection"
         ax.set_title(f"{task}: {split} {metric} ({role})", fontsize=10)
         ax.set_ylabel(f"{split} {metric} (%)")
         ax.set_xlabel("aligner and variant (bars: mean ± std over seeds; dashed: paper, test)", fontsize=7)
-        high = max([m + e for m, e in zip(means, errors, strict=True)] + [float(r["paper_test"] or 0) for r in shown])
+        high = max([m + e for m, e in zip(means, errors, strict=True)] + [float(r.paper_test or 0) for r in shown])
         ax.set_ylim(0.0, min(100.0, high + 14) if high + 14 < 100 else high + 14)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
@@ -514,13 +551,13 @@ def _ranked(runs: list[Run], prefix: str) -> dict[str, list[tuple[float, dict[st
     }
 
 
-def disagreements(rows: list[dict], runs: list[Run], top: int) -> str:
+def disagreements(rows: list[Row], runs: list[Run], top: int) -> str:
     """Markdown: for each compared row on the dev split's first reported metric, the `top` questions (or examples)
     on which it and its baseline differ most, with what each ranked first (or predicted)."""
     members: dict[str, list[Run]] = defaultdict(list)
     for run in runs:
         if not run.missing:
-            members[f"{run.task}|{run.aligner} {run.variant}".strip()].append(run)
+            members[f"{run.task}|{run.label}"].append(run)
     first_metric = {r.task: r.metrics_reported[0] for r in runs if not r.missing}
     intro = (
         "For each row against its baseline: the dev questions (or examples) whose score differs most between the two "
@@ -529,16 +566,17 @@ def disagreements(rows: list[dict], runs: list[Run], top: int) -> str:
     )
     out = ["# Where the aligners disagree", "", intro, ""]
     for row in rows:
-        if row.get("diff", "") == "" or row["split"] != "dev" or row["metric"] != first_metric.get(row["task"]):
+        if not row.tested or row.split != "dev" or row.metric != first_metric.get(row.task):
             continue
-        prefix, name = _prefix_and_name("dev", str(row["metric"]))
-        mine, theirs = members[f"{row['task']}|{_label(row)}"], members[f"{row['task']}|{row['baseline']}"]
+        c = row.comparison
+        prefix, name = _prefix_and_name("dev", row.metric)
+        mine, theirs = members[f"{row.task}|{row.label}"], members[f"{row.task}|{c.baseline}"]
         a = seed_mean([u for u in (unit_scores(r.path, prefix, name) for r in mine) if u is not None])
         b = seed_mean([u for u in (unit_scores(r.path, prefix, name) for r in theirs) if u is not None])
         units = sorted(a.keys() & b.keys(), key=lambda u: (-abs(a[u] - b[u]), u))[:top]
-        left, right = _label(row), str(row["baseline"])
-        out += [f"## {row['task']}, dev {row['metric']}: {left} against {right}", "",
-                f"Δ {_points(row['diff'])} points over {row['units']} units, p = {row['p_value']}.", ""]  # fmt: skip
+        left, right = row.label, str(c.baseline)
+        out += [f"## {row.task}, dev {row.metric}: {left} against {right}", "",
+                f"Δ {_points(c.diff)} points over {c.units} units, p = {c.p_value}.", ""]  # fmt: skip
         texts = unit_rows(mine[0].path, prefix) or {}
         if mine[0].task_config.get("kind") == "rank":
             ranked_a, ranked_b = _ranked(mine, prefix), _ranked(theirs, prefix)
@@ -576,9 +614,10 @@ def disagreements(rows: list[dict], runs: list[Run], top: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def report(
-    paths: list[Path], out: Path | None = None, baseline: str | None = None, top: int = 10
-) -> list[dict[str, object]]:
+def report(paths: list[Path], out: Path | None = None, baseline: str | None = None, top: int = 10) -> list[Row]:
+    """Reports the runs below `paths` (run or sweep folders): report.md, report.csv and report.png in `out` (by
+    default the first folder), with a `baseline` (an aligner, optionally with a variant) each row's comparison with
+    it and the `top` questions on which they disagree most (disagreements.md); prints the table. Returns its rows."""
     wiring: list[Run] = []
     superseded: list[Run] = []
     runs = find_runs(paths, wiring, superseded)
@@ -589,32 +628,27 @@ def report(
         )
     rows = summarise(runs)
     for r in rows:
-        if r["missing"]:
+        if r.missing:
             log.warning(
                 "%s/%s%s %s %s: %d of %d seeds; missing %s. Relaunch the sweep's command (same hydra.sweep.dir) "
-                "to finish it: finished runs are skipped", r["task"], r["aligner"], f" {r['variant']}" if r["variant"]
-                else "", r["split"], r["metric"], r["n"], r["planned"], r["missing"],
+                "to finish it: finished runs are skipped", r.task, r.aligner, f" {r.variant}" if r.variant else "",
+                r.split, r.metric, r.n, r.planned, r.missing_text(),
             )  # fmt: skip
     if baseline:
         aligner = baseline.split()[0]
-        if not any(r["aligner"] == aligner for r in rows):
+        if not any(r.aligner == aligner for r in rows):
             raise ConfigError(
                 f"baseline={baseline!r}: no run has the aligner {aligner!r}; the runs have "
-                f"{sorted({str(r['aligner']) for r in rows})}"
+                f"{sorted({r.aligner for r in rows})}"
             )
         rows = compare(rows, runs, baseline)
     out = out or (paths[0] if paths[0].is_dir() else paths[0].parent)
     markdown = to_markdown(rows)
     write_text_atomic(out / "report.md", markdown)
-    table = io.StringIO()
-    writer = csv.DictWriter(table, fieldnames=list(rows[0].keys()) if rows else ["task"])
-    writer.writeheader()
-    writer.writerows(rows)
-    written = [out / "report.md", out / "report.csv"]
-    write_text_atomic(written[1], table.getvalue())
+    written = [out / "report.md", write_text_atomic(out / "report.csv", to_csv(rows))]
     if baseline:
         written.append(write_text_atomic(out / "disagreements.md", disagreements(rows, runs, top)))
-    if any(r["n"] for r in rows):
+    if any(r.n for r in rows):
         try:
             write_chart(rows, out / "report.png")
             written.append(out / "report.png")
@@ -641,7 +675,7 @@ def report(
     return rows
 
 
-def report_command(cfg: DictConfig) -> list[dict[str, object]]:
+def report_command(cfg: DictConfig) -> list[Row]:
     """The `report` command on its composed config (conf/report.yaml)."""
     runs = cfg.runs if isinstance(cfg.runs, ListConfig) else [cfg.runs]
     if not runs:

@@ -213,12 +213,12 @@ def test_report_shows_a_failed_or_never_started_seed_as_missing(tmp_path, capsys
     for n, (aligner, seed, value) in enumerate([("softmax", 1, 0.5), ("softmax", 2, 0.6), ("softmax", 3, 0.7),
                                                 ("coda", 1, 0.8), ("coda", 2, None)]):  # fmt: skip
         _write_run(sweep / f"{n}_snli_{aligner}_seed{seed}", seed, aligner, value)
-    rows = {r["aligner"]: r for r in summarise(find_runs([sweep]))}
-    assert (rows["softmax"]["n"], rows["softmax"]["planned"], rows["softmax"]["missing"]) == (3, 3, "")
-    assert rows["softmax"]["mean"] == 60.0
+    rows = {r.aligner: r for r in summarise(find_runs([sweep]))}
+    assert (rows["softmax"].n, rows["softmax"].planned, rows["softmax"].missing) == (3, 3, {})
+    assert rows["softmax"].mean == 60.0
     coda = rows["coda"]
-    assert (coda["n"], coda["planned"], coda["mean"], coda["seeds"]) == (1, 3, 80.0, "1")
-    assert "seed 2 (no metrics.json: failed" in coda["missing"] and "seed 3 (not started)" in coda["missing"]
+    assert (coda.n, coda.planned, coda.mean, coda.seeds) == (1, 3, 80.0, (1,))
+    assert coda.missing[2].startswith("no metrics.json: failed") and coda.missing[3] == "not started"
     assert report_module.main([f"runs={sweep}", f"out={tmp_path}"]) == 0
     printed = capsys.readouterr()
     assert "| snli | coda | – | dev | acc | 80.00 (n = 1) | 1 of 3 |" in printed.out  # one seed: no std
@@ -243,7 +243,7 @@ def test_report_counts_a_seed_run_again_in_another_sweep_once(tmp_path, capsys):
     _write_run(second / "1_snli_coda_seed3", 3, "coda", 0.7)
     superseded = []
     (row,) = summarise(find_runs([first, second], superseded=superseded))
-    assert (row["n"], row["planned"], row["missing"], row["mean"]) == (3, 3, "", 60.0)
+    assert (row.n, row.planned, row.missing, row.mean) == (3, 3, {}, 60.0)
     assert sorted(r.seed for r in superseded) == [2, 3]
     assert report_module.main([f"runs=[{first},{second}]", f"out={tmp_path / 'out'}"]) == 0
     printed = capsys.readouterr().out
@@ -251,8 +251,8 @@ def test_report_counts_a_seed_run_again_in_another_sweep_once(tmp_path, capsys):
     assert summary.startswith("3 runs; 2 unfinished jobs of a sweep run again elsewhere") and "missing" not in summary
     # Alone, the stopped sweep still shows its gaps
     (alone,) = summarise(find_runs([first]))
-    assert alone["n"] == 1 and "seed 2 (no metrics.json" in alone["missing"]
-    assert "seed 3 (not started)" in alone["missing"]
+    assert alone.n == 1 and "seed 2 (no metrics.json" in alone.missing_text()
+    assert "seed 3 (not started)" in alone.missing_text()
 
 
 def test_the_training_command_pickles_by_value_as_a_sweep_launcher_sends_it():

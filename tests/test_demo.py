@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from matching.cli import compose_config
 from matching.data.readers import read_snli_jsonl
 from matching.demo import DemoError, check_sample, comparison
 from matching.demo_sample import DEV, NEW_PAIRS, TRAIN, VECTORS, make_sample, sample_words
+from matching.results.rows import Comparison, Row
 
 
 def _records(path: Path) -> list[dict]:
@@ -95,18 +97,17 @@ def test_a_missing_sample_is_one_clear_error(tmp_path, monkeypatch):
 
 
 def _rows(**accuracies):
-    return [{"aligner": a, "variant": "F=none", "metric": "acc", "split": "dev", "n": 2, "mean": m, "std": s,
-             "diff": ""} for a, (m, s) in accuracies.items()]  # fmt: skip
+    return [Row("snli_sample", a, "F=none", "dev", "acc", m, s, 2, (1, 2), None, 2, {}, Comparison())
+            for a, (m, s) in accuracies.items()]  # fmt: skip
 
 
 def test_the_comparison_says_what_the_paired_test_resolves():
     """The demo's verdict is the report's paired test: 'not resolved at this size' with what 500 pairs and 2 seeds
     could resolve, never 'equal'; 'resolved' only when p < 0.05."""
     noise, real = _rows(softmax=(57.3, 0.4), coda=(58.5, 0.5)), _rows(softmax=(57.3, 0.4), coda=(66.0, 0.5))
-    noise[1] |= {"baseline": "softmax F=none", "diff": 1.2, "ci_low": -1.9, "ci_high": 4.3, "p_value": 0.45,
-                 "verdict": "not resolved at this size", "detectable": 4.4}  # fmt: skip
-    real[1] |= {"baseline": "softmax F=none", "diff": 8.7, "ci_low": 5.6, "ci_high": 11.8, "p_value": 0.0001,
-                "verdict": "resolved", "detectable": 4.1}  # fmt: skip
+    noise[1] = replace(noise[1], comparison=Comparison("softmax F=none", 1.2, -1.9, 4.3, 0.45, 500, 4.4,
+                                                       "not resolved at this size"))  # fmt: skip
+    real[1] = replace(real[1], comparison=Comparison("softmax F=none", 8.7, 5.6, 11.8, 0.0001, 500, 4.1, "resolved"))
     within = " ".join(comparison(noise, 500))
     assert "Dev accuracy (mean ± std over seeds, the same F=none): softmax 57.30 ± 0.40, coda 58.50 ± 0.50" in within
     assert "coda − softmax F=none: +1.20 points, 95 % CI [-1.90, +4.30], p = 0.45 over 500 dev pairs and 2 seeds: " \

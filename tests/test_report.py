@@ -94,14 +94,14 @@ def test_ablation_runs_get_one_row_per_setting_and_seeds_are_averaged(tmp_path):
                          f"aligner.gate={gate}", f"seed={seed}"]  # fmt: skip
             overrides += ["loss.class_weights=null"] if n == 0 else []
             (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
-    rows = [r for r in summarise(find_runs([tmp_path])) if r["metric"] == "map"]
-    got = {r["variant"]: (r["mean"], r["n"]) for r in rows}
+    rows = [r for r in summarise(find_runs([tmp_path])) if r.metric == "map"]
+    got = {r.variant: (r.mean, r.n) for r in rows}
     assert got == {  # loss.class_weights=null, spelled out by some runs only, is the same value everywhere
         "F=none aligner.center_e=false aligner.gate=none": (71.0, 2),
         "F=none aligner.center_e=true aligner.gate=none": (67.0, 2),
         "F=none aligner.center_e=true aligner.gate=center": (69.0, 2),
     }
-    assert all(r["paper_test"] == "" for r in rows)  # the paper's test numbers belong to the default settings
+    assert all(r.paper_test is None for r in rows)  # the paper's test numbers belong to the default settings
 
 
 def test_report_against_a_baseline_on_the_trained_sweep(multirun, tmp_path, capsys):
@@ -161,19 +161,19 @@ def test_controlled_rows_are_compared_with_the_baseline_of_the_same_score_functi
                      [f"aligner={aligner}", f"aligner.projection={f}", f"seed={seed}"], f, units)  # fmt: skip
         fake_run(tmp_path, f"conflict_{seed}", "wikiqa", "conflict", seed, {"val/map": 0.5, "val/mrr": 0.5},
                  ["aligner=conflict", f"seed={seed}"], None, low)  # fmt: skip
-    rows = {(r["aligner"], r["variant"], r["metric"]): r for r in report(tmp_path, "softmax")}
+    rows = {(r.aligner, r.variant, r.metric): r.comparison for r in report(tmp_path, "softmax")}
     coda = rows[("coda", "F=none", "map")]
-    assert coda["baseline"] == "softmax F=none" and coda["p_value"] < 0.01 and coda["units"] == 40
-    assert coda["diff"] == pytest.approx(100 * sum(high[q] - low[q] for q in questions) / 40, abs=0.01)
-    assert coda["ci_low"] > 0
+    assert coda.baseline == "softmax F=none" and coda.p_value < 0.01 and coda.units == 40
+    assert coda.diff == pytest.approx(100 * sum(high[q] - low[q] for q in questions) / 40, abs=0.01)
+    assert coda.ci_low > 0
     same = rows[("coda", "F=parikh", "map")]  # identical scores to its baseline's
-    assert same["baseline"] == "softmax F=parikh" and same["diff"] == 0 and same["p_value"] == 1
-    assert "several softmax rows" in rows[("conflict", "", "map")]["note"]  # no F: which softmax is ambiguous
-    rows = {(r["aligner"], r["variant"], r["metric"]): r for r in report(tmp_path, "softmax F=parikh")}
-    assert rows[("conflict", "", "map")]["baseline"] == "softmax F=parikh"
-    assert rows[("softmax", "F=none", "map")]["baseline"] == "softmax F=parikh"  # F's own effect, not itself
-    assert rows[("coda", "F=none", "map")]["baseline"] == "softmax F=none"  # the same F first
-    assert coda["verdict"] == "resolved" and 0 < coda["detectable"] < coda["diff"]
+    assert same.baseline == "softmax F=parikh" and same.diff == 0 and same.p_value == 1
+    assert "several softmax rows" in rows[("conflict", None, "map")].note  # no F: which softmax is ambiguous
+    rows = {(r.aligner, r.variant, r.metric): r.comparison for r in report(tmp_path, "softmax F=parikh")}
+    assert rows[("conflict", None, "map")].baseline == "softmax F=parikh"
+    assert rows[("softmax", "F=none", "map")].baseline == "softmax F=parikh"  # F's own effect, not itself
+    assert rows[("coda", "F=none", "map")].baseline == "softmax F=none"  # the same F first
+    assert coda.verdict == "resolved" and 0 < coda.detectable < coda.diff
     printed = capsys.readouterr().out
     assert "| wikiqa | coda | F=none | dev | map | 70.50 ± 0.00 | 2 | 70.5 | +20.50 [" in printed
     assert "| resolved; detectable: " in printed
@@ -190,11 +190,11 @@ def test_a_difference_in_noise_is_reported_as_not_resolved_with_what_would_be(tm
             mean = sum(units.values()) / len(units)
             fake_run(tmp_path, f"{aligner}_{seed}", "wikiqa", aligner, seed, {"val/map": mean, "val/mrr": mean},
                      [f"aligner={aligner}", "aligner.projection=none", f"seed={seed}"], "none", units)  # fmt: skip
-    rows = {(r["aligner"], r["metric"]): r for r in report(tmp_path, "softmax")}
+    rows = {(r.aligner, r.metric): r.comparison for r in report(tmp_path, "softmax")}
     row = rows[("coda", "map")]
-    assert row["verdict"] == "not resolved at this size" and row["p_value"] > 0.05
-    assert row["detectable"] == pytest.approx(100 * 2.8016 * 0.15 * (122 / 121) ** 0.5 / 122**0.5, abs=0.02)
-    assert f"| not resolved at this size; detectable: {row['detectable']:.2f} |" in capsys.readouterr().out
+    assert row.verdict == "not resolved at this size" and row.p_value > 0.05
+    assert row.detectable == pytest.approx(100 * 2.8016 * 0.15 * (122 / 121) ** 0.5 / 122**0.5, abs=0.02)
+    assert f"| not resolved at this size; detectable: {row.detectable:.2f} |" in capsys.readouterr().out
 
 
 def test_a_row_whose_same_f_baseline_has_not_finished_says_so(tmp_path):
@@ -205,9 +205,9 @@ def test_a_row_whose_same_f_baseline_has_not_finished_says_so(tmp_path):
                        [f"aligner={aligner}", f"aligner.projection={f}", "seed=1"], f, scores)  # fmt: skip
     (run / "metrics.json").unlink()
     (run / "scores" / "val.csv").unlink()
-    rows = {(r["aligner"], r["variant"], r["metric"]): r for r in report(tmp_path, "softmax F=parikh")}
-    coda = rows[("coda", "F=none", "map")]
-    assert coda["diff"] == "" and coda["note"] == "no finished softmax F=none run yet to compare with"
+    rows = {(r.aligner, r.variant, r.metric): r for r in report(tmp_path, "softmax F=parikh")}
+    coda = rows[("coda", "F=none", "map")].comparison
+    assert coda.diff is None and coda.note == "no finished softmax F=none run yet to compare with"
 
 
 def report(root, baseline):
@@ -248,7 +248,7 @@ def test_the_report_of_a_newcomers_four_runs_is_readable(tmp_path, capsys):
     from matching.report import find_runs, summarise, write_chart
 
     rows = summarise(find_runs([tmp_path]))
-    assert {(r["task"], r["aligner"], r["variant"], r["metric"]): r["paper_test"] for r in rows} == {
+    assert {(r.task, r.aligner, r.variant, r.metric): r.paper_test for r in rows} == {
         ("wikiqa", "softmax", "F=parikh", "map"): 66.4, ("wikiqa", "softmax", "F=parikh", "mrr"): 68.0,
         ("wikiqa", "coda", "F=none", "map"): 70.5, ("wikiqa", "coda", "F=none", "mrr"): 72.4,
         ("snli", "softmax", "F=parikh", "acc"): 84.61,
