@@ -145,7 +145,8 @@ def demo(cfg: DictConfig) -> Path:
             "Fix what it says and run the demo again"
         )
 
-    from matching.report import find_runs, report
+    from matching.results.discovery import find_runs
+    from matching.results.study import report
 
     say("\n== 2. Comparison (matching.report: mean ± std over seeds, dev split; paired test against the first)\n")
     rows = report([sweep], out, baseline=aligners[0] if len(aligners) > 1 else None)

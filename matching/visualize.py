@@ -31,7 +31,7 @@ from matching.extras import require
 from matching.files import write_json
 from matching.matcher import Matcher
 from matching.matrices import describe
-from matching.report import option_name
+from matching.results.discovery import option_name
 from matching.runs import RunError, TrainedRun, load_trained
 
 log = logging.getLogger(__name__)

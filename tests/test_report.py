@@ -70,7 +70,8 @@ def test_ablation_runs_get_one_row_per_setting_and_seeds_are_averaged(tmp_path):
     """Runs that differ in an override other than the seed (an ablation sweep) are reported as separate rows."""
     import yaml
 
-    from matching.report import find_runs, summarise
+    from matching.results.discovery import find_runs
+    from matching.results.tables import summarise
 
     values = {("false", "none"): [0.70, 0.72], ("true", "none"): [0.66, 0.68], ("true", "center"): [0.69, 0.69]}
     for n, ((center_e, gate), maps) in enumerate(values.items()):
@@ -211,7 +212,7 @@ def test_a_row_whose_same_f_baseline_has_not_finished_says_so(tmp_path):
 
 
 def report(root, baseline):
-    from matching.report import report as make_report
+    from matching.results.study import report as make_report
 
     return make_report([root], root / "out", baseline)
 
@@ -245,7 +246,9 @@ def test_the_report_of_a_newcomers_four_runs_is_readable(tmp_path, capsys):
     given = ["task=wikiqa", "aligner=coda", "embeddings=minilm", f"embeddings.path={absolute['embeddings']['path']}"]
     fake_run(tmp_path, "coda", "wikiqa", "coda", 1, {"val/map": 0.70, "val/mrr": 0.71}, given, "none", **absolute)
     fake_run(tmp_path, "snli", "snli", "softmax", 1, {"val/acc": 0.62}, ["task=snli"], "parikh")
-    from matching.report import find_runs, summarise, write_chart
+    from matching.results.charts import write_chart
+    from matching.results.discovery import find_runs
+    from matching.results.tables import summarise
 
     rows = summarise(find_runs([tmp_path]))
     assert {(r.task, r.aligner, r.variant, r.metric): r.paper_test for r in rows} == {
@@ -262,6 +265,6 @@ def test_the_report_of_a_newcomers_four_runs_is_readable(tmp_path, capsys):
 
 
 def test_a_difference_that_rounds_to_zero_prints_without_a_sign():
-    from matching.report import _points
+    from matching.results.tables import points
 
-    assert [_points(x) for x in (-0.001, 0.004, 0.5, -1.234)] == ["0.00", "0.00", "+0.50", "-1.23"]
+    assert [points(x) for x in (-0.001, 0.004, 0.5, -1.234)] == ["0.00", "0.00", "+0.50", "-1.23"]

@@ -21,7 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from matching.report import option_name
+from matching.results.discovery import option_name
 from matching.runs import TrainedRun
 from matching.serving.batcher import Job, Limits, error_body
 

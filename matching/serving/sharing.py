@@ -42,7 +42,7 @@ from matching.data.vocab import Vocabulary, hf_tokenizer
 from matching.extras import require
 from matching.files import write_atomic, write_json, write_text_atomic
 from matching.model import DecomposableAttention
-from matching.report import option_name
+from matching.results.discovery import option_name
 from matching.runs import RunError, TrainedRun, assemble_run, configured
 from matching.serving.spec import serving_spec
 

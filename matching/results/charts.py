@@ -1,0 +1,70 @@
+"""The report's chart: the rows of the table as bars with their spread over seeds, beside the paper's numbers."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from matching.extras import require
+from matching.results.rows import Comparison, Row
+from matching.results.tables import points
+
+
+def write_chart(rows: list[Row], path: Path) -> list[str]:
+    """One panel per task × metric × split: each row's mean with its std over seeds (no bar for a single seed's
+    spread), the paper's test number dashed, and with a baseline each row's Δ, p and verdict above its bar. Each
+    aligner keeps one colour in every panel (the baseline hatched); the axis starts at 0, so that a bar's height
+    does not exaggerate a difference; a test split is marked final, a dev split as the one models were selected on.
+    Returns the panels' titles."""
+    require("matplotlib", "plots", "the report's chart").use("Agg")
+    import textwrap
+
+    import matplotlib.pyplot as plt
+
+    panels: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
+    for r in rows:
+        if r.n:
+            panels[(r.task, r.metric, r.split)].append(r)
+    if not panels:
+        return []
+    columns = min(3, len(panels))
+    height = 1 + -(-len(panels) // columns) * 4.2
+    widest = max(len(v) for v in panels.values())
+    fig, axes = plt.subplots(-(-len(panels) // columns), columns, figsize=(columns * max(4.0, 1.3 * widest), height),
+                             squeeze=False)  # fmt: skip
+    palette = plt.get_cmap("tab10").colors
+    colours = {a: palette[i % len(palette)] for i, a in enumerate(sorted({r.aligner for r in rows}))}
+    for ax, ((task, metric, split), shown) in zip(axes.flat, sorted(panels.items()), strict=False):
+        x = range(len(shown))
+        means = [r.mean for r in shown]
+        errors = [r.std if r.n > 1 else 0.0 for r in shown]
+        bars = ax.bar(x, means, yerr=errors, capsize=4, color=[colours[r.aligner] for r in shown])
+        for bar, r in zip(bars, shown, strict=True):
+            if r.comparison is not None and r.comparison.is_baseline:
+                bar.set_hatch("//")
+                bar.set_edgecolor("black")
+        for i, r in enumerate(shown):
+            top = means[i] + errors[i]
+            if r.paper_test is not None:
+                ax.plot([i - 0.4, i + 0.4], [float(r.paper_test)] * 2, color="black", linestyle="--", linewidth=1)
+                top = max(top, float(r.paper_test))
+            c = r.comparison or Comparison()
+            note = f"n = {r.n}" + ("\nbaseline" if c.is_baseline else "")
+            if c.tested:
+                verdict = str(c.verdict).replace(" at this size", "")
+                note = (f"Δ {points(c.diff)} vs\n{c.baseline}\np = {c.p_value:.2g}, {verdict}\n"
+                        f"detectable {c.detectable:.1f}\n" + note)  # fmt: skip
+            ax.text(i, top + 0.5, note, ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(list(x), ["\n".join(textwrap.wrap(r.label, 16)) for r in shown], fontsize=7)
+        role = "held-out, final" if split.startswith("test") else "selection"
+        ax.set_title(f"{task}: {split} {metric} ({role})", fontsize=10)
+        ax.set_ylabel(f"{split} {metric} (%)")
+        ax.set_xlabel("aligner and variant (bars: mean ± std over seeds; dashed: paper, test)", fontsize=7)
+        high = max([m + e for m, e in zip(means, errors, strict=True)] + [float(r.paper_test or 0) for r in shown])
+        ax.set_ylim(0.0, min(100.0, high + 14) if high + 14 < 100 else high + 14)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [f"{task}: {split} {metric}" for task, metric, split in sorted(panels)]
