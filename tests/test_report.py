@@ -5,6 +5,7 @@ import json
 import statistics
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from conftest import ROOT, SUBPROCESS_ENV, cli_overrides
@@ -268,3 +269,23 @@ def test_a_difference_that_rounds_to_zero_prints_without_a_sign():
     from matching.results.tables import points
 
     assert [points(x) for x in (-0.001, 0.004, 0.5, -1.234)] == ["0.00", "0.00", "+0.50", "-1.23"]
+
+
+def test_a_value_that_is_not_there_is_none_in_a_row_and_an_empty_cell_or_a_dash_in_the_tables():
+    """A row without a variant, a paper number or a test against the baseline holds None, not "": report.csv
+    writes an empty cell for it, the Markdown table a dash; the missing seeds are named in both."""
+    from matching.results.rows import Comparison, Row
+    from matching.results.tables import to_csv, to_markdown
+
+    row = Row("snli", "conflict", None, "dev", "acc", 61.5, 0.5, 2, (1, 2), None, 3, {3: "not started"},
+              Comparison(note="no softmax row for this task"))  # fmt: skip
+    header, line = to_csv([row]).splitlines()
+    assert header.split(",") == ["task", "aligner", "variant", "split", "metric", "mean", "std", "n", "seeds",
+                                 "paper_test", "planned", "missing", "baseline", "diff", "ci_low", "ci_high",
+                                 "p_value", "units", "detectable", "verdict", "note"]  # fmt: skip
+    assert line == "snli,conflict,,dev,acc,61.5,0.5,2,1 2,,3,seed 3 (not started),,,,,,,,,no softmax row for this task"
+    assert (
+        "| snli | conflict | – | dev | acc | 61.50 ± 0.50 | 2 of 3 | – | no softmax row for this task | – | – "
+        "| seed 3 (not started) |" in to_markdown([row])
+    )
+    assert to_csv([replace(row, comparison=None)]).splitlines()[0].endswith(",planned,missing")
