@@ -56,3 +56,136 @@ def test_no_import_of_a_private_module_of_a_dependency(package):
         hit for path in files for hit in private_imports(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
     ]
     assert not found, "imports of private modules or names of other packages:\n" + "\n".join(found)
+
+
+# --- the package's own imports: commands on top, the library below, no cycle ---------------------------------------
+
+#: Modules that are commands: the Hydra wrappers (`main = command(...)`) and the command machinery (cli). Nothing
+#: below them may import one: a library module that imports a command module runs upward.
+COMMAND_MACHINERY = {"matching.cli"}
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_nodes(tree: ast.AST):
+    """The nodes of `tree` that run on import or call, leaving out `if TYPE_CHECKING:` blocks (annotations only)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack.extend(node.orelse)
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def own_imports(source: str, module: str, modules: set[str], is_package: bool = False) -> set[str]:
+    """The modules of `modules` that `source` (the module `module`) imports, at its top or inside a function:
+    `from matching.x import y` names `matching.x.y` when that is a module, else `matching.x`."""
+    found = set()
+    package = module if is_package else module.rpartition(".")[0]
+    for node in _runtime_nodes(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name in modules}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                if f"{target}.{alias.name}" in modules:
+                    found.add(f"{target}.{alias.name}")
+                elif target in modules:
+                    found.add(target)
+    return found - {module}
+
+
+def import_graph(root: Path = ROOT, package: str = "matching") -> dict[str, set[str]]:
+    files = {module_name(p, root): p for p in sorted((root / package).rglob("*.py"))}
+    return {m: own_imports(p.read_text(encoding="utf-8"), m, set(files), p.name == "__init__.py")
+            for m, p in files.items()}  # fmt: skip
+
+
+def command_modules(root: Path = ROOT, package: str = "matching") -> set[str]:
+    """The modules that define a command: `main = command(...)` at their top level."""
+    found = set(COMMAND_MACHINERY)
+    for path in (root / package).rglob("*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                if ast.unparse(node.value.func) == "command" and any(ast.unparse(t) == "main" for t in node.targets):
+                    found.add(module_name(path, root))
+    return found
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of `graph`: its strongly connected components of more than one module (Tarjan)."""
+    index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def upward_imports(graph: dict[str, set[str]], commands: set[str]) -> list[str]:
+    return sorted(f"{m} imports {c}" for m, deps in graph.items() if m not in commands for c in deps & commands)
+
+
+def test_the_checks_find_a_cycle_and_an_upward_import(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    files = {
+        "__init__.py": "",
+        "a.py": "from pkg.sub import b\n",
+        "sub/__init__.py": "",
+        "sub/b.py": "def f():\n    from pkg import c  # inside a function: still an import\n",
+        "c.py": "from . import a\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import tool\n",
+        "tool.py": "from pkg.cli import command\nmain = command('tool', print)\n",
+        "cli.py": "def command(name, body): ...\n",
+        "lib.py": "from pkg.tool import main\n",
+    }
+    for name, text in files.items():
+        (pkg / name).write_text(text)
+    graph = import_graph(tmp_path, "pkg")
+    assert cycles(graph) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
+    assert "pkg.tool" not in graph["pkg.c"]  # an annotation-only import is no import at run time
+    assert command_modules(tmp_path, "pkg") - COMMAND_MACHINERY == {"pkg.tool"}
+    assert upward_imports(graph, {"pkg.tool", "pkg.cli"}) == ["pkg.lib imports pkg.tool"]
+
+
+def test_the_package_has_no_import_cycle():
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_no_library_module_imports_a_command_module():
+    commands = command_modules()
+    assert {"matching.train", "matching.predict", "matching.report", "matching.serve"} <= commands
+    found = upward_imports(import_graph(), commands)
+    assert not found, "library modules importing command modules:\n" + "\n".join(found)
