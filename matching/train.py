@@ -202,7 +202,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         metrics["best_epoch"] = 1 + int(
             torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=False)["epoch"]
         )
-        system.record_predictions = True  # each pair's prediction, for scores/ (matching.scores)
+        system.record_predictions = True  # each pair's prediction, for scores/ (matching.results.scores)
         for result in trainer.validate(system, datamodule=dm, ckpt_path="best", verbose=False):
             metrics |= _floats(result)
         if cfg.test and dm.test_splits:
