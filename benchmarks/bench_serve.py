@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from matching.cli import compose_config  # noqa: E402
-from matching.data.readers import Pair  # noqa: E402
+from matching.data.pairs import Pair  # noqa: E402
 from matching.predict import read_input  # noqa: E402
 from matching.runs import load_trained  # noqa: E402
 from matching.serve import serving  # noqa: E402

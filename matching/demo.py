@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from matching import DEMO_DATA
 from matching.cli import command
 from matching.configs import CONF
-from matching.data.readers import Pair
+from matching.data.pairs import Pair
 from matching.data.sources import resolve_path
 from matching.demo_sample import DEV, NEW_PAIRS, TRAIN, VECTORS
 from matching.errors import MissingFileError, UserError

@@ -30,8 +30,7 @@ from omegaconf import DictConfig
 
 from matching import DEMO_DATA
 from matching.cli import command
-from matching.data.readers import DataFormatError
-from matching.errors import MissingFileError
+from matching.errors import DataFormatError, MissingFileError
 from matching.files import existing, open_binary, write_atomic
 
 log = logging.getLogger(__name__)

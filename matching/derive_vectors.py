@@ -33,8 +33,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from matching.cli import command
-from matching.data.readers import DataFormatError
-from matching.errors import MissingFileError
+from matching.errors import DataFormatError, MissingFileError
 from matching.extras import MissingExtraError
 from matching.files import existing, open_binary, write_atomic
 

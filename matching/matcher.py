@@ -25,9 +25,10 @@ import numpy as np
 import torch
 
 from matching import precision
+from matching.data.pairs import Pair, pair_from_mapping
 from matching.data.pipeline import PreparedPairs
-from matching.data.readers import DataFormatError, Pair, pair_from_mapping
 from matching.data.vocab import NULL
+from matching.errors import DataFormatError
 from matching.metrics import match_margin
 from matching.runs import RunError, TrainedRun, configured, find_checkpoint, load_trained, saved_config
 

@@ -30,7 +30,8 @@ from typing import IO
 from omegaconf import DictConfig
 
 from matching.cli import command
-from matching.data.readers import FIELD_ALIASES, GROUP_ALIASES, DataFormatError, Pair, pair_from_mapping
+from matching.data.pairs import FIELD_ALIASES, GROUP_ALIASES, Pair, pair_from_mapping
+from matching.errors import DataFormatError
 from matching.files import existing, open_binary
 from matching.matcher import Matcher, ranking
 from matching.runs import RunError, load_trained

@@ -25,8 +25,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from matching.configs import build
 from matching.data.datamodule import PairDataModule, split_prefix
 from matching.data.embeddings import EmbeddingSource
+from matching.data.pairs import Pair
 from matching.data.pipeline import PreparedPairs, TextPipeline
-from matching.data.readers import Pair
 from matching.data.sources import labels_from_data
 from matching.data.tasks import Task
 from matching.data.vocab import Vocabulary

@@ -88,7 +88,7 @@ def test_unknown_config_key_names_the_key(make_cfg):
 def test_predict_input_with_an_empty_text_names_the_line():
     import io
 
-    from matching.data.readers import DataFormatError
+    from matching.errors import DataFormatError
 
     with pytest.raises(DataFormatError, match="input.tsv, line 2: the first text is empty"):
         list(read_input(io.StringIO("a dog\ta cat\n \tsomething\n"), "input.tsv"))

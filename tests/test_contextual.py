@@ -15,7 +15,7 @@ import torch
 from omegaconf import OmegaConf
 
 from matching.data.contextual import ContextualEncoder, WordPieces
-from matching.data.readers import Pair
+from matching.data.pairs import Pair
 from matching.encoders import EncoderError, pool_words
 from matching.runs import RunError, build_datamodule, load_trained
 from matching.train import train

@@ -85,7 +85,7 @@ def test_a_throwaway_aligner_is_one_class_and_one_yaml(tmp_path, monkeypatch, ca
 
 
 THROWAWAY_READER = '''
-from matching.data.readers import Pair
+from matching.data.pairs import Pair
 
 
 def read_pipes(path):

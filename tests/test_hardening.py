@@ -141,7 +141,7 @@ def test_every_input_shape_is_read_as_meant(data, expected):
     ],
 )
 def test_misread_input_is_an_error_naming_the_place(data, fmt, message):
-    from matching.data.readers import DataFormatError
+    from matching.errors import DataFormatError
 
     with pytest.raises(DataFormatError, match=message):
         _pairs(data, fmt)
@@ -203,7 +203,7 @@ def test_a_checkpoint_evaluated_as_another_kind_of_task_is_refused(wikiqa_run, c
 def test_corpus_paths_that_are_not_what_they_claim(make_cfg, tmp_path):
     from conftest import FIXTURES
 
-    from matching.data.readers import DataFormatError
+    from matching.errors import DataFormatError
     from matching.runs import build_datamodule
 
     with pytest.raises(DataFormatError, match="is a folder, but this corpus format is one file per split"):

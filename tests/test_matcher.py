@@ -9,7 +9,8 @@ import torch
 
 from matching import Matcher
 from matching.data.batching import BatchTooLargeError
-from matching.data.readers import DataFormatError, Pair
+from matching.data.pairs import Pair
+from matching.errors import DataFormatError
 from matching.predict import main as predict_main
 from matching.runs import RunError, load_trained
 

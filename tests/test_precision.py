@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from hydra.utils import instantiate
 
 from matching import Matcher, precision
-from matching.data.readers import Pair
+from matching.data.pairs import Pair
 from matching.runs import build_datamodule, build_model, build_system, load_trained
 from matching.train import train
 from tests.conftest import evaluate

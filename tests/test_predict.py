@@ -98,7 +98,7 @@ def test_one_pair_is_counted_in_the_singular(snli_run, tmp_path, capsys):
     ],
 )
 def test_malformed_input_names_the_line(text, message):
-    from matching.data.readers import DataFormatError
+    from matching.errors import DataFormatError
 
     with pytest.raises(DataFormatError, match=message):
         list(read_input(io.StringIO(text), "input.txt"))
@@ -125,7 +125,7 @@ def test_a_word_seen_only_in_the_vectors_file_gets_its_own_vector(snli_run, tmp_
     import torch
     from conftest import FIXTURE_VECTORS
 
-    from matching.data.readers import Pair
+    from matching.data.pairs import Pair
     from matching.runs import load_trained
 
     run_dir, _ = snli_run

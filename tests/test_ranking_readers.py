@@ -11,15 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from matching.data.readers import (
-    DataFormatError,
-    Pair,
-    read_trecqa_toks,
-    read_trecqa_xml,
-    read_ubuntu_csv,
-    read_ubuntu_tsv,
-    read_wikiqa_tsv,
-)
+from matching.data.pairs import Pair
+from matching.data.readers import read_trecqa_toks, read_trecqa_xml, read_ubuntu_csv, read_ubuntu_tsv, read_wikiqa_tsv
+from matching.errors import DataFormatError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REAL = Path("/work/shared/data")

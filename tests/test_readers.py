@@ -13,14 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from matching.data.readers import (
-    DataFormatError,
-    Pair,
-    open_text,
-    read_dnli,
-    read_scitail_tsv,
-    read_snli_jsonl,
-)
+from matching.data.corpus_files import open_text
+from matching.data.pairs import Pair
+from matching.data.readers import read_dnli, read_scitail_tsv, read_snli_jsonl
+from matching.errors import DataFormatError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REAL_SNLI_DEV = Path("/work/shared/data/snli/snli_1.0_dev.jsonl.gz")

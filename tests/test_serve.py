@@ -21,7 +21,7 @@ import torch
 httpx = pytest.importorskip("httpx", reason="the serve extra: pip install -e '.[serve]'")
 pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
 
-from matching.data.readers import Pair  # noqa: E402
+from matching.data.pairs import Pair  # noqa: E402
 from matching.matcher import Matcher  # noqa: E402
 from matching.predict import predict  # noqa: E402
 from matching.runs import load_trained  # noqa: E402

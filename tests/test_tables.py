@@ -10,7 +10,7 @@ from conftest import FIXTURES, compose_train, evaluate
 from omegaconf import OmegaConf
 
 from matching.data.encoding import LabelError
-from matching.data.readers import Pair
+from matching.data.pairs import Pair
 from matching.data.tables import read_pair_table
 from matching.errors import DataFormatError
 from matching.train import train

@@ -384,7 +384,7 @@ class ContextualEncoder(EmbeddingSource):
 
     def serving_inputs(self, text: Any, pairs: Sequence[tuple[str, str]]) -> dict[str, Tensor]:
         """The exported model's inputs for `pairs` (a TextPipeline `text` prepares them as `predict` does)."""
-        from matching.data.readers import Pair
+        from matching.data.pairs import Pair
 
         prepared = text.prepare([Pair(x, y, "") for x, y in pairs])
         batch = {side: text.batch(prepared)[side] for side in "ab"}

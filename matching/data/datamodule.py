@@ -24,8 +24,8 @@ from matching.data.batching import BucketBatchSampler, Budget, PadCollator, Trai
 from matching.data.cache import file_stamp
 from matching.data.embeddings import EmbeddingSource
 from matching.data.encoding import EncodedSplit, encode_split, keep_answered_questions
+from matching.data.pairs import Pair
 from matching.data.pipeline import TextPipeline
-from matching.data.readers import Pair
 from matching.data.sources import read_split, resolve_path
 from matching.data.tasks import Task
 from matching.data.vocab import Tokenizer, Vocabulary

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from matching.data.readers import Pair
+from matching.data.pairs import Pair
 from matching.data.vocab import Vocabulary
 from matching.errors import ConfigError, UserError
 

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from matching.data.batching import Budget
 from matching.data.embeddings import EmbeddingSource
 from matching.data.encoding import model_words, pair_sides
-from matching.data.readers import Pair
+from matching.data.pairs import Pair
 from matching.data.tasks import Task
 from matching.data.vocab import Tokenizer, Vocabulary
 

@@ -15,29 +15,27 @@ it reaches the end of its file.
 from __future__ import annotations
 
 import csv
-import gzip
-import io
-import json
 import logging
 import os
 import re
-import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
+from matching.data.corpus_files import (
+    existing_corpus_file,
+    json_array,
+    json_lines,
+    numbered_lines,
+)
+from matching.data.pairs import Pair
 from matching.errors import DataFormatError, MissingFileError
-from matching.files import existing, gz_twin, open_binary
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "DataFormatError",
-    "Pair",
-    "open_text",
     "read_dnli",
     "read_scitail_tsv",
     "read_snli_jsonl",
@@ -50,113 +48,13 @@ __all__ = [
 
 # Labels that mark an example with no usable gold label, and how the summary line describes them.
 _DROPPED_LABELS = {"-": 'label "-" (no annotator consensus)', "": "empty label"}
-_JSON_WS = re.compile(r"[ \t\n\r]*")
-
-
-@dataclass(frozen=True, slots=True)
-class Pair:
-    """One example: two texts and the corpus's label string.
-
-    ``group`` identifies the question/context a candidate belongs to in ranking corpora; NLI readers
-    leave it ``None``.
-    """
-
-    a: str
-    b: str
-    label: str
-    group: str | None = None
-    # 1-based line of the example in its file (0: unknown), for error messages; provenance, not content, so it
-    # takes no part in equality.
-    line: int = field(default=0, compare=False)
 
 
 #: The field names of a pair's two texts in JSON objects (predict's input, `Matcher.predict`'s dicts), and of its
 #: group (question) id.
-FIELD_ALIASES = [("a", "b"), ("sentence1", "sentence2"), ("premise", "hypothesis"), ("question", "answer"),
-                 ("context", "response")]  # fmt: skip
-GROUP_ALIASES = ("group", "qid", "question_id", "id")
-
-
-def pair_from_mapping(obj: object, where: str, line: int = 0) -> Pair:
-    """A new pair (no label) from a JSON object or dict: its two texts under one of FIELD_ALIASES, and an optional
-    group id under one of GROUP_ALIASES; DataFormatError naming `where` otherwise."""
-    if not isinstance(obj, dict):
-        raise DataFormatError(f"{where}: expected a JSON object with the two texts, got {obj!r:.60}")
-    for ka, kb in FIELD_ALIASES:
-        if ka in obj and kb in obj:
-            if not isinstance(obj[ka], str) or not isinstance(obj[kb], str):
-                raise DataFormatError(
-                    f"{where}: {ka!r} and {kb!r} must be strings, got {obj[ka]!r:.40}, {obj[kb]!r:.40}"
-                )
-            group = next((obj[k] for k in GROUP_ALIASES if obj.get(k) is not None), None)
-            return Pair(obj[ka], obj[kb], "", None if group is None else str(group), line)
-    raise DataFormatError(
-        f"{where}: no pair of text fields among {[list(p) for p in FIELD_ALIASES]}; found keys {sorted(obj)}"
-    )
 
 
 # --------------------------------------------------------------------------------------------- opening
-
-
-def _resolve(path: str | os.PathLike[str]) -> Path:
-    """``path`` if it exists, else its twin (``x`` <-> ``x.gz``); FileNotFoundError names both paths tried."""
-    found = existing(path)
-    if found is None:
-        raise MissingFileError(f"corpus file not found: tried {str(path)!r} and {str(gz_twin(path))!r}")
-    if found.is_dir():
-        raise DataFormatError(
-            f"{found} is a folder, but this corpus format is one file per split: point task.splits.<split>.path at "
-            "the file (or choose the reader of a folder format with task/reader=..., e.g. trecqa_toks)"
-        )
-    return found
-
-
-def open_text(path: str | os.PathLike[str], *, errors: str = "strict") -> TextIO:
-    """Open a corpus file as UTF-8 text with universal newlines (CRLF reads as LF).
-
-    Gunzips transparently when the file is gzip. If ``path`` does not exist, its twin is tried:
-    ``x.jsonl`` -> ``x.jsonl.gz`` and ``x.jsonl.gz`` -> ``x.jsonl``; if neither exists,
-    :class:`FileNotFoundError` names both. ``errors`` is passed to the decoder (e.g. ``"replace"`` for
-    files known to carry stray non-UTF-8 bytes).
-
-    Decoding errors and truncated gzip data surface while *reading* from the returned stream, as
-    :class:`UnicodeDecodeError` / :class:`EOFError`; the ``read_*`` functions turn those into
-    :class:`DataFormatError` with a line number.
-    """
-    p = _resolve(path)
-    return io.TextIOWrapper(open_binary(p), encoding="utf-8", errors=errors, newline=None)
-
-
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(1-based line number, line without its line ending)`` from a plain or gzipped file.
-
-    A leading UTF-8 byte-order mark is removed. Bad UTF-8 and truncated or corrupt gzip data raise
-    :class:`DataFormatError` naming the line.
-    """
-    lineno = 0
-    with open_binary(path) as f:
-        try:
-            for lineno, raw in enumerate(f, 1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise DataFormatError(
-                        f"{path}, line {lineno}: byte {raw[e.start : e.start + 1]!r} at byte offset "
-                        f"{e.start} of the line is not valid UTF-8. The corpus files are UTF-8; "
-                        "re-download the file, or convert it (e.g. `iconv -f cp1252 -t utf-8`)."
-                    ) from None
-                if lineno == 1 and line.startswith("\ufeff"):
-                    line = line[1:]
-                yield lineno, line.rstrip("\r\n")
-        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-            raise _gzip_error(path, lineno + 1, e) from None
-
-
-def _gzip_error(path: Path, lineno: int, e: BaseException) -> DataFormatError:
-    return DataFormatError(
-        f"{path}, line {lineno}: the gzip data ends early or is corrupt ({e}). The file looks "
-        "truncated or damaged (an interrupted download or copy?); re-download it."
-    )
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -227,67 +125,6 @@ def _pairs_from_records(
     tally.log()
 
 
-def _json_lines(path: Path, lines: Iterable[tuple[int, str]], what: str) -> Iterator[tuple[int, Any]]:
-    """Decode JSON Lines, skipping blank lines."""
-    loads = json.loads
-    for lineno, line in lines:
-        if not line or line.isspace():
-            continue
-        try:
-            yield lineno, loads(line)
-        except json.JSONDecodeError as e:
-            raise DataFormatError(
-                f"{path}, line {lineno}: invalid JSON ({e.msg} at column {e.colno}). Expected {what}, one "
-                "object per line; if the file was cut short re-download it, otherwise fix or remove "
-                "that line."
-            ) from None
-
-
-def _json_array(path: Path, text: str, first_lineno: int, what: str) -> Iterator[tuple[int, Any]]:
-    """Decode a top-level JSON array element by element, so each element's line number is known.
-
-    ``text`` starts at the ``[`` which is on line ``first_lineno`` of the file. Line numbers are only
-    computed (by counting newlines) when an element is yielded, which is cheap for single-line arrays and
-    linear overall for pretty-printed ones because counting resumes where it stopped.
-    """
-    decode = json.JSONDecoder().raw_decode
-    ws = _JSON_WS.match
-    n = len(text)
-    counted_to, lineno = 0, first_lineno
-
-    def line_at(pos: int) -> int:
-        nonlocal counted_to, lineno
-        lineno += text.count("\n", counted_to, pos)
-        counted_to = pos
-        return lineno
-
-    def fail(pos: int, msg: str) -> DataFormatError:
-        return DataFormatError(
-            f"{path}, line {line_at(pos)}: {msg}. Expected {what}; if the file was cut short re-download "
-            "it, otherwise fix it there."
-        )
-
-    pos = ws(text, 1).end()
-    if pos < n and text[pos] == "]":
-        return
-    while True:
-        try:
-            obj, end = decode(text, pos)
-        except json.JSONDecodeError as e:
-            raise fail(e.pos, f"invalid JSON in the array ({e.msg})") from None
-        yield line_at(pos), obj
-        pos = ws(text, end).end()
-        if pos >= n:
-            raise fail(n, "the JSON array is not closed (no final ']'): the file looks truncated")
-        if text[pos] == "]":
-            break
-        if text[pos] != ",":
-            raise fail(pos, f"expected ',' or ']' between array elements, found {text[pos]!r}")
-        pos = ws(text, pos + 1).end()
-    if ws(text, pos + 1).end() != n:
-        raise fail(pos + 1, "unexpected data after the closing ']' of the JSON array")
-
-
 # ---------------------------------------------------------------------------------------------- readers
 
 _SNLI_WHAT = "SNLI/MultiNLI 1.0 JSON Lines (sentence1, sentence2, gold_label)"
@@ -299,21 +136,21 @@ def read_snli_jsonl(path: str | os.PathLike[str]) -> Iterator[Pair]:
 
     Lines whose ``gold_label`` is "-" (annotators did not agree) are dropped, as is conventional.
     """
-    p = _resolve(path)
+    p = existing_corpus_file(path)
     return _pairs_from_records(
-        p, _json_lines(p, _lines(p), _SNLI_WHAT), ("sentence1", "sentence2", "gold_label"), _SNLI_WHAT
+        p, json_lines(p, numbered_lines(p), _SNLI_WHAT), ("sentence1", "sentence2", "gold_label"), _SNLI_WHAT
     )
 
 
 def read_scitail_tsv(path: str | os.PathLike[str]) -> Iterator[Pair]:
     """Read SciTail 1.1 ``tsv_format``: no header; premise, hypothesis, label (entails/neutral)."""
-    p = _resolve(path)
+    p = existing_corpus_file(path)
     return _scitail(p)
 
 
 def _scitail(path: Path) -> Iterator[Pair]:
     tally = _Tally(path)
-    for lineno, line in _lines(path):
+    for lineno, line in numbered_lines(path):
         if not line or line.isspace():
             continue
         cols = line.split("\t")
@@ -339,21 +176,21 @@ def read_dnli(path: str | os.PathLike[str]) -> Iterator[Pair]:
     Both are accepted: the file is an array when its first non-whitespace character is ``[``. An array
     is decoded whole (the largest split, train, is a few hundred MB of text at most).
     """
-    p = _resolve(path)
+    p = existing_corpus_file(path)
     return _pairs_from_records(p, _dnli_records(p), ("sentence1", "sentence2", "label"), _DNLI_WHAT)
 
 
 def _dnli_records(path: Path) -> Iterator[tuple[int, Any]]:
-    lines = _lines(path)
+    lines = numbered_lines(path)
     for lineno, line in lines:
         if not line or line.isspace():
             continue
         if line.lstrip().startswith("["):
             rest = [line.lstrip()]
             rest.extend(ln for _, ln in lines)
-            yield from _json_array(path, "\n".join(rest), lineno, _DNLI_WHAT)
+            yield from json_array(path, "\n".join(rest), lineno, _DNLI_WHAT)
         else:
-            yield from _json_lines(path, _chain_one((lineno, line), lines), _DNLI_WHAT)
+            yield from json_lines(path, _chain_one((lineno, line), lines), _DNLI_WHAT)
         return
 
 
@@ -458,14 +295,14 @@ def read_wikiqa_tsv(path: str | os.PathLike[str]) -> Iterator[Pair]:
     Yields ``Pair(Question, Sentence, Label, QuestionID)``. Every question is kept, including those with no
     correct sentence or only correct ones; the usual "filtered" evaluation drops those later.
     """
-    p = _resolve(path)
+    p = existing_corpus_file(path)
     return _wikiqa(p)
 
 
 def _wikiqa(path: Path) -> Iterator[Pair]:
     tally = _GroupTally(path, unique=True)
     header_seen = False
-    for lineno, line in _lines(path):
+    for lineno, line in numbered_lines(path):
         if not line or line.isspace():
             continue
         cols = line.split("\t")
@@ -520,7 +357,7 @@ def _trecqa_files(folder: Path) -> list[Path]:
     found, missing = [], []
     for name in _TRECQA_FILES:
         try:
-            found.append(_resolve(folder / name))
+            found.append(existing_corpus_file(folder / name))
         except FileNotFoundError:
             missing.append(name)
     if missing:
@@ -535,7 +372,7 @@ def _trecqa_toks(folder: Path, files: list[Path]) -> Iterator[Pair]:
     sim_path, id_path = files[2], files[3]
     sim_what = "sim.txt with one 0/1 label per line"
     tally = _GroupTally(folder, unique=True)
-    streams = [_lines(f) for f in files]
+    streams = [numbered_lines(f) for f in files]
     for lineno, rows in enumerate(zip_longest(*streams), 1):
         if None in rows:
             counts = [lineno - 1 + (r is not None) + sum(1 for _ in s) for r, s in zip(rows, streams, strict=True)]
@@ -571,13 +408,13 @@ def read_trecqa_xml(path: str | os.PathLike[str]) -> Iterator[Pair]:
     HTML characters are not escaped in these files, so they are parsed line by line, not as XML. Yields
     ``Pair(question, candidate, "1"/"0", QApairs id)``; a question without candidates is counted as dropped.
     """
-    p = _resolve(path)
+    p = existing_corpus_file(path)
     return _trecqa_xml(p)
 
 
 def _trecqa_xml(path: Path) -> Iterator[Pair]:
     tally = _GroupTally(path, unique=True)
-    lines = _lines(path)
+    lines = numbered_lines(path)
     group: str | None = None  # id of the open <QApairs>
     group_line = 0
     question: str | None = None
@@ -685,13 +522,13 @@ def read_ubuntu_csv(path: str | os.PathLike[str]) -> Iterator[Pair]:
     The group is the 1-based data row number (header excluded). Contexts keep their ``__eou__``/``__eot__``
     markers verbatim; quoted fields may hold commas, quotes and newlines.
     """
-    p = _resolve(path)
+    p = existing_corpus_file(path)
     return _ubuntu_csv(p)
 
 
 def _ubuntu_csv(path: Path) -> Iterator[Pair]:
     tally = _GroupTally(path)
-    reader = csv.reader(line + "\n" for _, line in _lines(path))
+    reader = csv.reader(line + "\n" for _, line in numbered_lines(path))
     header: tuple[str, ...] | None = None
     row_number = 0
     end = 0  # last physical line consumed by the csv reader
@@ -747,7 +584,7 @@ def read_ubuntu_tsv(path: str | os.PathLike[str]) -> Iterator[Pair]:
     Consecutive lines with the same context form one group (in valid/test, ten lines per context with the
     true response first), numbered 1, 2, ... as strings.
     """
-    p = _resolve(path)
+    p = existing_corpus_file(path)
     return _ubuntu_tsv(p)
 
 
@@ -756,7 +593,7 @@ def _ubuntu_tsv(path: Path) -> Iterator[Pair]:
     what = "label \\t turn1 \\t ... \\t turnN \\t response, with label 0 or 1"
     previous: str | None = None
     group = 0
-    for lineno, line in _lines(path):
+    for lineno, line in numbered_lines(path):
         if not line or line.isspace():
             continue
         cols = line.split("\t")

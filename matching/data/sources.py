@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from matching.data.downloads import check_reachable
-from matching.data.readers import Pair
+from matching.data.pairs import Pair
 from matching.data.tables import (
     label_names,
     label_order,

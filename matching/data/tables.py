@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from matching.data.readers import Pair, _json_array, _json_lines, _lines, _resolve, open_text
+from matching.data.corpus_files import existing_corpus_file, json_array, json_lines, numbered_lines, open_text
+from matching.data.pairs import Pair
 from matching.errors import DataFormatError, MissingFileError
 from matching.extras import require
 
@@ -206,7 +207,7 @@ def read_pair_table(
     whether a TSV/CSV file's first line names its columns (False: they are named "1", "2", ... ); `rank`: a ranking
     corpus, whose pairs without a group column are grouped by their first text."""
     given = Path(os.path.expanduser(str(path)))
-    found = given if given.is_dir() else _resolve(given)
+    found = given if given.is_dir() else existing_corpus_file(given)
     kind = table_format(found, format)
     rows, names, is_text, declared, unit = _table(found, kind, header)
     columns = resolve_columns(names, is_text, a, b, label, group, str(found))
@@ -218,7 +219,7 @@ def label_names(path: str | os.PathLike[str], label: str | None = None, format: 
     """The label names a table declares for its label column (a `ClassLabel` of a Hugging Face dataset folder or of
     a Parquet file the hub wrote), or None where it declares none (then the values seen in the data are used)."""
     given = Path(os.path.expanduser(str(path)))
-    found = given if given.is_dir() else _resolve(given)
+    found = given if given.is_dir() else existing_corpus_file(given)
     kind = table_format(found, format)
     if kind not in ("dataset", "parquet"):
         return None
@@ -285,18 +286,18 @@ def _looks_like_text(values: Sequence[Any]) -> bool:
 
 def _json_rows(path: Path):
     what = "JSON Lines, one object per line with the pair's texts and label"
-    lines = _lines(path)
+    lines = numbered_lines(path)
     first = next(((n, line) for n, line in lines if line.strip()), None)
     if first is None:
         raise DataFormatError(f"{path} is empty: expected {what}")
 
     def records() -> Iterator[tuple[int, Any]]:
-        all_lines = _lines(path)
+        all_lines = numbered_lines(path)
         if first[1].lstrip().startswith("["):  # one JSON array
             text = "\n".join(line for _, line in all_lines)
-            yield from _json_array(path, text[text.index("[") :], first[0], what)
+            yield from json_array(path, text[text.index("[") :], first[0], what)
         else:
-            yield from _json_lines(path, all_lines, what)
+            yield from json_lines(path, all_lines, what)
 
     def rows() -> Iterator[tuple[int, dict[str, Any]]]:
         for number, record in records():

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from matching.data.readers import Pair
+from matching.data.pairs import Pair
 from matching.errors import ConfigError
 
 Reader = Callable[[str | os.PathLike], Iterator[Pair]]

@@ -127,7 +127,7 @@ class Worker:
     def prepare(self, job: Job) -> PreparedPairs | Rejected:
         """The job's pairs, prepared once (matching.data.pipeline) for both the checks and the model, or why the
         job is refused."""
-        from matching.data.readers import Pair
+        from matching.data.pairs import Pair
 
         if job.kind == "classify":
             pairs = [Pair(a, b, "", None, i + 1) for i, (a, b) in enumerate(job.texts)]
