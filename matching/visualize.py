@@ -1,6 +1,6 @@
 """Alignment heat-maps and value histograms of a trained model.
 
-    matching-visualize ckpt=<path> a="..." b="..." [out=file.png] [show_intra=false]
+    matching-visualize ckpt=<path> a="..." b="..." [out=file.png] [show_intra=false] [compare=[<run>,<run>]]
     matching-visualize ckpt=<path> mode=histogram [split=dev] [out=file.png] [max_pairs=2000]
 
 Heat-map mode draws, for one pair, every matrix the aligner used, labelled with the tokens (the first text `a` down
@@ -8,11 +8,14 @@ the side, the second `b` along the bottom) and titled with what it is: softmax w
 aligns each token of a to b, its rows sum to 1; `softmax_b` each token of b to a, its columns sum to 1); CoDA's
 φ_E(E) (`affinity`, tanh(E) by default), the gate φ_N(N) and M; conflict's weights (and the intra-sentence matrices
 with `show_intra=true`). The figure's title gives both texts and the prediction (label and probabilities, or
-P(match) and the ranking score). Histogram mode collects the values of those matrices over the real
-(non-padding) cells of a dev set, as in the CoDA paper's Figure 2, and prints (and writes as JSON beside the
-PNG) each matrix's range, mean and share of negative cells: a CoDA model that never subtracts shows 0 % negative
-M cells. Options are in conf/visualize.yaml; any key of the run's saved config can be overridden too (e.g.
-`paths.data_dir=...`). The texts a= and b= are taken as typed (commas, apostrophes and brackets included).
+P(match) and the ranking score). `compare=` adds more runs (run directories or checkpoints), one row of heat-maps
+each under the first, each row's first panel naming its run and its prediction: the same pair through several
+aligners side by side (each run in its own saved config and dtype). Histogram mode collects the values of those
+matrices over the real (non-padding) cells of a dev set, as in the CoDA paper's Figure 2, and prints (and writes
+as JSON beside the PNG) each matrix's range, mean and share of negative cells: a CoDA model that never subtracts
+shows 0 % negative M cells. Options are in conf/visualize.yaml; any key of the run's saved config can be
+overridden too (e.g. `paths.data_dir=...`). The texts a= and b= are taken as typed (commas, apostrophes and
+brackets included).
 """
 
 from __future__ import annotations
@@ -63,29 +66,47 @@ def draw_heatmaps(
 ) -> Path:
     """One heat-map per matrix, `a`'s tokens down the side and `b`'s along the bottom (an intra-sentence matrix:
     one side on both axes), each titled with `captions[name]` (default: the name)."""
+    return draw_heatmap_rows([(tokens_a, tokens_b, matrices, captions or {})], out, title)
+
+
+def draw_heatmap_rows(
+    rows: list[tuple[list[str], list[str], dict[str, np.ndarray], Mapping[str, str]]], out: Path, title: str = ""
+) -> Path:
+    """One row of heat-maps per model (its tokens of a and b, its matrices and their captions), as in
+    `draw_heatmaps`; a row with fewer matrices than the widest leaves its last panels blank."""
     plt = _plt()
-    names = list(matrices)
     cell = 0.32
-    width = max(4.2, cell * max(len(matrices[n][0]) for n in names) + 2.4)
-    height = max(3.2, cell * max(len(matrices[n]) for n in names) + 2.4)
-    fig, axes = plt.subplots(1, len(names), figsize=(width * len(names), height + 0.2 * title.count("\n")),
-                             squeeze=False)  # fmt: skip
-    for ax, name in zip(axes[0], names, strict=True):
-        m = matrices[name]
-        intra = name.startswith("intra_")
-        row_side = "b" if name.startswith("intra_b") else "a"
-        col_side = row_side if intra else "b"
-        rows, cols = (tokens_b if row_side == "b" else tokens_a), (tokens_b if col_side == "b" else tokens_a)
-        signed = bool(m.min() < 0 or m.max() > 1)  # not weights in [0, 1]: a colour map centred on 0
-        limit = max(1e-6, float(np.abs(m).max())) if signed else 1.0
-        image = ax.imshow(m, cmap="RdBu_r" if signed else "Blues", vmin=-limit if signed else 0.0, vmax=limit)
-        ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=8)
-        ax.set_yticks(range(len(rows)), rows, fontsize=8)
-        ax.set_ylabel(f"{row_side} ({'first' if row_side == 'a' else 'second'} text)", fontsize=9)
-        ax.set_xlabel(f"{col_side} ({'first' if col_side == 'a' else 'second'} text)", fontsize=9)
-        caption = (captions or {}).get(name, name)
-        ax.set_title("\n".join(textwrap.wrap(caption, max(24, int(width * 8)))), fontsize=9)
-        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    columns = max(len(matrices) for _, _, matrices, _ in rows)
+    every = [m for _, _, matrices, _ in rows for m in matrices.values()]
+    width = max(4.2, cell * max(len(m[0]) for m in every) + 2.4)
+    height = max(3.2, cell * max(len(m) for m in every) + 2.4)
+    wrap = max(24, int(width * 8))
+    wrapped = [
+        {name: "\n".join(line for part in captions.get(name, name).splitlines() for line in textwrap.wrap(part, wrap))
+         for name in matrices}
+        for _, _, matrices, captions in rows
+    ]  # fmt: skip
+    lines = max(text.count("\n") + 1 for titles in wrapped for text in titles.values())
+    size = (width * columns, (height + 0.15 * lines) * len(rows) + 0.2 * title.count("\n"))
+    fig, axes = plt.subplots(len(rows), columns, figsize=size, squeeze=False)
+    for row_axes, titles, (tokens_a, tokens_b, matrices, _) in zip(axes, wrapped, rows, strict=True):
+        for ax in row_axes[len(matrices) :]:
+            ax.axis("off")
+        for ax, name in zip(row_axes, matrices, strict=False):
+            m = matrices[name]
+            intra = name.startswith("intra_")
+            row_side = "b" if name.startswith("intra_b") else "a"
+            col_side = row_side if intra else "b"
+            ys, xs = (tokens_b if row_side == "b" else tokens_a), (tokens_b if col_side == "b" else tokens_a)
+            signed = bool(m.min() < 0 or m.max() > 1)  # not weights in [0, 1]: a colour map centred on 0
+            limit = max(1e-6, float(np.abs(m).max())) if signed else 1.0
+            image = ax.imshow(m, cmap="RdBu_r" if signed else "Blues", vmin=-limit if signed else 0.0, vmax=limit)
+            ax.set_xticks(range(len(xs)), xs, rotation=90, fontsize=8)
+            ax.set_yticks(range(len(ys)), ys, fontsize=8)
+            ax.set_ylabel(f"{row_side} ({'first' if row_side == 'a' else 'second'} text)", fontsize=9)
+            ax.set_xlabel(f"{col_side} ({'first' if col_side == 'a' else 'second'} text)", fontsize=9)
+            ax.set_title(titles[name], fontsize=9)
+            fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     return _save(fig, out, title)
 
 
@@ -100,22 +121,35 @@ def prediction_text(matcher: Matcher, aligned: dict, a: str, b: str) -> str:
     return f"predicted: {aligned['label']} ({others})"
 
 
-def heatmap(matcher: Matcher, a: str, b: str, out: Path, show_intra: bool = False) -> Path:
-    """The heat-maps of one pair, titled with the run (task, aligner), both texts and the prediction."""
+def run_label(cfg: Mapping) -> str:
+    """A run's name in a figure: its aligner, its score function F where it has one, its seed."""
+    projection = (cfg.get("aligner") or {}).get("projection")
+    return f"{option_name(cfg, 'aligner')}{f' F={projection}' if projection else ''}, seed {cfg.get('seed')}"
+
+
+def heatmap(matcher: Matcher, a: str, b: str, out: Path, show_intra: bool = False, others: tuple = ()) -> Path:
+    """The heat-maps of one pair, titled with the run (task, aligner), both texts and the prediction. With `others`
+    (more Matchers), one row per model, the first row `matcher`'s, each row's first panel naming its run and its
+    prediction: several aligners' alignments of the same pair side by side."""
+    rows, predictions = [], []
+    for each in (matcher, *others):
+        aligned = each.align(a, b)
+        matrices = aligned["matrices"]
+        if not show_intra:
+            matrices = {k: v for k, v in matrices.items() if not k.startswith("intra_")}
+        captions = {name: describe(name, each.run.cfg) for name in matrices}
+        predictions.append(prediction_text(each, aligned, a, b))
+        if others:
+            first = next(iter(captions))
+            captions[first] = f"{run_label(each.run.cfg)}: {predictions[-1]}\n{captions[first]}"
+        rows.append((aligned["a_tokens"], aligned["b_tokens"], matrices, captions))
+    width = max(60, 45 * max(len(row[2]) for row in rows))
     run = matcher.run
-    aligned = matcher.align(a, b)
-    matrices = aligned["matrices"]
-    if not show_intra:
-        matrices = {k: v for k, v in matrices.items() if not k.startswith("intra_")}
-    captions = {name: describe(name, run.cfg) for name in matrices}
-    width = max(60, 45 * len(matrices))
-    lines = [
-        f"{run.task.name} · {option_name(run.cfg, 'aligner')}",
-        *textwrap.wrap(f"a: {a}", width),
-        *textwrap.wrap(f"b: {b}", width),
-        prediction_text(matcher, aligned, a, b),
-    ]
-    return draw_heatmaps(aligned["a_tokens"], aligned["b_tokens"], matrices, out, "\n".join(lines), captions)
+    head = f"{run.task.name} · " + (f"{len(rows)} runs" if others else option_name(run.cfg, "aligner"))
+    lines = [head, *textwrap.wrap(f"a: {a}", width), *textwrap.wrap(f"b: {b}", width)]
+    if not others:
+        lines.append(predictions[0])
+    return draw_heatmap_rows(rows, out, "\n".join(lines))
 
 
 def matrix_values(run: TrainedRun, split: str = "dev", max_pairs: int = 2000) -> dict[str, np.ndarray]:
@@ -175,9 +209,14 @@ def visualize(cfg: DictConfig) -> Path:
         raise RunError('heat-map mode needs both texts: a="..." b="..."')
     matcher = Matcher(load_trained(cfg.ckpt, cfg))
     run = matcher.run
+    compare = list(cfg.get("compare") or [])
+    if compare and cfg.mode != "heatmap":
+        raise RunError("compare= draws several runs' heat-maps of one pair: it needs mode=heatmap")
+    others = tuple(Matcher.load(path) for path in compare)  # each run as it was saved
     aligner = option_name(run.cfg, "aligner")
     if cfg.mode == "heatmap":
-        out = heatmap(matcher, str(cfg.a), str(cfg.b), Path(cfg.out or run.run_dir / "alignment.png"), cfg.show_intra)
+        out = Path(cfg.out or run.run_dir / ("alignments.png" if others else "alignment.png"))
+        heatmap(matcher, str(cfg.a), str(cfg.b), out, cfg.show_intra, others)
     else:
         values = matrix_values(run, str(cfg.split), int(cfg.max_pairs))
         out = Path(cfg.out or run.run_dir / f"matrix_values_{cfg.split}.png")

@@ -151,3 +151,32 @@ def test_value_range_is_what_each_matrix_can_take_by_its_formula():
     assert value_range("gate", scaled) == [-2.0, 2.0] and value_range("M", scaled) == [-2.0, 2.0]
     assert value_range("M", {"aligner": {"phi_e": "sigmoid"}}) == [0.0, 1.0]  # M >= 0: no subtraction possible
     assert value_range("uniform", {}) is None  # an aligner of one's own
+
+
+def test_compare_draws_several_runs_heatmaps_of_one_pair_side_by_side(snli_run, make_cfg, tmp_path, monkeypatch):
+    from matching.train import train
+
+    cfg = make_cfg("trainer.max_epochs=1", "aligner=attention", "aligner.distribution=sparsemax", "aligner.heads=4")
+    train(cfg)
+    texts = _figure_texts(monkeypatch)
+    run, _ = snli_run
+    a, b = "A man plays a guitar.", "A person makes music."
+    out = tmp_path / "side.png"
+    assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", f"a={a}", f"b={b}", f"out={out}",
+                 f"compare=[{cfg.paths.output_dir}]"]) == 0  # fmt: skip
+    drawn = " ".join(texts).replace("\n", " ")  # captions are wrapped to their panels' width
+    assert "snli · 2 runs" in drawn and f"a: {a}" in drawn
+    for path, name in ((run, "softmax F=parikh, seed 1"), (cfg.paths.output_dir, "attention, seed 1")):
+        answer = Matcher.load(path).predict((a, b))
+        label, p = answer["label"], answer["probs"][answer["label"]]
+        assert f"{name}: predicted: {label} ({label} {p:.2f}" in drawn  # each row names its run and its prediction
+    assert "sparsemax of dot scores; 4 heads, mean" in drawn
+    single = tmp_path / "single.png"
+    assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", f"a={a}", f"b={b}", f"out={single}"]) == 0
+    assert _png_size(out)[1] > 1.6 * _png_size(single)[1]  # two rows of panels, not one
+
+
+def test_compare_needs_heatmap_mode(wikiqa_run, capsys):
+    run, _ = wikiqa_run
+    assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", "mode=histogram", f"compare=[{run}]"]) == 2
+    assert "compare= draws several runs' heat-maps of one pair: it needs mode=heatmap" in capsys.readouterr().err
