@@ -106,6 +106,37 @@ def test_ablation_runs_get_one_row_per_setting_and_seeds_are_averaged(tmp_path):
     assert all(r.paper_test is None for r in rows)  # the paper's test numbers belong to the default settings
 
 
+def test_an_option_of_one_aligner_is_no_part_of_another_aligners_variant(tmp_path):
+    """A study that crosses attention's parts with softmax and CoDA: `aligner.score` varies among the attention runs
+    and names their rows; softmax and CoDA, which have no such option, keep their plain F (no `aligner.score=null`)."""
+    import yaml
+
+    from matching.results.discovery import find_runs
+    from matching.results.tables import summarise
+
+    settings = [("softmax", {"projection": "none"}, []), ("coda", {"projection": "none"}, []),
+                ("attention", {"score": "dot", "heads": 1}, ["aligner.score=dot"]),
+                ("attention", {"score": "scaled_dot", "heads": 1}, ["aligner.score=scaled_dot"]),
+                ("attention", {"score": "dot", "heads": 4}, ["aligner.score=dot", "aligner.heads=4"])]  # fmt: skip
+    for n, (aligner, options, overrides) in enumerate(settings):
+        run = tmp_path / f"{n}"
+        (run / ".hydra").mkdir(parents=True)
+        config = {"task": {"name": "snli"}, "aligner": options, "seed": 1, "choices": {"aligner": aligner}}
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+        (run / "metrics.json").write_text(json.dumps({"val/acc": 0.6 + n / 100}))
+        overrides = ["task=snli", f"aligner={aligner}", *overrides, "seed=1"]
+        overrides += ["aligner.projection=none"] if "projection" in options else []
+        (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    rows = summarise(find_runs([tmp_path]))
+    assert sorted((r.aligner, r.variant) for r in rows) == [
+        ("attention", "aligner.heads=1 aligner.score=dot"),
+        ("attention", "aligner.heads=1 aligner.score=scaled_dot"),
+        ("attention", "aligner.heads=4 aligner.score=dot"),
+        ("coda", "F=none"),
+        ("softmax", "F=none"),
+    ]
+
+
 def test_report_against_a_baseline_on_the_trained_sweep(multirun, tmp_path, capsys):
     """Every run wrote its per-example scores; the difference is the difference of the seed-averaged accuracies."""
     assert report_main([f"runs={multirun}", f"out={tmp_path}", "baseline=softmax"]) == 0

@@ -89,6 +89,20 @@ def _config_value(run: Run, key: str) -> str:
     return json.dumps(node, sort_keys=True, default=str)
 
 
+def _has_key(run: Run, key: str) -> bool:
+    """Whether a run's resolved config has the dotted key at all (an aligner without that option has not)."""
+    key = key.lstrip("+~")
+    config = run.config or {}
+    if "." not in key and key in (config.get("choices") or {}):
+        return True
+    node: object = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
 def score_function(config: Mapping | None) -> str | None:
     """`F=<projection>` for an aligner with a score function F (aligner.projection), else None."""
     projection = ((config or {}).get("aligner") or {}).get("projection")
@@ -97,21 +111,23 @@ def score_function(config: Mapping | None) -> str | None:
 
 def _with_variants(runs: list[Run]) -> list[Run]:
     """Each run's variant: its score function F, then the overridden keys whose values are not the same across all
-    the runs of its task."""
+    the runs of its task that have the key (an option of one aligner, e.g. `aligner.score`, is no part of the
+    variant of another aligner's runs, which have no such option)."""
     keys = {o.split("=", 1)[0].lstrip("+~") for r in runs for o in r.overrides if "=" in o} - _NOT_VARIANT
     keys = sorted(k for k in keys if not k.startswith(_NOT_VARIANT_PREFIXES))
     by_task: dict[str, list[Run]] = defaultdict(list)
     for run in runs:
         by_task[run.task].append(run)
     varying = {
-        task: [k for k in keys if len({_config_value(r, k) for r in members}) > 1] for task, members in by_task.items()
+        task: [k for k in keys if len({_config_value(r, k) for r in members if _has_key(r, k)}) > 1]
+        for task, members in by_task.items()
     }
 
     def spelled(value: object) -> str:  # as on the command line: true/false/null, not Python's reprs
         return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
 
     def variant(run: Run) -> str | None:
-        parts = [f"{k}={spelled(json.loads(_config_value(run, k)))}" for k in varying[run.task]]
+        parts = [f"{k}={spelled(json.loads(_config_value(run, k)))}" for k in varying[run.task] if _has_key(run, k)]
         return " ".join(filter(None, [score_function(run.config), *parts])) or None
 
     return [replace(r, variant=variant(r)) for r in runs]
