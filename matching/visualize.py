@@ -122,9 +122,17 @@ def prediction_text(matcher: Matcher, aligned: dict, a: str, b: str) -> str:
 
 
 def run_label(cfg: Mapping) -> str:
-    """A run's name in a figure: its aligner, its score function F where it has one, its seed."""
-    projection = (cfg.get("aligner") or {}).get("projection")
-    return f"{option_name(cfg, 'aligner')}{f' F={projection}' if projection else ''}, seed {cfg.get('seed')}"
+    """A run's name in a figure: its aligner, its score function F where it has one (attention from parts: its
+    distribution, score and heads), its seed."""
+    node = cfg.get("aligner") or {}
+    if node.get("projection"):
+        detail = f" F={node['projection']}"
+    elif node.get("distribution"):
+        heads = "feature-wise" if node.get("feature_wise") else f"{node.get('heads', 1)} heads"
+        detail = f" ({node['distribution']} of {node.get('score', 'dot')} scores, {heads})"
+    else:
+        detail = ""
+    return f"{option_name(cfg, 'aligner')}{detail}, seed {cfg.get('seed')}"
 
 
 def heatmap(matcher: Matcher, a: str, b: str, out: Path, show_intra: bool = False, others: tuple = ()) -> Path:

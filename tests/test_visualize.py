@@ -166,7 +166,8 @@ def test_compare_draws_several_runs_heatmaps_of_one_pair_side_by_side(snli_run, 
                  f"compare=[{cfg.paths.output_dir}]"]) == 0  # fmt: skip
     drawn = " ".join(texts).replace("\n", " ")  # captions are wrapped to their panels' width
     assert "snli · 2 runs" in drawn and f"a: {a}" in drawn
-    for path, name in ((run, "softmax F=parikh, seed 1"), (cfg.paths.output_dir, "attention, seed 1")):
+    attention = "attention (sparsemax of dot scores, 4 heads), seed 1"
+    for path, name in ((run, "softmax F=parikh, seed 1"), (cfg.paths.output_dir, attention)):
         answer = Matcher.load(path).predict((a, b))
         label, p = answer["label"], answer["probs"][answer["label"]]
         assert f"{name}: predicted: {label} ({label} {p:.2f}" in drawn  # each row names its run and its prediction
