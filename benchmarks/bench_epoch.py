@@ -72,6 +72,13 @@ def corpus(work: Path, shape: str, pairs: int) -> tuple[Path, Path]:
     return train, dev
 
 
+def fp32_unless_asked(extra: list[str]) -> list[str]:
+    """`++dtype=fp32` unless `extra` names a dtype: train's default, dtype=auto, computes in bf16 on a CPU with bf16
+    arithmetic, and these figures are compared with an fp32 plain loop and with older checkouts (which may not have
+    the key: `++` adds it there)."""
+    return [] if any(o.lstrip("+~").startswith("dtype=") for o in extra) else ["++dtype=fp32"]
+
+
 def train_command(
     work: Path, shape: str, pairs: int, aligner: str, trainer: str, extra: list[str], name: str | None, epochs: int = 1
 ) -> list[str]:
@@ -83,7 +90,8 @@ def train_command(
         f"trainer.max_epochs={epochs}", "embeddings=random", "embeddings.freeze=true",
         f"paths.data_dir={work / 'data'}", f"paths.cache_dir={work / 'cache'}", f"task.splits.train.path={train}",
         f"task.splits.dev.path={dev}", "task.splits.test=null", "task.test_splits=[]", "~logger",
-        "trainer.enable_progress_bar=false", *([f"hydra.run.dir={work / 'runs' / name}"] if name else []), *extra,
+        "trainer.enable_progress_bar=false", *([f"hydra.run.dir={work / 'runs' / name}"] if name else []),
+        *fp32_unless_asked(extra), *extra,
     ]  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""The arithmetic a model computes in: `dtype=fp32` (the default), `bf16` or `auto`.
+"""The arithmetic a model computes in: `dtype=auto` (the default of `train`), `fp32` or `bf16`.
 
 `dtype` is a key of a run's config (`python -m matching.train dtype=bf16`; any command that loads a run:
 `matching-predict ckpt=... dtype=bf16`; `Matcher.load(path, dtype="bf16")`). Every forward pass goes through
@@ -17,7 +17,9 @@
   evaluated in either. What bf16 would spoil stays float32: PyTorch's bf16 softmax, sums and matrix products
   accumulate in float32, and CoDA's means over the alignment are float32 sums (`layers.masked_mean`).
 - auto: bf16 where a CPU has bf16 arithmetic (AMX or AVX512-BF16: `bf16_instructions`), fp32 elsewhere; on a GPU
-  `trainer.precision` (bf16-mixed in `trainer=gpu`) decides and auto is fp32.
+  `trainer.precision` (bf16-mixed in `trainer=gpu`) decides and auto is fp32. The default of `train` (conf/train.yaml):
+  bf16 held dev quality within the paired test's noise of fp32 (WikiQA, both aligners; the SNLI check), and the
+  run's log says what auto chose. A run saved before the dtype key is read as fp32.
 
 What bf16 gains is the matrix products' (oneDNN's bf16 kernels); PyTorch's element-wise bf16 kernels convert to
 float32 and back and are no faster than float32 ones. docs/performance.md has the figures.
@@ -47,8 +49,8 @@ def check(name: Any) -> str:
     """`name` if it is a `dtype=` value, else a ConfigError that says which are."""
     if name not in CHOICES:
         raise ConfigError(
-            f"dtype={name!r}: choose fp32 (float32, the default), bf16 (bfloat16 products and activations with "
-            "float32 weights; faster on CPUs with AMX or AVX512-BF16) or auto (bf16 where the CPU has bf16 "
+            f"dtype={name!r}: choose fp32 (float32), bf16 (bfloat16 products and activations with float32 "
+            "weights; faster on CPUs with AMX or AVX512-BF16) or auto (the default: bf16 where the CPU has bf16 "
             "arithmetic, else fp32)"
         )
     return name

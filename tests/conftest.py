@@ -18,11 +18,17 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FIXTURE_VECTORS = FIXTURES / "vectors" / "glove.fixture.20d.txt"
 
 
+#: The tests pin fp32: `train`'s default, dtype=auto, computes in bf16 on a CPU with bf16 arithmetic and in fp32
+#: elsewhere, and what a test checks must not depend on the machine it runs on. bf16 and auto have their own tests
+#: (tests/test_precision.py); a test that passes its own dtype= keeps it.
+PINNED_DTYPE = "dtype=fp32"
+
+
 def cli_overrides(tmp_path: Path) -> list[str]:
-    """Command-line overrides that point a `python -m matching.train` subprocess at the fixtures, tiny model."""
+    """Command-line overrides that point a `python -m matching.train` subprocess at the fixtures, tiny model, fp32."""
     return [
         f"paths.data_dir={FIXTURES}", f"paths.cache_dir={tmp_path / 'cache'}", f"embeddings.path={FIXTURE_VECTORS}",
-        "embeddings.dim=20", "model.hidden=16", "data.batch_size=4", "trainer.enable_progress_bar=false",
+        "embeddings.dim=20", "model.hidden=16", "data.batch_size=4", "trainer.enable_progress_bar=false", PINNED_DTYPE,
     ]  # fmt: skip
 
 
@@ -46,6 +52,8 @@ def compose_train(tmp_path: Path, *overrides: str, small: bool = True) -> DictCo
         "embeddings.dim=20",
         "trainer.enable_progress_bar=false",
     ]
+    if not any(o.startswith("dtype=") for o in overrides):
+        base.append(PINNED_DTYPE)
     chosen = next((o.split("=", 1)[1] for o in overrides if o.startswith("embeddings=")), None)
     if chosen not in (None, "glove", "minilm", "minilm_sample"):  # a source without a vectors file
         base = [o for o in base if not o.startswith("embeddings.path=")]

@@ -117,6 +117,25 @@ def test_auto_is_bf16_only_on_a_cpu_with_bf16_arithmetic(monkeypatch):
     assert "slower than fp32 here" in precision.describe("bf16")
 
 
+def test_auto_is_the_default_and_the_run_log_says_what_it_chose(make_cfg, monkeypatch, caplog):
+    from hydra import compose, initialize_config_dir
+
+    from tests.conftest import CONF
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        assert compose("train").dtype == "auto"
+        assert compose("train", overrides=["trainer=gpu"]).dtype == "auto"  # fp32 there: trainer.precision decides
+        assert compose("train", overrides=["dtype=fp32"]).dtype == "fp32"  # fp32 one override away
+    caplog.set_level("INFO")
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
+    train(make_cfg("dtype=auto", "trainer.max_epochs=1"))
+    assert any("dtype bf16 (auto: this CPU has avx512_bf16)" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512f", "avx2"}))
+    train(make_cfg("dtype=auto", "trainer.max_epochs=1"))
+    assert any("dtype fp32 (auto: no bf16 arithmetic here)" in r.getMessage() for r in caplog.records)
+
+
 def test_an_unknown_dtype_says_which_there_are(make_cfg):
     with pytest.raises(ValueError, match=r"dtype='bf61': choose fp32 .* bf16 .* or auto"):
         train(make_cfg("dtype=bf61"))
