@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -51,7 +52,7 @@ class ServingInputs(NamedTuple):
     shapes: tuple
 
 
-class EmbeddingSource:
+class EmbeddingSource(ABC):
     """Where a run's word vectors come from. A subclass sets `dim` (the vectors' width), `freeze` and `normalize`
     (how the model uses its table: fixed or trained; unit L2 norm or as given) and implements `matrix`; the other
     methods have the behaviour of a static table of word vectors, which a source that gives the model more than
@@ -69,6 +70,7 @@ class EmbeddingSource:
     def check_available(self) -> None:
         """Before a training run reads any corpus: raise if what the source needs (a file) is missing; a trained run
         is used without it."""
+        return None  # a table of word vectors: nothing to do
 
     # -- the vocabulary and the table ------------------------------------------------------------------------------
     def identity(self) -> dict | None:
@@ -81,9 +83,9 @@ class EmbeddingSource:
         splits read with train)."""
         return []
 
+    @abstractmethod
     def matrix(self, vocab: Vocabulary, seed: int, cache_dir: str | os.PathLike | None = None) -> torch.Tensor:
         """The run's (rows, dim) vector table for `vocab` (rows: see `table_rows`)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement matrix(vocab, seed, cache_dir)")
 
     def table_rows(self, vocab: Vocabulary) -> int:
         """The rows of the model's vector table: one per vocabulary entry."""
@@ -121,6 +123,7 @@ class EmbeddingSource:
 
     def collate(self, split: EncodedSplit, indices: Sequence[int], host: np.ndarray, batch: dict[str, Any]) -> None:
         """Add to a training or evaluation batch (ids already in `batch`) what the model takes besides ids."""
+        return None  # a table of word vectors: nothing to do
 
     def new_inputs(self, words_a: Sequence[Sequence[str]], words_b: Sequence[Sequence[str]]) -> dict[str, Any]:
         """What a batch of new pairs (each side's words as the model sees them) carries besides ids."""
@@ -128,6 +131,7 @@ class EmbeddingSource:
 
     def on_device(self, device: str) -> None:
         """Where the source's own computation runs for new text (an encoder); a table has none."""
+        return None  # a table of word vectors: nothing to do
 
     # -- serving ---------------------------------------------------------------------------------------------------
     @classmethod
@@ -142,6 +146,7 @@ class EmbeddingSource:
 
     def write_serving_files(self, folder: Path) -> None:
         """Files a client needs beside an exported model, besides the vocabulary and tokenizer.json: none."""
+        return None  # a table of word vectors: nothing to do
 
     def serving_spec(self, fmt: str, reference: dict | None = None) -> dict[str, Any]:
         """Entries of serving.json for a model exported in `fmt` (matching.serving.spec): none for a table."""
