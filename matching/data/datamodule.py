@@ -207,8 +207,7 @@ class PairDataModule(pl.LightningDataModule):
         """Whether the splits can come from the corpus cache, as far as the embedding source is concerned."""
         if self.vectors is None:
             return True
-        keys = {f"{self.task.name}-{n}": self._split_key(n) for n in names}
-        return self.vectors.caches_with_corpus(keys, self._source_cache())
+        return self.vectors.caches_with_corpus(self._source_keys(names), self._source_cache())
 
     def _attach_source(self, names: Sequence[str]) -> None:
         """Give each split what its batches need from the embedding source (a table: nothing but the ids)."""
@@ -217,8 +216,11 @@ class PairDataModule(pl.LightningDataModule):
             for split in splits.values():
                 split.words = None
             return
-        keys = {label: self._split_key(label.removeprefix(f"{self.task.name}-")) for label in splits}
-        self.vectors.attach(splits, keys, self._source_cache())
+        self.vectors.attach(splits, self._source_keys(names), self._source_cache())
+
+    def _source_keys(self, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Each split's key (`_split_key`) under the label the source caches it by: `<task>-<split>`."""
+        return {f"{self.task.name}-{n}": self._split_key(n) for n in names}
 
     def _build_vocabulary(self, raw: Mapping[str, tuple[Sequence[Pair], list[tuple[list[str], list[str]]]]]):
         vocab = Vocabulary.build((t for ab in raw["train"][1] for t in ab), self.oov_buckets)

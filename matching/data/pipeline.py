@@ -125,6 +125,7 @@ class TextPipeline:
     def batches(self, prepared: PreparedPairs) -> Iterator[tuple[np.ndarray, dict[str, Any]]]:
         """(indices, batch) over all pairs, in batches of similar length that fit the budget, so that one long
         text cannot inflate a batch (a pair too long to fit alone: `check` first)."""
-        order = np.argsort(prepared.sides().sum(1), kind="stable")
-        for index in self.budget.batches(order, prepared.sides(), len(prepared)) if self.budget else [order]:
+        sides = prepared.sides()
+        order = np.argsort(sides.sum(1), kind="stable")
+        for index in self.budget.batches(order, sides, len(prepared)) if self.budget else [order]:
             yield index, self.batch(prepared, index)
