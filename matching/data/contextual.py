@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from matching.data.contextual_states import SplitStates, cached_states, encode_states
 from matching.data.embeddings import EmbeddingSource, ServingInputs
 from matching.data.encoding import EncodedSplit
+from matching.data.pipeline import pad_batch
 from matching.encoders import EncoderError, EncoderServingModel, WordEncoder
 from matching.extras import require
 from matching.files import file_sha256
@@ -387,7 +388,7 @@ class ContextualEncoder(EmbeddingSource):
         from matching.data.pairs import Pair
 
         prepared = text.prepare([Pair(x, y, "") for x, y in pairs])
-        batch = {side: text.batch(prepared)[side] for side in "ab"}
+        batch = {"a": pad_batch(prepared.a), "b": pad_batch(prepared.b)}  # the ids; the pieces below, not states
         for side, words in (("a", prepared.words_a), ("b", prepared.words_b)):
             inputs = self.pieces(words)
             for name, key in zip(PIECE_INPUTS, ("ids", "mask", "word", "row"), strict=True):
