@@ -19,6 +19,7 @@ from matching.attention import (
     _EntmaxBisect,
     entmax,
     entmax15,
+    head_products,
     sparsemax,
 )
 from matching.errors import ConfigError
@@ -141,6 +142,29 @@ def test_feature_wise_attention_has_one_distribution_per_feature():
         AttentionAligner(8, heads=3)
     with pytest.raises(ConfigError, match="unknown aligner.distribution 'softermax'"):
         AttentionAligner(8, distribution="softermax")
+
+
+def test_head_products_is_the_matrix_product_for_one_feature_or_one_column_per_head():
+    torch.manual_seed(2)
+    for x_shape, y_shape in [((2, 3, 5, 1), (2, 3, 1, 4)), ((2, 3, 5, 4), (2, 3, 4, 1)), ((2, 3, 5, 2), (2, 3, 2, 4))]:
+        x, y = torch.randn(x_shape), torch.randn(y_shape)
+        assert torch.allclose(head_products(x, y), x @ y, atol=1e-6)
+
+
+def test_feature_wise_dot_attention_is_a_softmax_per_feature_computed_one_feature_at_a_time():
+    torch.manual_seed(3)
+    a, b = torch.randn(2, 4, 6), torch.randn(2, 3, 6)
+    mask_a = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    mask_b = torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.bool)
+    out = AttentionAligner(6, dropout=0.0, feature_wise=True)(a, b, mask_a, mask_b)
+    for k in range(6):
+        scores = a[..., k, None] * b[..., k][:, None, :]  # (B, La, Lb): feature k's own scores
+        rows = torch.softmax(scores.masked_fill(~mask_b[:, None, :], float("-inf")), dim=2)
+        columns = torch.softmax(scores.masked_fill(~mask_a[:, :, None], float("-inf")), dim=1)
+        a_k = (rows @ b[..., k, None]).squeeze(-1) * mask_a
+        b_k = (columns.transpose(1, 2) @ a[..., k, None]).squeeze(-1) * mask_b
+        assert torch.allclose(out.a_aligned[..., k], a_k, atol=1e-6)
+        assert torch.allclose(out.b_aligned[..., k], b_k, atol=1e-6)
 
 
 def test_dot_softmax_one_head_computes_what_the_softmax_aligner_without_f_does():
