@@ -320,3 +320,29 @@ def test_a_value_that_is_not_there_is_none_in_a_row_and_an_empty_cell_or_a_dash_
         "| seed 3 (not started) |" in to_markdown([row])
     )
     assert to_csv([replace(row, comparison=None)]).splitlines()[0].endswith(",planned,missing")
+
+
+def test_the_ranking_puts_the_largest_difference_first_and_marks_what_each_comparison_resolves(tmp_path):
+    from matching.results.charts import ranked, write_ranking
+    from matching.results.rows import Comparison, Row
+
+    def row(aligner, variant, mean, comparison):
+        return Row("wikiqa", aligner, variant, "dev", "map", mean, 1.0, 3, (1, 2, 3), None, 3, {}, comparison)
+
+    def tested(diff, p, detectable):
+        verdict = "resolved" if p < 0.05 else "not resolved at this size"
+        return Comparison("softmax F=none", diff, diff - 2, diff + 2, p, 122, detectable, verdict)
+
+    rows = [
+        row("softmax", "F=none", 69.4, Comparison(note="baseline")),
+        row("coda", "F=none", 70.8, tested(1.44, 0.457, 5.29)),
+        row("attention", "aligner.distribution=sparsemax", 72.9, tested(3.5, 0.01, 2.9)),
+        row("attention", "aligner.distribution=sigmoid", 65.0, tested(-4.4, 0.002, 3.1)),
+        row("conflict", None, 68.0, None),  # not compared: left out of the ranking
+    ]
+    assert [r.label for r in ranked(rows)[("wikiqa", "map", "dev")]] == [
+        "attention aligner.distribution=sparsemax", "coda F=none", "attention aligner.distribution=sigmoid",
+    ]  # fmt: skip
+    assert write_ranking(rows, tmp_path / "ranking.png") == ["wikiqa: dev map"]
+    assert (tmp_path / "ranking.png").read_bytes().startswith(b"\x89PNG")
+    assert write_ranking(rows[:1], tmp_path / "none.png") == [] and not (tmp_path / "none.png").exists()

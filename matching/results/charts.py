@@ -68,3 +68,62 @@ def write_chart(rows: list[Row], path: Path) -> list[str]:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return [f"{task}: {split} {metric}" for task, metric, split in sorted(panels)]
+
+
+def ranked(rows: list[Row]) -> dict[tuple[str, str, str], list[Row]]:
+    """The rows tested against a baseline, by (task, metric, split), each panel's largest difference first."""
+    panels: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
+    for r in rows:
+        if r.tested:
+            panels[(r.task, r.metric, r.split)].append(r)
+    return {key: sorted(shown, key=lambda r: -r.comparison.diff) for key, shown in sorted(panels.items())}
+
+
+def write_ranking(rows: list[Row], path: Path) -> list[str]:
+    """The rows ranked by their difference from the baseline: one panel per task × metric × split, each tested row's
+    Δ with its 95 % interval, best first, a filled marker where the paired test resolves it and a hollow one where
+    it does not, and behind each row a grey band of ± the difference its units would detect (80 % power): an
+    interval inside its band is a comparison too small to tell, whatever its sign. Colours as in `write_chart`.
+    Returns the panels' titles; writes nothing when no row was tested."""
+    require("matplotlib", "plots", "the report's ranking chart").use("Agg")
+    import math
+
+    import matplotlib.pyplot as plt
+
+    panels = ranked(rows)
+    if not panels:
+        return []
+    palette = plt.get_cmap("tab10").colors
+    colours = {a: palette[i % len(palette)] for i, a in enumerate(sorted({r.aligner for r in rows}))}
+    tallest = max(len(v) for v in panels.values())
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9.0, len(panels) * (1.2 + 0.38 * tallest)), squeeze=False)
+    for ax, ((task, metric, split), shown) in zip(axes.flat, panels.items(), strict=True):
+        shown = shown[::-1]  # best at the top: matplotlib counts y upwards
+        for y, r in enumerate(shown):
+            c = r.comparison
+            if not math.isnan(c.detectable):
+                ax.barh(y, 2 * c.detectable, left=-c.detectable, height=0.7, color="0.9", zorder=0)
+            colour = colours[r.aligner]
+            face = colour if c.verdict == "resolved" else "white"
+            ax.errorbar(c.diff, y, xerr=[[c.diff - c.ci_low], [c.ci_high - c.diff]], fmt="o", capsize=3,
+                        color=colour, markerfacecolor=face, zorder=2)  # fmt: skip
+            ax.text(c.ci_high, y, f"  {points(c.diff)}, p = {c.p_value:.2g}", va="center", fontsize=7)
+        ax.axvline(0.0, color="black", linewidth=0.8)
+        ax.set_yticks(range(len(shown)), [f"{r.label.replace('aligner.', '')} ({r.mean:.2f})" for r in shown],
+                      fontsize=7)  # fmt: skip
+        ax.set_ylim(-0.6, len(shown) - 0.4)
+        lows = [min(r.comparison.ci_low, -(r.comparison.detectable or 0)) for r in shown]
+        highs = [max(r.comparison.ci_high, r.comparison.detectable or 0) for r in shown]
+        span = max(highs) - min(lows)
+        ax.set_xlim(min(lows) - 0.05 * span, max(highs) + 0.3 * span)  # room for the labels on the right
+        role = "held-out, final" if split.startswith("test") else "selection"
+        base = next((r for r in rows if (r.task, r.metric, r.split) == (task, metric, split) and r.comparison
+                     and r.comparison.is_baseline), None)  # fmt: skip
+        against = shown[0].comparison.baseline + (f" ({base.mean:.2f})" if base else "")
+        ax.set_title(f"{task}: {split} {metric} ({role}), Δ vs {against}; each row: name (mean)", fontsize=10)
+        ax.set_xlabel(f"Δ {metric} (points), 95 % interval; filled: resolved (p < 0.05); grey: ± detectable Δ "
+                      "(80 % power)", fontsize=7)  # fmt: skip
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [f"{task}: {split} {metric}" for task, metric, split in panels]

@@ -9,7 +9,7 @@ from pathlib import Path
 from matching.errors import ConfigError, MissingFileError
 from matching.extras import MissingExtraError
 from matching.files import write_text_atomic
-from matching.results.charts import write_chart
+from matching.results.charts import write_chart, write_ranking
 from matching.results.discovery import Run, find_runs, wiring_reason
 from matching.results.rows import Row
 from matching.results.tables import compare, disagreements, summarise, to_csv, to_markdown
@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 def report(paths: list[Path], out: Path | None = None, baseline: str | None = None, top: int = 10) -> list[Row]:
     """Reports the runs below `paths` (run or sweep folders): report.md, report.csv and report.png in `out` (by
     default the first folder), with a `baseline` (an aligner, optionally with a variant) each row's comparison with
-    it and the `top` questions on which they disagree most (disagreements.md); prints the table. Returns its rows."""
+    it, the rows ranked by that difference (ranking.png) and the `top` questions on which they disagree most
+    (disagreements.md); prints the table. Returns its rows."""
     wiring: list[Run] = []
     superseded: list[Run] = []
     runs = find_runs(paths, wiring, superseded)
@@ -55,6 +56,8 @@ def report(paths: list[Path], out: Path | None = None, baseline: str | None = No
         try:
             write_chart(rows, out / "report.png")
             written.append(out / "report.png")
+            if write_ranking(rows, out / "ranking.png"):
+                written.append(out / "ranking.png")
         except MissingExtraError as err:  # the tables are written; only the chart needs matplotlib
             log.warning("no chart: %s", err)
     print(markdown)
