@@ -170,7 +170,13 @@ def sparsemax(z: Tensor, dim: int) -> Tensor:
 
 def entmax15(z: Tensor, dim: int) -> Tensor:
     """1.5-entmax (Peters, Niculae & Martins 2019): p = [z/2 − τ]₊², Σp = 1; exact, by sorting (their Algorithm 2);
-    −∞ entries get 0."""
+    −∞ entries get 0. The gradient is entmax's closed form (`entmax_backward`), not autograd through the sort: that
+    path takes √ of the threshold's discriminant, whose derivative is infinite where the discriminant is 0, and
+    0 · ∞ made a WikiQA run's loss NaN at its 950th step."""
+    return _Entmax15.apply(z, dim)
+
+
+def _entmax15_forward(z: Tensor, dim: int) -> Tensor:
     x = z / 2
     x_sorted, k = _sorted_support(x, dim)
     finite = torch.isfinite(x_sorted)
@@ -185,9 +191,33 @@ def entmax15(z: Tensor, dim: int) -> Tensor:
     return torch.clamp(x - tau_star, min=0) ** 2
 
 
+def entmax_backward(p: Tensor, grad: Tensor, alpha: float, dim: int) -> Tensor:
+    """The exact gradient of α-entmax at its output p: on the support, dz = s ⊙ (g − (sᵀg)/Σs) with s = p^{2−α}
+    (Peters et al. 2019, Proposition 1); 0 off the support."""
+    s = torch.where(p > 0, p.pow(2 - alpha), torch.zeros_like(p))
+    dz = grad * s
+    return dz - s * dz.sum(dim=dim, keepdim=True) / s.sum(dim=dim, keepdim=True).clamp_min(1e-30)
+
+
+class _Entmax15(torch.autograd.Function):
+    """1.5-entmax by sorting forward, its closed-form gradient backward."""
+
+    @staticmethod
+    def forward(ctx, z: Tensor, dim: int) -> Tensor:
+        p = _entmax15_forward(z, dim)
+        ctx.save_for_backward(p)
+        ctx.dim = dim
+        return p
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (p,) = ctx.saved_tensors
+        return entmax_backward(p, grad, 1.5, ctx.dim), None
+
+
 class _EntmaxBisect(torch.autograd.Function):
     """α-entmax for any α > 1 by bisection on τ (Blondel et al. 2019): p = [(α−1)z − τ]₊^{1/(α−1)}, Σp = 1, with
-    its exact backward: on the support, dz = s ⊙ (g − (sᵀg)/Σs) with s = p^{2−α}."""
+    its exact backward (`entmax_backward`)."""
 
     @staticmethod
     def forward(ctx, z: Tensor, alpha: float, dim: int, iterations: int) -> Tensor:
@@ -209,10 +239,7 @@ class _EntmaxBisect(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         (p,) = ctx.saved_tensors
-        s = torch.where(p > 0, p.pow(2 - ctx.alpha), torch.zeros_like(p))
-        dz = grad * s
-        dz = dz - s * dz.sum(dim=ctx.dim, keepdim=True) / s.sum(dim=ctx.dim, keepdim=True).clamp_min(1e-30)
-        return dz, None, None, None
+        return entmax_backward(p, grad, ctx.alpha, ctx.dim), None, None, None
 
 
 def entmax(z: Tensor, dim: int, alpha: float = 1.5, iterations: int = 50) -> Tensor:

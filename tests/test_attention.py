@@ -110,6 +110,18 @@ def test_the_distributions_gradients_are_exact():
     assert torch.autograd.gradcheck(lambda x: _EntmaxBisect.apply(x, 1.3, 1, 80), (z,), atol=1e-5)
 
 
+def test_entmax_15_has_a_finite_gradient_where_the_thresholds_discriminant_is_zero():
+    # z/2 = [1, 1, 0, 0]: at k = 4 the discriminant 1 − k·(mean of squares − squared mean) is exactly 0. Autograd
+    # through √ of it gave NaN everywhere (0 · ∞), and a WikiQA run's loss NaN at its 950th step.
+    z = torch.tensor([[2.0, 2.0, 0.0, 0.0]], requires_grad=True)
+    p = entmax15(z, 1)
+    assert torch.allclose(p, torch.tensor([[0.5, 0.5, 0.0, 0.0]]))
+    (p * torch.tensor([1.0, 2.0, 3.0, 4.0])).sum().backward()
+    s = torch.tensor([0.5**0.5, 0.5**0.5, 0.0, 0.0])  # p^(2 − α) on the support
+    g = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert torch.allclose(z.grad[0], s * (g - (s @ g) / s.sum()))
+
+
 @pytest.mark.parametrize("distribution", sorted(DISTRIBUTIONS))
 @pytest.mark.parametrize("score", sorted(SCORES))
 def test_every_part_gives_zero_weight_to_padding_rows_that_sum_to_one_and_finite_gradients(score, distribution):
