@@ -120,9 +120,9 @@ def write_ranking(rows: list[Row], path: Path) -> list[str]:
         base = next((r for r in rows if (r.task, r.metric, r.split) == (task, metric, split) and r.comparison
                      and r.comparison.is_baseline), None)  # fmt: skip
         against = shown[0].comparison.baseline + (f" ({base.mean:.2f})" if base else "")
-        ax.set_title(f"{task}: {split} {metric} ({role}), Δ vs {against}; each row: name (mean)", fontsize=10)
+        ax.set_title(f"{task}: {split} {metric} ({role}), Δ vs {against}", fontsize=10)
         ax.set_xlabel(f"Δ {metric} (points), 95 % interval; filled: resolved (p < 0.05); grey: ± detectable Δ "
-                      "(80 % power)", fontsize=7)  # fmt: skip
+                      "(80 % power); each row: name (mean)", fontsize=7)  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
