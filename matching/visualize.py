@@ -215,11 +215,11 @@ def visualize(cfg: DictConfig) -> Path:
         raise RunError(f"mode must be heatmap or histogram, got {cfg.mode!r}")
     if cfg.mode == "heatmap" and (cfg.a is None or cfg.b is None):
         raise RunError('heat-map mode needs both texts: a="..." b="..."')
-    matcher = Matcher(load_trained(cfg.ckpt, cfg))
-    run = matcher.run
     compare = list(cfg.get("compare") or [])
     if compare and cfg.mode != "heatmap":
         raise RunError("compare= draws several runs' heat-maps of one pair: it needs mode=heatmap")
+    matcher = Matcher(load_trained(cfg.ckpt, cfg))
+    run = matcher.run
     others = tuple(Matcher.load(path) for path in compare)  # each run as it was saved
     aligner = option_name(run.cfg, "aligner")
     if cfg.mode == "heatmap":

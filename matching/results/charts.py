@@ -32,8 +32,7 @@ def write_chart(rows: list[Row], path: Path) -> list[str]:
     widest = max(len(v) for v in panels.values())
     fig, axes = plt.subplots(-(-len(panels) // columns), columns, figsize=(columns * max(4.0, 1.3 * widest), height),
                              squeeze=False)  # fmt: skip
-    palette = plt.get_cmap("tab10").colors
-    colours = {a: palette[i % len(palette)] for i, a in enumerate(sorted({r.aligner for r in rows}))}
+    colours = _aligner_colours(rows, plt)
     for ax, ((task, metric, split), shown) in zip(axes.flat, sorted(panels.items()), strict=False):
         x = range(len(shown))
         means = [r.mean for r in shown]
@@ -70,6 +69,12 @@ def write_chart(rows: list[Row], path: Path) -> list[str]:
     return [f"{task}: {split} {metric}" for task, metric, split in sorted(panels)]
 
 
+def _aligner_colours(rows: list[Row], plt) -> dict[str, tuple]:
+    """One colour per aligner, the same in every panel and in both charts."""
+    palette = plt.get_cmap("tab10").colors
+    return {a: palette[i % len(palette)] for i, a in enumerate(sorted({r.aligner for r in rows}))}
+
+
 def ranked(rows: list[Row]) -> dict[tuple[str, str, str], list[Row]]:
     """The rows tested against a baseline, by (task, metric, split), each panel's largest difference first."""
     panels: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
@@ -93,16 +98,16 @@ def write_ranking(rows: list[Row], path: Path) -> list[str]:
     panels = ranked(rows)
     if not panels:
         return []
-    palette = plt.get_cmap("tab10").colors
-    colours = {a: palette[i % len(palette)] for i, a in enumerate(sorted({r.aligner for r in rows}))}
+    colours = _aligner_colours(rows, plt)
     tallest = max(len(v) for v in panels.values())
     fig, axes = plt.subplots(len(panels), 1, figsize=(9.0, len(panels) * (1.2 + 0.38 * tallest)), squeeze=False)
     for ax, ((task, metric, split), shown) in zip(axes.flat, panels.items(), strict=True):
         shown = shown[::-1]  # best at the top: matplotlib counts y upwards
-        for y, r in enumerate(shown):
+        bands = [0.0 if math.isnan(r.comparison.detectable) else r.comparison.detectable for r in shown]
+        for y, (r, band) in enumerate(zip(shown, bands, strict=True)):
             c = r.comparison
-            if not math.isnan(c.detectable):
-                ax.barh(y, 2 * c.detectable, left=-c.detectable, height=0.7, color="0.9", zorder=0)
+            if band:
+                ax.barh(y, 2 * band, left=-band, height=0.7, color="0.9", zorder=0)
             colour = colours[r.aligner]
             face = colour if c.verdict == "resolved" else "white"
             ax.errorbar(c.diff, y, xerr=[[c.diff - c.ci_low], [c.ci_high - c.diff]], fmt="o", capsize=3,
@@ -112,8 +117,8 @@ def write_ranking(rows: list[Row], path: Path) -> list[str]:
         ax.set_yticks(range(len(shown)), [f"{r.label.replace('aligner.', '')} ({r.mean:.2f})" for r in shown],
                       fontsize=7)  # fmt: skip
         ax.set_ylim(-0.6, len(shown) - 0.4)
-        lows = [min(r.comparison.ci_low, -(r.comparison.detectable or 0)) for r in shown]
-        highs = [max(r.comparison.ci_high, r.comparison.detectable or 0) for r in shown]
+        lows = [min(r.comparison.ci_low, -band) for r, band in zip(shown, bands, strict=True)]
+        highs = [max(r.comparison.ci_high, band) for r, band in zip(shown, bands, strict=True)]
         span = max(highs) - min(lows)
         ax.set_xlim(min(lows) - 0.05 * span, max(highs) + 0.3 * span)  # room for the labels on the right
         role = "held-out, final" if split.startswith("test") else "selection"

@@ -73,6 +73,19 @@ _NOT_VARIANT_PREFIXES = ("paths.", "hydra")
 _PATH_KEYS = ("path", "dir", "file", "folder")
 
 
+_ABSENT = object()
+
+
+def _node(config: Mapping, key: str) -> object:
+    """The value at a dotted key of a config, or _ABSENT where a part of the path is missing."""
+    node: object = config
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return _ABSENT
+        node = node[part]
+    return node
+
+
 def _config_value(run: Run, key: str) -> str:
     """The value at a dotted key of a run's resolved config, as JSON (comparable and hashable): a config group
     (`embeddings=minilm`) by the option chosen, a file path made absolute against the directory the run was
@@ -81,9 +94,8 @@ def _config_value(run: Run, key: str) -> str:
     config = run.config or {}
     if "." not in key and (config.get("choices") or {}).get(key) is not None:
         return json.dumps(config["choices"][key])
-    node: object = config
-    for part in key.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
+    node = _node(config, key)
+    node = None if node is _ABSENT else node
     if isinstance(node, str) and key.rsplit(".", 1)[-1].endswith(_PATH_KEYS) and run.cwd:
         node = os.path.normpath(os.path.join(run.cwd, os.path.expanduser(node)))
     return json.dumps(node, sort_keys=True, default=str)
@@ -93,14 +105,7 @@ def _has_key(run: Run, key: str) -> bool:
     """Whether a run's resolved config has the dotted key at all (an aligner without that option has not)."""
     key = key.lstrip("+~")
     config = run.config or {}
-    if "." not in key and key in (config.get("choices") or {}):
-        return True
-    node: object = config
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
+    return ("." not in key and key in (config.get("choices") or {})) or _node(config, key) is not _ABSENT
 
 
 def score_function(config: Mapping | None) -> str | None:
