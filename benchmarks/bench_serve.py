@@ -36,15 +36,14 @@ sys.path.insert(0, str(ROOT))
 
 from matching.cli import compose_config  # noqa: E402
 from matching.data.pairs import Pair  # noqa: E402
-from matching.predict import read_input  # noqa: E402
+from matching.data.tables import read_new_pairs  # noqa: E402
 from matching.runs import load_trained  # noqa: E402
 from matching.serve import serving  # noqa: E402
 
 
 def load_pairs(path: Path | None, vocab_words: list[str], count: int, seed: int = 0) -> list[Pair]:
     if path is not None:
-        with open(path, "rb") as stream:
-            pairs = list(read_input(stream, str(path)))
+        pairs = list(read_new_pairs(path))
         return (pairs * (count // len(pairs) + 1))[:count]
     rng = random.Random(seed)
     words = [w for w in vocab_words if w.isalpha()][:20000]

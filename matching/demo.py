@@ -30,7 +30,6 @@ from matching.data.pairs import Pair
 from matching.data.sources import resolve_path
 from matching.demo_sample import DEV, NEW_PAIRS, TRAIN, VECTORS
 from matching.errors import MissingFileError, UserError
-from matching.files import open_binary
 from matching.results.rows import Row
 
 log = logging.getLogger(__name__)
@@ -55,12 +54,11 @@ def check_sample() -> None:
 
 def read_pairs(path: Path) -> tuple[list[Pair], list[str]]:
     """The pairs to predict (any input `predict` reads) and, for JSON Lines, each pair's `expected` label."""
-    from matching.predict import read_input
+    from matching.data.tables import read_new_pairs
 
     if not path.is_file():
         raise MissingFileError(f"pairs={path}: no such file; give a file of pairs as predict reads them")
-    with open_binary(path) as stream:
-        pairs = list(read_input(stream, str(path)))
+    pairs = list(read_new_pairs(path))
     if not pairs:
         raise DemoError(f"pairs={path} holds no pairs; give at least one")
     expected = []

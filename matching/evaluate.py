@@ -1,26 +1,31 @@
-"""`matching-evaluate ckpt=<path> [split=dev|test|<split name>] [out=<file.json>] [overrides]` (conf/evaluate.yaml).
+"""`matching-evaluate ckpt=<path> [split=dev|test|<split name>] [input=<file>] [out=<file.json>] [overrides]`
+(conf/evaluate.yaml).
 
 Rebuilds the model from the run directory beside the checkpoint (saved config and vocabulary; no need to
 repeat the training overrides), evaluates it under the run's `trainer` config on the task's dev splits
 (`split=dev`, the default), test splits (`split=test`) or one named split, prints a small metrics table and
-writes the metrics as JSON (`<run dir>/eval_<split>.json` unless `out=` says otherwise). Any key of the run's
+writes the metrics as JSON (`<run dir>/eval_<split>.json` unless `out=` says otherwise). `input=<file>` evaluates a
+labelled file of one's own instead, read as the run read its training data (its format and `task.columns`): the
+task's metrics over that file, logged as `input/<metric>` into `<run dir>/eval_<file name>.json`. Any key of the run's
 config can be overridden, e.g. `paths.data_dir=/corpora` or `task.splits.test.path=/elsewhere/test.jsonl`.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from matching.cli import command
 from matching.data.datamodule import split_prefix
 from matching.data.tasks import Task
-from matching.files import write_json
+from matching.errors import MissingFileError
+from matching.files import existing, write_json
 from matching.results.scores import write_recorded
 from matching.runs import RunError, TrainedRun, load_trained
 from matching.system import MatchingSystem
@@ -29,6 +34,8 @@ log = logging.getLogger(__name__)
 
 
 def splits_for(requested: str, task: Task) -> list[str]:
+    if requested == INPUT_SPLIT and INPUT_SPLIT in task.named_splits:
+        return [INPUT_SPLIT]
     if requested == "dev":
         return task.active_eval_splits
     if requested == "test":
@@ -62,9 +69,12 @@ def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None) ->
         metrics |= {k: float(v) for k, v in result.items()}
     scores = write_recorded(run.run_dir, system.recorded, run.data, run.labels, run.kind)
     path = Path(out) if out else run.run_dir / f"eval_{split}.json"
+    if split == INPUT_SPLIT and not out:
+        path = run.run_dir / f"eval_{Path(run.task.splits[INPUT_SPLIT].path).name.split('.')[0]}.json"
     record = {
         "checkpoint": str(run.checkpoint),
         "split": split,
+        **({"input": run.task.splits[INPUT_SPLIT].path} if split == INPUT_SPLIT else {}),
         "pairs": {s: len(run.data.splits[s]) for s in names},
         "metrics": metrics,
     }
@@ -79,7 +89,30 @@ def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None) ->
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """The `evaluate` command on a composed config (conf/evaluate.yaml over the run's saved config)."""
+    if cfg.get("input"):
+        return evaluate_run(load_trained(cfg.ckpt, with_input_split(cfg)), INPUT_SPLIT, cfg.out)
     return evaluate_run(load_trained(cfg.ckpt, cfg), str(cfg.split), cfg.out)
+
+
+#: The split a labelled file of one's own (`evaluate input=<file>`) is evaluated as; its metrics are `input/<name>`.
+INPUT_SPLIT = "input"
+
+
+def with_input_split(cfg: DictConfig) -> DictConfig:
+    """The run's config with the file `input=` names as one more split of its task, read by the task's own reader
+    (the format and columns the run was trained on). A relative path is taken from the working directory."""
+    if str(cfg.split) not in ("dev", INPUT_SPLIT):
+        raise RunError(f"give input=<file> or split={cfg.split}, not both: input= evaluates that file alone")
+    path = Path(str(cfg.input)).expanduser()
+    if existing(path) is None:
+        raise MissingFileError(
+            f"input={cfg.input}: no such file or folder (looked for {path.absolute()} and its .gz); give a labelled "
+            "file of pairs in the format the run was trained on"
+        )
+    cfg = copy.deepcopy(cfg)
+    with open_dict(cfg):
+        cfg.task.splits[INPUT_SPLIT] = {"path": str(path.absolute()), "start": None, "stop": None}
+    return cfg
 
 
 main = command("evaluate", evaluate, uses_run=True)

@@ -6,8 +6,9 @@
     matcher.rank("how big is the moon", ["Paris is in France.", "Its diameter is 3,474 km."], top_k=1)
     matcher.align("how big is the moon", "Its diameter is 3,474 km.")
 
-Pairs go in as tuples `(a, b)`, dicts (`{"a": ..., "b": ...}` or any field names `predict` reads, e.g.
-`premise`/`hypothesis`, `question`/`answer`) or `Pair`s; answers come out as plain Python (lists, dicts, floats)
+Pairs go in as tuples `(a, b)`, dicts (keyed by the run's own column names, e.g. `{"text_left": ..., "text_right":
+...}` for a run trained with `task.columns.a=text_left`, or by the usual names `predict` reads: `a`/`b`,
+`premise`/`hypothesis`, `question`/`answer`, ...) or `Pair`s; answers come out as plain Python (lists, dicts, floats)
 and NumPy arrays. Every call runs the pairs in batches of similar length within the run's memory budget
 (`data.batch_tokens`, `data.batch_cells`; see `TrainedRun.logits`), so long inputs and big lists are safe.
 The reference, with every option and answer, is docs/python-api.md.
@@ -25,8 +26,9 @@ import numpy as np
 import torch
 
 from matching import precision
-from matching.data.pairs import Pair, pair_from_mapping
+from matching.data.pairs import Pair
 from matching.data.pipeline import PreparedPairs
+from matching.data.tables import pair_of_mapping
 from matching.data.vocab import NULL
 from matching.errors import DataFormatError
 from matching.metrics import match_margin
@@ -38,17 +40,20 @@ REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 PairLike = tuple | list | dict | Pair
 
 
-def as_pairs(items: Iterable[PairLike], source: str = "pairs") -> list[Pair]:
-    """New pairs from tuples `(a, b[, group])`, dicts (see `pair_from_mapping`) or `Pair`s; an item of another
-    shape, a text that is not a string or an empty text is a DataFormatError naming the item (`pairs[i]`). A Pair
-    keeps its line number (the commands' input files); the others have none, and later errors count pairs from 1."""
+def as_pairs(
+    items: Iterable[PairLike], source: str = "pairs", columns: dict[str, str | None] | None = None
+) -> list[Pair]:
+    """New pairs from tuples `(a, b[, group])`, dicts (keyed by the run's own `columns` or the usual names, see
+    matching.data.tables.pair_of_mapping) or `Pair`s; an item of another shape, a text that is not a string or an
+    empty text is a DataFormatError naming the item (`pairs[i]`). A Pair keeps its line number (the commands' input
+    files); the others have none, and later errors count pairs from 1."""
     pairs = []
     for index, item in enumerate(items):
         where = f"{source}[{index}]"
         if isinstance(item, Pair):
             pair = item
         elif isinstance(item, dict):
-            pair = pair_from_mapping(item, where)
+            pair = pair_of_mapping(item, where, columns)
         elif isinstance(item, (tuple, list)) and len(item) in (2, 3) and all(isinstance(t, str) for t in item[:2]):
             pair = Pair(item[0], item[1], "", None if len(item) == 2 else str(item[2]))
         else:
@@ -143,9 +148,13 @@ class Matcher:
         return f"Matcher({self.run.task.name}, {self.kind}, labels={self.labels}, from {self.run.checkpoint})"
 
     # -- answers -------------------------------------------------------------------------------------------------
+    def as_pairs(self, items: Iterable[PairLike], source: str = "pairs") -> list[Pair]:
+        """`as_pairs` with this run's own column names (`task.columns`) for dicts."""
+        return as_pairs(items, source, self.run.columns)
+
     def logits(self, pairs: Iterable[PairLike], source: str = "pairs") -> np.ndarray:
         """(N, classes) float32 logits of the pairs, in their order. `source` names the input in error messages."""
-        return self.run.logits(as_pairs(pairs, source), source).numpy()  # float32
+        return self.run.logits(self.as_pairs(pairs, source), source).numpy()  # float32
 
     def predict(self, pairs: Iterable[PairLike] | tuple[str, str], source: str = "pairs") -> list[dict] | dict:
         """One answer per pair, in their order: `{"label", "probs": {label: p}}` for a classification model,
@@ -153,7 +162,7 @@ class Matcher:
         but never saturates at 1.0). One pair `(a, b)` gives one answer."""
         if isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(t, str) for t in pairs):
             return self.predict([pairs], source)[0]
-        return self.answers(self.run.logits(as_pairs(pairs, source), source))
+        return self.answers(self.run.logits(self.as_pairs(pairs, source), source))
 
     def answers(self, logits: torch.Tensor) -> list[dict]:
         """`predict`'s answers from (N, classes) logits."""
@@ -185,7 +194,7 @@ class Matcher:
         matrix the aligner used (intra-sentence ones named "intra_a/..." and "intra_b/...", square), and the
         prediction (a ranking model's also with its `score` and `p_match`, as `predict` gives them). What
         `visualize` draws and the server's /align returns."""
-        return self.alignment(self.run.text.prepare(as_pairs([(a, b)], "align")))
+        return self.alignment(self.run.text.prepare(self.as_pairs([(a, b)], "align")))
 
     def alignment(self, prepared: PreparedPairs) -> dict:
         """`align` of one pair already prepared by the run's text pipeline (the server checks it first)."""

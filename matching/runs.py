@@ -172,6 +172,13 @@ class TrainedRun:
         return self.data.task
 
     @property
+    def columns(self) -> dict[str, str | None]:
+        """The columns the run read its pairs from (`task.columns`: a, b, label, group; empty for a benchmark, whose
+        reader knows its format): what new pairs are read by first (matching.data.tables.read_new_pairs)."""
+        columns = self.cfg.task.get("columns") or {}
+        return {k: None if v is None else str(v) for k, v in columns.items()}
+
+    @property
     def text(self) -> TextPipeline:
         """How the run prepares a pair: tokens, words, ids and batches (matching.data.pipeline)."""
         return self.data.text

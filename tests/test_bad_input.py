@@ -14,7 +14,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 
 from matching.data.encoding import EmptyTextError, LabelError
-from matching.predict import read_input
+from matching.data.tables import read_new_pairs
 from matching.runs import RunError, build_datamodule
 from matching.train import train
 
@@ -91,4 +91,4 @@ def test_predict_input_with_an_empty_text_names_the_line():
     from matching.errors import DataFormatError
 
     with pytest.raises(DataFormatError, match="input.tsv, line 2: the first text is empty"):
-        list(read_input(io.StringIO("a dog\ta cat\n \tsomething\n"), "input.tsv"))
+        list(read_new_pairs(io.StringIO("a dog\ta cat\n \tsomething\n"), where="input.tsv"))

@@ -171,7 +171,8 @@ def test_a_training_failure_stops_the_demo_with_one_paragraph(tmp_path, monkeypa
     monkeypatch.setattr(demo.subprocess, "run", failing)
     code = demo.main(["seeds=[1]", "train=no_such_key=1 model.hidden=8", f"out={tmp_path / 'demo'}"])
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith("error: training stopped with exit status 2") and "Traceback" not in err
+    last = err.strip().splitlines()[-1]  # after the log's lines (the new pairs' columns, read first)
+    assert code == 2 and last.startswith("error: training stopped with exit status 2") and "Traceback" not in err
     (command,) = launched
     assert command[1:3] == ["-m", "matching.train"] and "experiment=demo" in command
     assert command[-2:] == ["no_such_key=1", "model.hidden=8"] and "aligner=softmax,coda" in command

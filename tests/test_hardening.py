@@ -107,9 +107,9 @@ def test_bad_data_settings_are_named(make_cfg, setting):
 def _pairs(data: bytes, fmt: str = "auto"):
     import io
 
-    from matching.predict import read_input
+    from matching.data.tables import read_new_pairs
 
-    return [(p.a, p.b, p.group, p.line) for p in read_input(io.BytesIO(data), "input", fmt)]
+    return [(p.a, p.b, p.group, p.line) for p in read_new_pairs(io.BytesIO(data), where="input", format=fmt)]
 
 
 @pytest.mark.parametrize(
@@ -133,11 +133,13 @@ def test_every_input_shape_is_read_as_meant(data, expected):
     ("data", "fmt", "message"),
     [
         (b"a dog\ta cat\n\xe9t\xe9\tsummer\n", "auto", r"line 2: byte b'\\xe9' at byte offset 0"),
-        (b'[{"a": "x", "b": "y"}, {"a": "x"}]', "auto", "element 2 of the array: no pair of text fields"),
+        (b'[{"a": "x", "b": "y"}, {"a": "x"}]', "auto", "line 1: cannot tell which columns hold the two texts"),
         (b'[{"a": "x", "b": "y"},\n {"a": "x" "b": "y"}]', "auto", "line 2: invalid JSON"),
-        (b'{"a": "x", "b": "y"}\n', "tsv", "line 1: expected 2 or 3 tab-separated columns"),
-        (b'{"a": "x", "b": null}\n', "auto", "must be strings"),
-        (b"x\ty\n", "csv", "input_format must be one of"),
+        (b'{"a": "x", "b": "y"}\n', "tsv", "input: expected 2 or 3 tab-separated columns"),
+        (b'{"a": "x", "b": null}\n', "auto", "line 1: column 'b' holds None, not a text"),
+        (b"x\ty\n", "xml", "input_format must be one of"),
+        (b'[{"a": "x", "b": "y"}]\n{"a": "z", "b": "w"}\n', "auto", "line 2: the JSON array that starts on line 1 ends "
+         "on line 1"),
     ],
 )
 def test_misread_input_is_an_error_naming_the_place(data, fmt, message):

@@ -8,7 +8,8 @@ import sys
 import pytest
 from conftest import ROOT
 
-from matching.predict import main, read_input
+from matching.data.tables import read_new_pairs
+from matching.predict import main
 
 
 def _run(argv, capsys):
@@ -93,15 +94,15 @@ def test_one_pair_is_counted_in_the_singular(snli_run, tmp_path, capsys):
     ("text", "message"),
     [
         ('{"a": "x", "b": "y"}\n{"a": "x", "b": \n', "line 2: invalid JSON"),
-        ('{"text": "x"}\n', "no pair of text fields"),
-        ("only one column\n", "line 1: expected 2 or 3 tab-separated columns"),
+        ('{"text": "x"}\n', "cannot tell which columns hold the two texts"),
+        ("only one column\n", "input.txt: expected 2 or 3 tab-separated columns"),
     ],
 )
 def test_malformed_input_names_the_line(text, message):
     from matching.errors import DataFormatError
 
     with pytest.raises(DataFormatError, match=message):
-        list(read_input(io.StringIO(text), "input.txt"))
+        list(read_new_pairs(io.StringIO(text), where="input.txt"))
 
 
 def test_help_names_every_input_format(capsys):

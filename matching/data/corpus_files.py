@@ -12,7 +12,7 @@ import re
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from matching.errors import DataFormatError, MissingFileError
 from matching.files import existing, gz_twin, open_binary
@@ -55,23 +55,33 @@ def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
     A leading UTF-8 byte-order mark is removed. Bad UTF-8 and truncated or corrupt gzip data raise
     :class:`DataFormatError` naming the line.
     """
-    lineno = 0
     with open_binary(path) as f:
-        try:
-            for lineno, raw in enumerate(f, 1):
+        yield from decoded_lines(f, path)
+
+
+def decoded_lines(stream: BinaryIO | TextIO, where: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
+    """``(1-based line number, line without its line ending)`` of an open stream (a file, gzip, stdin; bytes are
+    decoded as UTF-8, text is taken as it is); a leading byte-order mark is removed; bad UTF-8 and truncated gzip
+    data are a :class:`DataFormatError` naming ``where`` and the line."""
+    lineno = 0
+    try:
+        for lineno, raw in enumerate(stream, 1):
+            if isinstance(raw, bytes):
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
                     raise DataFormatError(
-                        f"{path}, line {lineno}: byte {raw[e.start : e.start + 1]!r} at byte offset "
-                        f"{e.start} of the line is not valid UTF-8. The corpus files are UTF-8; "
-                        "re-download the file, or convert it (e.g. `iconv -f cp1252 -t utf-8`)."
+                        f"{where}, line {lineno}: byte {raw[e.start : e.start + 1]!r} at byte offset "
+                        f"{e.start} of the line is not valid UTF-8. The file must be UTF-8; "
+                        "re-download it, or convert it (e.g. `iconv -f cp1252 -t utf-8`)."
                     ) from None
-                if lineno == 1 and line.startswith("\ufeff"):
-                    line = line[1:]
-                yield lineno, line.rstrip("\r\n")
-        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-            raise gzip_error(path, lineno + 1, e) from None
+            else:
+                line = raw
+            if lineno == 1 and line.startswith("\ufeff"):
+                line = line[1:]
+            yield lineno, line.rstrip("\r\n")
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise gzip_error(Path(where), lineno + 1, e) from None
 
 
 def gzip_error(path: Path, lineno: int, e: BaseException) -> DataFormatError:
@@ -138,5 +148,11 @@ def json_array(path: Path, text: str, first_lineno: int, what: str) -> Iterator[
         if text[pos] != ",":
             raise fail(pos, f"expected ',' or ']' between array elements, found {text[pos]!r}")
         pos = ws(text, pos + 1).end()
-    if ws(text, pos + 1).end() != n:
-        raise fail(pos + 1, "unexpected data after the closing ']' of the JSON array")
+    rest = ws(text, pos + 1).end()
+    if rest != n:
+        closed = line_at(pos)
+        raise DataFormatError(
+            f"{path}, line {line_at(rest)}: the JSON array that starts on line {first_lineno} ends on line {closed} "
+            f"(its closing ']'), and what follows ({text[rest : rest + 30]!r}) is not part of it. Give one JSON array "
+            "of objects, or JSON Lines (one object per line, no brackets)"
+        )

@@ -27,7 +27,7 @@ from matching.data.tables import (
 from matching.data.tasks import Task
 from matching.errors import ConfigError, DataFormatError, UserError
 from matching.extras import require
-from matching.files import existing
+from matching.files import existing, gz_twin
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,25 @@ class CorpusNotFoundError(UserError, FileNotFoundError):
 
 
 def resolve_path(path: str | os.PathLike, data_dir: str | os.PathLike) -> Path:
+    """Where a split's file is: an absolute path as it is; a relative one from the working directory when a file or
+    folder (or its .gz) is there, as every command-line tool resolves it, else under `paths.data_dir` (the
+    benchmarks' layout, `data_dir/snli/...`)."""
     path = Path(os.path.expanduser(str(path)))
-    return path if path.is_absolute() else Path(data_dir) / path
+    if path.is_absolute() or existing(path) is not None:
+        return path
+    return Path(data_dir) / path
+
+
+def places_looked(path: str | os.PathLike, data_dir: str | os.PathLike) -> str:
+    """Every place `resolve_path` looks for a split's file, for a message that says it is in none of them."""
+    path = Path(os.path.expanduser(str(path)))
+    if path.is_absolute():
+        return f"{path} (nor {gz_twin(path).name})"
+    under = Path(data_dir) / path
+    return (
+        f"{path} in the working directory ({Path.cwd()}) nor {under} under paths.data_dir={data_dir} (nor their .gz "
+        "twins)"
+    )
 
 
 def read_split(task: Task, split: str, data_dir: str | os.PathLike, cache_dir: str | os.PathLike) -> list[Pair]:
@@ -49,14 +66,14 @@ def read_split(task: Task, split: str, data_dir: str | os.PathLike, cache_dir: s
         log.info("reading %s %s from %s", task.name, split, path)
         pairs = task.reader(path)
     else:
-        pairs = _read_hub(task, split, path, cache_dir)
+        pairs = _read_hub(task, split, places_looked(spec.path, data_dir), cache_dir)
     return list(islice(pairs, spec.start, spec.stop))
 
 
-def _read_hub(task: Task, split: str, path: Path, cache_dir: str | os.PathLike) -> Iterator[Pair]:
+def _read_hub(task: Task, split: str, looked: str, cache_dir: str | os.PathLike) -> Iterator[Pair]:
     """The split's pairs from the task's hub dataset, its columns named by `hub.fields` or `task.columns` (else
     found by their usual names, see matching.data.tables)."""
-    dataset = _load_hub(task, split, path, cache_dir)
+    dataset = _load_hub(task, split, looked, cache_dir)
     rows, names, is_text, declared = rows_of_dataset(dataset)
     fields = {**(task.columns or {}), **{k: v for k, v in (task.hub.get("fields") or {}).items() if v is not None}}
     where = f"{task.hub['name']} {task.hub['splits'][split]} (Hugging Face hub)"
@@ -64,27 +81,27 @@ def _read_hub(task: Task, split: str, path: Path, cache_dir: str | os.PathLike) 
     return pairs_from_rows(rows, columns, where, declared.get(columns.label), task.kind == "rank", unit="row")
 
 
-def _load_hub(task: Task, split: str, path: Path, cache_dir: str | os.PathLike) -> Any:
+def _load_hub(task: Task, split: str, looked: str, cache_dir: str | os.PathLike) -> Any:
     """The split as a `datasets.Dataset` from the task's hub entry (cached under `cache_dir/hub`), or a
-    CorpusNotFoundError that says where a local copy goes and how to get one."""
+    CorpusNotFoundError that says where it was looked for (`looked`, see places_looked) and how to get it."""
     hub = task.hub
     how = task.download
     if not hub or not hub.get("name") or split not in (hub.get("splits") or {}):
         raise CorpusNotFoundError(
-            f"{task.name} {split} split not found: no file at {path} (nor {path}.gz).\n"
+            f"{task.name} {split} split not found: no file at {looked}.\n"
             f"{how}\nPoint at your copy with paths.data_dir=<folder> (or MATCHING_DATA_DIR), or at this one file "
             f"with task.splits.{split}.path=<file>."
         )
     try:
         datasets = require("datasets", "hub", f"fetching {task.name} from the Hugging Face hub")
         check_reachable()  # offline: fail in seconds, not after datasets' retries
-        log.info("%s not found locally; loading %s from the Hugging Face hub (%s)", path, split, hub["name"])
+        log.info("%s not found locally (%s); loading it from the Hugging Face hub (%s)", split, looked, hub["name"])
         return datasets.load_dataset(
             hub["name"], hub.get("config"), split=hub["splits"][split], cache_dir=str(Path(cache_dir) / "hub")
         )
     except Exception as err:  # offline, hub down, dataset renamed: all end the same way for the user
         raise CorpusNotFoundError(
-            f"{task.name} {split} split not found: no file at {path} (nor {path}.gz), and loading "
+            f"{task.name} {split} split not found: no file at {looked}, and loading "
             f"{hub['name']} from the Hugging Face hub failed ({err}).\n{how}\n"
             f"Or point at your copy with paths.data_dir=<folder> (or MATCHING_DATA_DIR), or at this one file with "
             f"task.splits.{split}.path=<file>."
@@ -123,7 +140,7 @@ def _declared_labels(task: Task, data_dir: str | os.PathLike, cache_dir: str | o
     path = resolve_path(task.splits["train"].path, data_dir)
     column = (task.columns or {}).get("label")
     if existing(path) is None:  # from the hub (read_split has just loaded it: datasets' cache answers)
-        dataset = _load_hub(task, "train", path, cache_dir)
+        dataset = _load_hub(task, "train", places_looked(task.splits["train"].path, data_dir), cache_dir)
         _, names, is_text, declared = rows_of_dataset(dataset)
         label = resolve_columns(names, is_text, None, None, column, None, str(path), labelled=False).label
         return declared.get(label) if label else None

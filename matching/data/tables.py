@@ -12,19 +12,22 @@ declares them, else the values of the labelled rows.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from matching.data.corpus_files import existing_corpus_file, json_array, json_lines, numbered_lines, open_text
+from matching.data.corpus_files import decoded_lines, existing_corpus_file, json_array, json_lines
 from matching.data.pairs import Pair
 from matching.errors import DataFormatError, MissingFileError
 from matching.extras import require
+from matching.files import open_binary
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,8 @@ UNLABELLED = {"", "-", "-1", "none", "null", "nan"}
 #: File name endings and the format each is read as.
 FORMATS = {".tsv": "tsv", ".txt": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",
            ".parquet": "parquet"}  # fmt: skip
+#: The formats a table can be read as (`json` is `jsonl`: either reads JSON Lines or one JSON array).
+TABLE_FORMATS = ("tsv", "csv", "jsonl", "json", "parquet", "dataset")
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,7 @@ def pairs_from_rows(
     label_names: Sequence[str] | None = None,
     group_by_text: bool = False,
     unit: str = "line",
+    quiet: bool = False,
 ) -> Iterator[Pair]:
     """Pairs from `(line or row number, row)`: the texts, the label (see label_value) and the group (the group
     column, or the first text when `group_by_text`). A row without a label is dropped and counted; a text that is
@@ -164,6 +170,8 @@ def pairs_from_rows(
         group = row.get(columns.group) if columns.group else (a.strip() if group_by_text else None)
         kept += 1
         yield Pair(a.strip(), b.strip(), label, None if group is None else str(group), number)
+    if quiet:
+        return
     how = f"columns {columns.a!r}, {columns.b!r}" + (f", label {columns.label!r}" if columns.label else "")
     how += f", group {columns.group!r}" if columns.group else (", grouped by the first text" if group_by_text else "")
     log.info("read %d pairs from %s (%s); dropped %d without a label", kept, where, how, dropped)
@@ -173,22 +181,41 @@ def table_format(path: Path, format: str | None) -> str:
     """The format a file is read as: `format` when given, else by its name (a `.gz` ending ignored); a folder is a
     Hugging Face dataset written by `save_to_disk`."""
     if format:
-        if format not in set(FORMATS.values()) | {"dataset"}:
+        if format not in TABLE_FORMATS:
             raise DataFormatError(
-                f"task.reader.format={format!r} is not a table format; choose one of "
-                f"{sorted(set(FORMATS.values()) | {'dataset'})} (or leave it unset to go by the file name)"
+                f"task.reader.format={format!r} is not a table format; choose one of {list(TABLE_FORMATS)} (or leave "
+                "it unset to go by the file name)"
             )
         return format
     if path.is_dir():
         return "dataset"
-    name = path.name[:-3] if path.name.endswith(".gz") else path.name
-    suffix = Path(name).suffix.lower()
-    if suffix not in FORMATS:
+    kind = format_by_name(path)
+    if kind is None:
         raise DataFormatError(
             f"{path}: cannot tell the table format from the name {path.name!r}; name the file .tsv, .csv, .jsonl or "
             ".parquet, or set task.reader.format=tsv|csv|jsonl|parquet|dataset"
         )
-    return FORMATS[suffix]
+    return kind
+
+
+def format_by_name(path: Path) -> str | None:
+    """The table format a file's name says (`.gz` ignored), or None."""
+    name = path.name[:-3] if path.name.endswith(".gz") else path.name
+    return FORMATS.get(Path(name).suffix.lower())
+
+
+@dataclass
+class Table:
+    """An open table: its rows as `(line or row number, {column: value})` (an iterator, read once), the column
+    names, whether a column looks like text (`is_text`), the label names its columns declare (a ClassLabel), what
+    a row number counts ("line" or "row") and the name of the file in messages (`where`)."""
+
+    rows: Iterator[tuple[int, dict[str, Any]]]
+    names: list[str]
+    is_text: Callable[[str], bool]
+    declared: dict[str, list[str]]
+    unit: str
+    where: str
 
 
 def read_pair_table(
@@ -208,11 +235,10 @@ def read_pair_table(
     corpus, whose pairs without a group column are grouped by their first text."""
     given = Path(os.path.expanduser(str(path)))
     found = given if given.is_dir() else existing_corpus_file(given)
-    kind = table_format(found, format)
-    rows, names, is_text, declared, unit = _table(found, kind, header)
-    columns = resolve_columns(names, is_text, a, b, label, group, str(found))
-    names_of_labels = declared.get(columns.label) if columns.label else None
-    return pairs_from_rows(rows, columns, str(found), names_of_labels, group_by_text=rank, unit=unit)
+    table = open_table(found, table_format(found, format), header)
+    columns = resolve_columns(table.names, table.is_text, a, b, label, group, table.where)
+    names_of_labels = table.declared.get(columns.label) if columns.label else None
+    return pairs_from_rows(table.rows, columns, table.where, names_of_labels, group_by_text=rank, unit=table.unit)
 
 
 def label_names(path: str | os.PathLike[str], label: str | None = None, format: str | None = None) -> list[str] | None:
@@ -223,55 +249,116 @@ def label_names(path: str | os.PathLike[str], label: str | None = None, format: 
     kind = table_format(found, format)
     if kind not in ("dataset", "parquet"):
         return None
-    _, names, is_text, declared, _ = _table(found, kind, True)
-    column = resolve_columns(names, is_text, None, None, label, None, str(found), labelled=False).label
-    return declared.get(column) if column else None
+    table = open_table(found, kind, True)
+    column = resolve_columns(table.names, table.is_text, None, None, label, None, table.where, labelled=False).label
+    return table.declared.get(column) if column else None
 
 
-def _table(path: Path, kind: str, header: bool):
-    """(rows as (number, dict), column names, is_text(column), declared label names by column, "line" | "row")."""
+def open_table(source: Path | IO, kind: str, header: bool | str, where: str | None = None) -> Table:
+    """The table in `source` (a path, or for the text formats an open stream such as stdin) read as `kind`.
+    `header` (TSV, CSV): True, the first line names the columns; False, it does not (they are named "1", "2", ...);
+    "auto", it does when its cells name the columns a table of pairs has (see `is_header`)."""
+    where = str(source) if where is None else where
     if kind in ("tsv", "csv"):
-        return _delimited(path, kind, header)
-    if kind == "jsonl":
-        return _json_rows(path)
+        return _delimited(source, kind, header, where)
+    if kind in ("jsonl", "json"):
+        return _json_rows(source, where)
+    if not isinstance(source, Path):
+        raise DataFormatError(f"{where}: a {kind} table is read from a file, not from a stream; give its path")
     if kind == "parquet":
-        return _parquet(path)
-    return _dataset_folder(path)
+        return _parquet(source)
+    return _dataset_folder(source)
 
 
-def _delimited(path: Path, kind: str, header: bool):
-    """TSV (no quoting, as corpora are distributed: a quote is a character of the text) or CSV (RFC 4180)."""
+def is_header(cells: Sequence[str], preferred: Sequence[str | None] = ()) -> bool:
+    """Whether a first line's cells are a header: they name both texts of a pair, by the `preferred` names (a run's
+    own task.columns a and b) or by one of the usual pairs (TEXT_COLUMNS); case is ignored."""
+    names = {c.strip().lower() for c in cells}
+    wanted = [str(n).lower() for n in preferred[:2] if n is not None]
+    if len(wanted) == 2 and set(wanted) <= names:
+        return True
+    return any(x in names and y in names for x, y in TEXT_COLUMNS)
+
+
+def _delimited(source: Path | IO, kind: str, header: bool | str, where: str) -> Table:
+    """TSV (no quoting, as corpora are distributed: a quote is a character of the text) or CSV (RFC 4180: a quoted
+    field may hold line breaks; such fields are counted and the first named, since a stray quote makes one)."""
+    rows = _delimited_rows(source, kind, where)
+    first = next(rows, None)
+    if first is None:
+        raise DataFormatError(f"{where} is empty: expected a {kind.upper()} table of pairs")
+    first_line, cells = first
+    cells = [c.lstrip("\ufeff").strip() for c in cells]
+    if header == "auto":
+        header = is_header(cells)
+    names = cells if header else [str(i) for i in range(1, len(cells) + 1)]
+    if header and len(set(names)) != len(names):
+        raise DataFormatError(f"{where}, line 1: the header names a column twice ({names}); give each a name")
+
+    def records() -> Iterator[tuple[int, dict[str, Any]]]:
+        for line, values in rows if header else itertools.chain([first], rows):
+            if len(values) != len(names):
+                raise DataFormatError(
+                    f"{where}, line {line}: {len(values)} {'tab-separated ' if kind == 'tsv' else ''}cells where the "
+                    f"{'header names' if header else 'first line has'} {len(names)} ({names}). Check that line for a "
+                    "stray or missing delimiter" + ("" if kind == "tsv" else " or quote")
+                )
+            yield line, dict(zip(names, values, strict=True))
+
+    head, rest = _peek(records(), 50)
+    sample = {n: [row[n] for _, row in head] for n in names}
+    return Table(itertools.chain(head, rest), names, lambda n: _looks_like_text(sample[n]), {}, "line", where)
+
+
+def _delimited_rows(source: Path | IO, kind: str, where: str) -> Iterator[tuple[int, list[str]]]:
+    """(the line a row starts on, its cells) of a TSV or CSV file or stream, blank lines skipped. A CSV field that
+    runs over several lines is read as CSV says; at the end the log counts them and names the first, and a quote
+    that never closes is an error naming the line where it opened."""
     csv.field_size_limit(sys.maxsize)
     quoting = {"quoting": csv.QUOTE_NONE} if kind == "tsv" else {}
-    delimiter = "\t" if kind == "tsv" else ","
-    with open_text(path) as f:
-        first = next(csv.reader(f, delimiter=delimiter, **quoting), None)
-    if first is None:
-        raise DataFormatError(f"{path} is empty: expected a {kind.upper()} table of pairs")
-    first = [c.lstrip("\ufeff").strip() for c in first]
-    names = first if header else [str(i) for i in range(1, len(first) + 1)]
-    if header and len(set(names)) != len(names):
-        raise DataFormatError(f"{path}, line 1: the header names a column twice ({names}); give each a name")
-    sample: dict[str, list[str]] = {n: [] for n in names}
+    with ExitStack() as stack:
+        stream = stack.enter_context(open_binary(source)) if isinstance(source, Path) else source
+        at = [0]  # the number of the last line the csv reader has taken
 
-    def rows() -> Iterator[tuple[int, dict[str, Any]]]:
-        with open_text(path) as f:
-            reader = csv.reader(f, delimiter=delimiter, **quoting)
-            for index, cells in enumerate(reader):
-                if index == 0 and header or not cells or cells == [""]:
-                    continue
-                if len(cells) != len(names):
+        def lines() -> Iterator[str]:
+            for number, text in decoded_lines(stream, where):
+                at[0] = number
+                yield text + "\n"
+
+        # strict: a quote that never closes is an error (not the rest of the file as one text), and so is text
+        # between a closing quote and the delimiter ("a" b), which a lenient reader would silently glue on
+        reader = csv.reader(lines(), delimiter="\t" if kind == "tsv" else ",", strict=kind == "csv", **quoting)
+        end, spanning, first_spanning = 0, 0, None
+        while True:
+            try:
+                cells = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as err:
+                start = end + 1
+                if "unexpected end of data" in str(err):
                     raise DataFormatError(
-                        f"{path}, line {reader.line_num}: {len(cells)} {'tab-separated' if kind == 'tsv' else ''} "
-                        f"cells where the {'header names' if header else 'first line has'} {len(names)} ({names}). "
-                        "Check that line for a stray or missing delimiter" + ("" if kind == "tsv" else " or quote")
-                    )
-                yield reader.line_num, dict(zip(names, cells, strict=True))
-
-    for _, (_, row) in zip(range(50), rows(), strict=False):
-        for n in names:
-            sample[n].append(row[n])
-    return rows(), names, lambda n: _looks_like_text(sample[n]), {}, "line"
+                        f"{where}, line {start}: a quote opens a field in the row that starts on this line and never "
+                        f'closes (the file ends, at line {at[0]}, inside it). Close the quote, or double it ("") '
+                        "where it is part of the text"
+                    ) from None
+                raise DataFormatError(
+                    f"{where}, line {at[0]}: {err} (text after a closing quote, before the next comma). Quote the "
+                    'whole field, and double a quote ("") that is part of the text'
+                ) from None
+            start, end = end + 1, at[0]
+            if not cells or cells == [""]:
+                continue
+            if end > start:
+                spanning += 1
+                first_spanning = first_spanning or (start, end)
+            yield start, cells
+        if spanning:
+            log.warning(
+                "%s: %d text%s run%s over several lines (a quoted field with line breaks, as CSV allows), the first "
+                "on lines %d-%d: if that is a stray quote, the rows it swallowed were read as one text",
+                where, spanning, "" if spanning == 1 else "s", "s" if spanning == 1 else "", *first_spanning,
+            )  # fmt: skip
 
 
 def _looks_like_text(values: Sequence[Any]) -> bool:
@@ -284,45 +371,50 @@ def _looks_like_text(values: Sequence[Any]) -> bool:
     return numeric == 0 and spaced >= len(strings) / 2
 
 
-def _json_rows(path: Path):
-    what = "JSON Lines, one object per line with the pair's texts and label"
-    lines = numbered_lines(path)
-    first = next(((n, line) for n, line in lines if line.strip()), None)
-    if first is None:
-        raise DataFormatError(f"{path} is empty: expected {what}")
+def _json_rows(source: Path | IO, where: str) -> Table:
+    """JSON Lines, or one JSON array of objects (told apart by the first non-blank character), from a file or stream;
+    JSON Lines are read lazily."""
+    what = "JSON Lines (one object per line with the pair's texts) or one JSON array of such objects"
 
     def records() -> Iterator[tuple[int, Any]]:
-        all_lines = numbered_lines(path)
-        if first[1].lstrip().startswith("["):  # one JSON array
-            text = "\n".join(line for _, line in all_lines)
-            yield from json_array(path, text[text.index("[") :], first[0], what)
-        else:
-            yield from json_lines(path, all_lines, what)
+        with ExitStack() as stack:
+            stream = stack.enter_context(open_binary(source)) if isinstance(source, Path) else source
+            lines = decoded_lines(stream, where)
+            first = next(((n, line) for n, line in lines if line.strip()), None)
+            if first is None:
+                return
+            if first[1].lstrip().startswith("["):  # one JSON array
+                text = "\n".join([first[1], *(line for _, line in lines)])
+                yield from json_array(where, text[text.index("[") :], first[0], what)
+            else:
+                yield from json_lines(where, itertools.chain([first], lines), what)
 
     def rows() -> Iterator[tuple[int, dict[str, Any]]]:
         for number, record in records():
             if not isinstance(record, dict):
-                raise DataFormatError(f"{path}, line {number}: expected a JSON object, found {record!r:.60}")
+                raise DataFormatError(f"{where}, line {number}: expected a JSON object, found {record!r:.60}")
             yield number, record
 
-    head = [record for _, (_, record) in zip(range(50), rows(), strict=False)]
-    names = list(dict.fromkeys(k for r in head for k in r))
-    return rows(), names, lambda n: _looks_like_text([r.get(n) for r in head]), {}, "line"
+    head, rest = _peek(rows(), 50)
+    if not head:
+        raise DataFormatError(f"{where} is empty: expected {what}")
+    names = list(dict.fromkeys(k for _, r in head for k in r))
+    is_text = lambda n: _looks_like_text([r.get(n) for _, r in head])  # noqa: E731
+    return Table(itertools.chain(head, rest), names, is_text, {}, "line", where)
 
 
-def _parquet(path: Path):
+def _peek(items: Iterator, n: int) -> tuple[list, Iterator]:
+    """The first `n` items (a list) and the rest (the same iterator, advanced past them)."""
+    return list(itertools.islice(items, n)), items
+
+
+def _parquet(path: Path) -> Table:
     pq = require("pyarrow.parquet", "hub", "reading a Parquet table")
     table = pq.read_table(path)
     declared = _declared_labels(_hub_features(table.schema.metadata))
-
     head = table.slice(0, 50).to_pylist()
-    return (
-        enumerate(table.to_pylist(), 1),
-        table.column_names,
-        lambda n: _looks_like_text([r.get(n) for r in head]),
-        declared,
-        "row",
-    )
+    is_text = lambda n: _looks_like_text([r.get(n) for r in head])  # noqa: E731
+    return Table(enumerate(table.to_pylist(), 1), table.column_names, is_text, declared, "row", str(path))
 
 
 def _hub_features(metadata: dict[bytes, bytes] | None) -> dict[str, Any]:
@@ -337,7 +429,7 @@ def _declared_labels(features: dict[str, Any]) -> dict[str, list[str]]:
     return {k: list(v["names"]) for k, v in features.items() if isinstance(v, dict) and v.get("_type") == "ClassLabel"}
 
 
-def _dataset_folder(path: Path):
+def _dataset_folder(path: Path) -> Table:
     datasets = require("datasets", "hub", "reading a Hugging Face dataset folder")
     if (path / "dataset_dict.json").is_file():
         splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
@@ -350,7 +442,7 @@ def _dataset_folder(path: Path):
             f"{path} is a folder but not a dataset written by datasets' save_to_disk (no state.json); point at a "
             "file (.tsv, .csv, .jsonl, .parquet) or at such a folder"
         )
-    return (*rows_of_dataset(datasets.load_from_disk(str(path))), "row")
+    return Table(*rows_of_dataset(datasets.load_from_disk(str(path))), "row", str(path))
 
 
 def rows_of_dataset(dataset: Any) -> tuple[Iterator[tuple[int, dict[str, Any]]], list[str], Callable, dict]:
@@ -359,3 +451,130 @@ def rows_of_dataset(dataset: Any) -> tuple[Iterator[tuple[int, dict[str, Any]]],
     declared = {k: list(v.names) for k, v in dataset.features.items() if type(v).__name__ == "ClassLabel"}
     texts = {k for k, v in dataset.features.items() if getattr(v, "dtype", None) in ("string", "large_string")}
     return ((i, row) for i, row in enumerate(dataset, 1)), list(dataset.column_names), lambda n: n in texts, declared
+
+
+# -- new pairs: what predict, Matcher and the server score ------------------------------------------------------
+
+
+def read_new_pairs(
+    source: str | os.PathLike[str] | IO[bytes],
+    *,
+    where: str | None = None,
+    format: str = "auto",
+    header: bool | str = "auto",
+    preferred: Mapping[str, str | None] | None = None,
+    named: Mapping[str, str | None] | None = None,
+) -> Iterator[Pair]:
+    """New pairs to score, from a table of one's own in any format training reads (TSV, CSV, JSON Lines, one JSON
+    array, Parquet, a dataset folder; plain or .gz), a file or a stream of bytes (stdin). `format` auto goes by the
+    file's name, else by its first non-blank line (`{` JSON Lines, `[` a JSON array, else TSV). `header` auto: a
+    first line that names the texts' columns (the run's own, `preferred`, or the usual ones) is a header, never a
+    pair; a file without one is read by position, `a<TAB>b[<TAB>group]`. The columns are `named` (a user's options
+    for this input: they must exist), else the run's own `preferred` task.columns where the input has them, else
+    found by their usual names (see resolve_columns). A label column, if any, is not read. An empty text is an
+    error naming its line."""
+    if format not in ("auto", *TABLE_FORMATS):
+        raise DataFormatError(f"input_format must be one of {['auto', *TABLE_FORMATS]}, got {format!r}")
+    if header not in (True, False, "auto"):
+        raise DataFormatError(f"the header setting must be true, false or auto, got {header!r}")
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(os.path.expanduser(str(source)))
+        where = where or str(path)
+        kind = format if format != "auto" else "dataset" if path.is_dir() else format_by_name(path)
+        if kind is None:
+            with open_binary(path) as stream:
+                kind = _sniffed(stream)[0]
+        opened: Path | IO = path
+    else:
+        where = where or "<stdin>"
+        kind, lines = _sniffed(source)
+        kind = kind if format == "auto" else format
+        opened = lines
+    table = open_table(opened, kind, header, where)
+    named = {k: v for k, v in (named or {}).items() if v}
+    columns, how = new_pair_columns(table.names, table.is_text, preferred or {}, named, where)
+    log.info("%s: texts from columns %r and %r%s (%s)", where, columns.a, columns.b,
+             f", group {columns.group!r}" if columns.group else "", how)  # fmt: skip
+    records = kind in ("jsonl", "json")  # objects, each with its own keys: one that lacks the columns is read alone
+    count = 0
+    for number, row in table.rows:
+        place = f"{where}, {table.unit} {number}"
+        if records and not named and (columns.a not in row or columns.b not in row):
+            pair = pair_of_mapping(row, place, preferred, number)
+        else:
+            pair = next(pairs_from_rows([(number, row)], columns, where, unit=table.unit, quiet=True))
+        if not pair.a.strip() or not pair.b.strip():
+            side = "first" if not pair.a.strip() else "second"
+            raise DataFormatError(f"{place}: the {side} text is empty; give both texts of the pair")
+        count += 1
+        yield pair
+    log.info("read %d new pair%s from %s", count, "" if count == 1 else "s", where)
+
+
+def _sniffed(stream: IO[bytes]) -> tuple[str, Iterator[bytes]]:
+    """The format a stream's first non-blank line says (`{` jsonl, `[` json, else tsv), and the stream's lines from
+    its start (the ones read to tell are put back)."""
+    read: list[bytes] = []
+    kind = "tsv"
+    for raw in stream:
+        read.append(raw)
+        text = raw.decode("utf-8", errors="replace").lstrip("\ufeff").strip() if isinstance(raw, bytes) else raw.strip()
+        if text:
+            kind = "jsonl" if text[0] == "{" else "json" if text[0] == "[" else "tsv"
+            break
+    return kind, itertools.chain(read, stream)
+
+
+def new_pair_columns(
+    names: Sequence[str],
+    is_text: Callable[[str], bool],
+    preferred: Mapping[str, str | None],
+    named: Mapping[str, str | None],
+    where: str,
+) -> tuple[Columns, str]:
+    """The columns new pairs are read from (no label), and how they were chosen: see read_new_pairs. Headerless
+    tables name their columns "1", "2", ...: by position, the two texts and an optional group, unless the run was
+    trained on such a table."""
+    lower = {n.lower() for n in names}
+    if named.get("a") or named.get("b") or named.get("group"):
+        found = resolve_columns(names, is_text, named.get("a"), named.get("b"), None, named.get("group"), where,
+                                labelled=False)  # fmt: skip
+        how = "as named for this input"
+    elif all(preferred.get(k) and str(preferred[k]).lower() in lower for k in ("a", "b")):
+        group = preferred.get("group") if preferred.get("group") and str(preferred["group"]).lower() in lower else None
+        found = resolve_columns(names, is_text, preferred["a"], preferred["b"], None, group, where, labelled=False)
+        how = "the run's own"
+    elif names and names[0] == "1":  # a file without a header: by position
+        if len(names) not in (2, 3):
+            raise DataFormatError(
+                f"{where}: expected 2 or 3 tab-separated columns (a, b[, group]), found {len(names)}, and no header "
+                f"line naming them. Add a header naming the columns (the run's own{_listed(preferred)}, or e.g. "
+                "a<TAB>b), or give the columns with columns.a=<name> columns.b=<name>"
+            )
+        found = Columns("1", "2", None, "3" if len(names) == 3 else None)
+        how = "by position: no header line"
+    else:
+        found = resolve_columns(names, is_text, None, None, None, None, where, labelled=False)
+        how = "found by their usual names" + (
+            f"; the run's own{_listed(preferred)} are not among {list(names)}" if preferred.get("a") else ""
+        )
+    return Columns(found.a, found.b, None, found.group), how
+
+
+def _listed(preferred: Mapping[str, str | None]) -> str:
+    named = [str(preferred[k]) for k in ("a", "b", "group") if preferred.get(k)]
+    return f" ({', '.join(named)})" if named else ""
+
+
+def pair_of_mapping(obj: object, where: str, preferred: Mapping[str, str | None] | None = None, line: int = 0) -> Pair:
+    """A new pair from a dict (a JSON object of a request, an item given to Matcher): its texts under the run's own
+    column names (`preferred`) or the usual ones (see read_new_pairs), its group under a group column if any."""
+    if not isinstance(obj, dict):
+        raise DataFormatError(f"{where}: expected an object with the two texts, got {obj!r:.60}")
+    names = [str(k) for k in obj]
+    columns, _ = new_pair_columns(names, lambda n: isinstance(obj.get(n), str), preferred or {}, {}, where)
+    a, b = obj.get(columns.a), obj.get(columns.b)
+    if not isinstance(a, str) or not isinstance(b, str):
+        raise DataFormatError(f"{where}: {columns.a!r} and {columns.b!r} must be strings, got {a!r:.40}, {b!r:.40}")
+    group = obj.get(columns.group) if columns.group else None
+    return Pair(a, b, "", None if group is None else str(group), line)

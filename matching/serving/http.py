@@ -21,6 +21,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from matching.data.tables import pair_of_mapping
+from matching.errors import DataFormatError
 from matching.results.discovery import option_name
 from matching.runs import TrainedRun
 from matching.serving.batcher import Job, Limits, error_body
@@ -41,13 +43,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class TextPair(_Strict):
-    a: str
-    b: str
-
-
 class ClassifyRequest(_Strict):
-    pairs: list[TextPair]
+    # Each pair an object with its two texts under the run's own column names (task.columns) or the usual ones
+    # ("a"/"b", "premise"/"hypothesis", ...): matching.data.tables.pair_of_mapping reads it, as Matcher does.
+    pairs: list[dict[str, Any]]
 
 
 class RankRequest(_Strict):
@@ -191,7 +190,11 @@ def build_app(clients: list[ModelClient], limits: Limits, server: dict) -> FastA
         client = client_of(request)
         body = await _read(request, ClassifyRequest, limits)
         _count("pairs", len(body.pairs), limits.max_pairs, "limits.max_pairs")
-        return await client.ask("classify", tuple((p.a, p.b) for p in body.pairs))
+        try:
+            pairs = [pair_of_mapping(p, f"pairs[{i}]", client.info["columns"]) for i, p in enumerate(body.pairs)]
+        except DataFormatError as err:
+            raise Refusal(422, f"invalid request: {err}; expected {EXPECTED['/classify']}") from None
+        return await client.ask("classify", tuple((p.a, p.b) for p in pairs))
 
     @app.post("/rank")
     async def rank(request: Request) -> Response:
@@ -242,6 +245,7 @@ def model_info(run: TrainedRun, limits: Limits, examples: dict | None = None) ->
         "task": run.task.name,
         "kind": run.kind,
         "labels": run.labels,
+        "columns": {k: v for k, v in run.columns.items() if k in ("a", "b") and v},  # /classify's names for the texts
         "aligner": option_name(cfg, "aligner"),
         "intra": option_name(cfg, "intra") if cfg.get("intra") is not None else None,
         "embeddings": option_name(cfg, "embeddings"),
