@@ -138,8 +138,11 @@ def test_every_input_shape_is_read_as_meant(data, expected):
         (b'{"a": "x", "b": "y"}\n', "tsv", "input: expected 2 or 3 tab-separated columns"),
         (b'{"a": "x", "b": null}\n', "auto", "line 1: column 'b' holds None, not a text"),
         (b"x\ty\n", "xml", "input_format must be one of"),
-        (b'[{"a": "x", "b": "y"}]\n{"a": "z", "b": "w"}\n', "auto", "line 2: the JSON array that starts on line 1 ends "
-         "on line 1"),
+        (
+            b'[{"a": "x", "b": "y"}]\n{"a": "z", "b": "w"}\n',
+            "auto",
+            "line 2: the JSON array that starts on line 1 ends on line 1",
+        ),
     ],
 )
 def test_misread_input_is_an_error_naming_the_place(data, fmt, message):
