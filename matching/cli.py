@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue
 
 from matching.configs import CONF
-from matching.errors import BUG_REPORT, UsageError, UserError
+from matching.errors import BUG_REPORT, UsageError, UserError, environment_error
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +272,10 @@ def command(
             raise SystemExit(report_error(missing)) from None
         except UserError as err:
             raise SystemExit(report_error(err)) from None
+        except OSError as err:  # the user's paths or machine (a missing folder, permissions, a full disk)
+            if (mistake := environment_error(err)) is None:
+                raise
+            raise SystemExit(report_error(mistake)) from None
 
     def main(argv: Sequence[str] | None = None) -> int:
         argv = quote_verbatim(sys.argv[1:] if argv is None else argv, verbatim)
@@ -295,6 +299,10 @@ def command(
             return report_error(OverrideError(_override_message(config_name, overrides, err)))
         except UserError as err:
             return report_error(err)
+        except OSError as err:  # e.g. Hydra creating a run directory under a file
+            if (mistake := environment_error(err)) is not None:
+                return report_error(mistake)
+            return report_bug(err)
         except Exception as err:
             if type(err).__module__.startswith("submitit"):  # a job of hydra/launcher=slurm or submitit_local
                 return report_error(sweep_job_error(err))

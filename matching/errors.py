@@ -12,6 +12,8 @@ The subclasses keep the built-in exception they refine (`ConfigError` is a `Valu
 
 from __future__ import annotations
 
+import errno
+
 #: What the commands print under the traceback of a bug.
 BUG_REPORT = (
     "This is a bug in matching, not a mistake of yours. Please report it to matching's maintainers (the project's "
@@ -41,3 +43,50 @@ class DataFormatError(UserError, ValueError):
 
 class UsageError(UserError, ValueError):
     """The command line cannot be used as given (a missing or repeated argument)."""
+
+
+#: Operating-system errors that a user's paths and machine cause (a folder that does not exist, a file where a folder
+#: should be, permissions, a full disk or quota, a read-only place): the user's to fix, not bugs of ours.
+ENVIRONMENT_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in (
+        "ENOENT",
+        "ENOTDIR",
+        "EISDIR",
+        "EEXIST",
+        "EACCES",
+        "EPERM",
+        "ENOSPC",
+        "EDQUOT",
+        "EROFS",
+        "ENAMETOOLONG",
+        "EMFILE",
+        "ENFILE",
+    )  # fmt: skip
+    if hasattr(errno, name)
+)
+
+_ADVICE = {
+    errno.ENOENT: "a folder on that path does not exist: create it, or choose another place",
+    errno.ENOTDIR: "a part of that path is a file, not a folder: choose another place",
+    errno.EISDIR: "that path is a folder, where a file was meant: name a file",
+    errno.EEXIST: "something is already there (a file where a folder was meant?): choose another place",
+    errno.EACCES: "you may not read or write there: check its permissions, or choose another place",
+    errno.EPERM: "the system does not allow it there: check its permissions, or choose another place",
+    errno.ENOSPC: "the disk is full: free some space, or write elsewhere",
+    errno.EROFS: "that file system is read-only: write elsewhere",
+}
+
+
+def environment_error(err: OSError) -> UserError | None:
+    """An operating-system error caused by the user's paths or machine as a UserError (one paragraph naming the path
+    and what to do), or None when it is not one of those (then it is a bug, shown with its traceback)."""
+    if err.errno not in ENVIRONMENT_ERRNOS:
+        return None
+    paths = " -> ".join(str(p) for p in (err.filename, err.filename2) if p is not None)
+    advice = _ADVICE.get(err.errno, "check the path and the machine's limits")
+    where = f" at {paths}" if paths else ""
+    return UserError(
+        f"{err.strerror or err}{where}; {advice}. Nothing already written was removed (checkpoints and metrics of "
+        "finished epochs are kept)"
+    )

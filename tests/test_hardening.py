@@ -135,7 +135,7 @@ def test_every_input_shape_is_read_as_meant(data, expected):
         (b"a dog\ta cat\n\xe9t\xe9\tsummer\n", "auto", r"line 2: byte b'\\xe9' at byte offset 0"),
         (b'[{"a": "x", "b": "y"}, {"a": "x"}]', "auto", "line 1: cannot tell which columns hold the two texts"),
         (b'[{"a": "x", "b": "y"},\n {"a": "x" "b": "y"}]', "auto", "line 2: invalid JSON"),
-        (b'{"a": "x", "b": "y"}\n', "tsv", "input: expected 2 or 3 tab-separated columns"),
+        (b'{"a": "x", "b": "y"}\n', "tsv", "input: expected 2 or 3 columns"),
         (b'{"a": "x", "b": null}\n', "auto", "line 1: column 'b' holds None, not a text"),
         (b"x\ty\n", "xml", "input_format must be one of"),
         (

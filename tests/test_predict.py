@@ -95,7 +95,7 @@ def test_one_pair_is_counted_in_the_singular(snli_run, tmp_path, capsys):
     [
         ('{"a": "x", "b": "y"}\n{"a": "x", "b": \n', "line 2: invalid JSON"),
         ('{"text": "x"}\n', "cannot tell which columns hold the two texts"),
-        ("only one column\n", "input.txt: expected 2 or 3 tab-separated columns"),
+        ("only one column\n", "input.txt: expected 2 or 3 columns"),
     ],
 )
 def test_malformed_input_names_the_line(text, message):

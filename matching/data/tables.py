@@ -254,13 +254,21 @@ def label_names(path: str | os.PathLike[str], label: str | None = None, format: 
     return table.declared.get(column) if column else None
 
 
-def open_table(source: Path | IO, kind: str, header: bool | str, where: str | None = None) -> Table:
+def open_table(
+    source: Path | IO,
+    kind: str,
+    header: bool | str,
+    where: str | None = None,
+    preferred: Sequence[str | None] = (),
+    named: Sequence[str] = (),
+) -> Table:
     """The table in `source` (a path, or for the text formats an open stream such as stdin) read as `kind`.
     `header` (TSV, CSV): True, the first line names the columns; False, it does not (they are named "1", "2", ...);
-    "auto", it does when its cells name the columns a table of pairs has (see `is_header`)."""
+    "auto", it does when its cells name the columns a table of pairs has (see `is_header`: the `preferred` a and b,
+    a run's own, or the usual ones, or any column `named` by the user)."""
     where = str(source) if where is None else where
     if kind in ("tsv", "csv"):
-        return _delimited(source, kind, header, where)
+        return _delimited(source, kind, header, where, preferred, named)
     if kind in ("jsonl", "json"):
         return _json_rows(source, where)
     if not isinstance(source, Path):
@@ -270,17 +278,22 @@ def open_table(source: Path | IO, kind: str, header: bool | str, where: str | No
     return _dataset_folder(source)
 
 
-def is_header(cells: Sequence[str], preferred: Sequence[str | None] = ()) -> bool:
+def is_header(cells: Sequence[str], preferred: Sequence[str | None] = (), named: Sequence[str] = ()) -> bool:
     """Whether a first line's cells are a header: they name both texts of a pair, by the `preferred` names (a run's
-    own task.columns a and b) or by one of the usual pairs (TEXT_COLUMNS); case is ignored."""
+    own task.columns a and b) or by one of the usual pairs (TEXT_COLUMNS), or they hold one of the columns `named`
+    for this input by the user; case is ignored."""
     names = {c.strip().lower() for c in cells}
+    if any(str(n).lower() in names for n in named):
+        return True
     wanted = [str(n).lower() for n in preferred[:2] if n is not None]
     if len(wanted) == 2 and set(wanted) <= names:
         return True
     return any(x in names and y in names for x, y in TEXT_COLUMNS)
 
 
-def _delimited(source: Path | IO, kind: str, header: bool | str, where: str) -> Table:
+def _delimited(
+    source: Path | IO, kind: str, header: bool | str, where: str, preferred: Sequence[str | None], named: Sequence[str]
+) -> Table:
     """TSV (no quoting, as corpora are distributed: a quote is a character of the text) or CSV (RFC 4180: a quoted
     field may hold line breaks; such fields are counted and the first named, since a stray quote makes one)."""
     rows = _delimited_rows(source, kind, where)
@@ -290,7 +303,7 @@ def _delimited(source: Path | IO, kind: str, header: bool | str, where: str) -> 
     first_line, cells = first
     cells = [c.lstrip("\ufeff").strip() for c in cells]
     if header == "auto":
-        header = is_header(cells)
+        header = is_header(cells, preferred, named)
     names = cells if header else [str(i) for i in range(1, len(cells) + 1)]
     if header and len(set(names)) != len(names):
         raise DataFormatError(f"{where}, line 1: the header names a column twice ({names}); give each a name")
@@ -490,8 +503,9 @@ def read_new_pairs(
         kind, lines = _sniffed(source)
         kind = kind if format == "auto" else format
         opened = lines
-    table = open_table(opened, kind, header, where)
     named = {k: v for k, v in (named or {}).items() if v}
+    run_names = [(preferred or {}).get(k) for k in ("a", "b")]
+    table = open_table(opened, kind, header, where, run_names, list(named.values()))
     columns, how = new_pair_columns(table.names, table.is_text, preferred or {}, named, where)
     log.info("%s: texts from columns %r and %r%s (%s)", where, columns.a, columns.b,
              f", group {columns.group!r}" if columns.group else "", how)  # fmt: skip
@@ -547,9 +561,9 @@ def new_pair_columns(
     elif names and names[0] == "1":  # a file without a header: by position
         if len(names) not in (2, 3):
             raise DataFormatError(
-                f"{where}: expected 2 or 3 tab-separated columns (a, b[, group]), found {len(names)}, and no header "
-                f"line naming them. Add a header naming the columns (the run's own{_listed(preferred)}, or e.g. "
-                "a<TAB>b), or give the columns with columns.a=<name> columns.b=<name>"
+                f"{where}: expected 2 or 3 columns (a, b[, group]), found {len(names)}, and no header line naming "
+                f"them. Add a header naming the columns (the run's own{_listed(preferred)}, or e.g. a and b), or give "
+                "the columns with columns.a=<name> columns.b=<name>"
             )
         found = Columns("1", "2", None, "3" if len(names) == 3 else None)
         how = "by position: no header line"
