@@ -222,3 +222,13 @@ def test_a_run_directory_under_a_file_is_the_user_s_mistake(tmp_path):
     assert done.returncode == 2, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and str(a_file) in last and "Traceback" not in done.stderr
+
+
+def test_a_benchmark_run_scores_a_file_in_its_corpus_s_format(wikiqa_run, tmp_path):
+    from conftest import evaluate
+
+    run, _ = wikiqa_run
+    ckpt = run / "checkpoints" / "best.ckpt"
+    dev = evaluate(ckpt)
+    scored = evaluate(ckpt, overrides=[f"input={FIXTURES / 'wikiqa' / 'WikiQA-dev.tsv'}"], out=tmp_path / "x.json")
+    assert scored["input/map"] == pytest.approx(dev["val/map"]) and scored["input/mrr"] == pytest.approx(dev["val/mrr"])
