@@ -61,7 +61,7 @@ def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None) ->
     run.data.prepare_splits(names)
     prefixes = [split_prefix(s) for s in names]
     system = MatchingSystem(run.model, None, run.labels, kind=run.kind, val_prefixes=prefixes, test_prefixes=(),
-                            compute_dtype=run.system.compute_dtype)  # fmt: skip
+                            compute_dtype=run.system.compute_dtype, positive_label=run.task.positive_label)  # fmt: skip
     system.record_predictions = True
     metrics: dict[str, float] = {}
     loaders = [run.data.loader(s) for s in names]

@@ -110,6 +110,7 @@ def build_system(cfg: DictConfig, model: DecomposableAttention, dm: PairDataModu
         task=dm.task.name,
         class_weights=class_weights(cfg, dm),
         compute_dtype=cfg.get("dtype", "fp32"),
+        positive_label=dm.task.positive_label,
     )
 
 
@@ -354,7 +355,8 @@ def assemble_run(
         raise _another_version(run_dir, err) from err
     model.load_state_dict({k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")})
     system = MatchingSystem(model, None, labels, kind=meta.get("kind", data.task.kind), task=data.task.name,
-                            val_prefixes=(), test_prefixes=(), compute_dtype=cfg.get("dtype", "fp32"))  # fmt: skip
+                            val_prefixes=(), test_prefixes=(), compute_dtype=cfg.get("dtype", "fp32"),
+                            positive_label=data.task.positive_label)  # fmt: skip
     system.eval()
     return TrainedRun(run_dir, checkpoint, cfg, data, system)
 

@@ -17,7 +17,14 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from matching.callbacks import batches_trained
 from matching.errors import ConfigError
-from matching.metrics import EvaluationRecord, RankingMetrics, describe, match_margin
+from matching.metrics import (
+    ClassificationMetrics,
+    EvaluationRecord,
+    RankingMetrics,
+    describe,
+    match_margin,
+    positive_index,
+)
 from matching.model import CONTEXT_INPUTS, MatchOutput
 from matching.precision import check, forward_in, resolve
 
@@ -30,11 +37,14 @@ class MatchingSystem(pl.LightningModule):
     """Cross-entropy training of `model` (called as model(a_ids, b_ids) -> MatchOutput), optionally
     weighted per class (`class_weights`, e.g. inverse class frequencies for WikiQA's 5 % positives).
 
-    kind="classify": logged keys `{prefix}/{loss,acc}`. kind="rank" (pointwise ranking, label 1 = match):
-    also `{prefix}/{map,mrr,map_raw,mrr_raw,top1,top2,top5,questions,...}`, computed per question over the
-    whole split (see matching.metrics). The prefix of each evaluation split is given by `val_prefixes` (one per
-    validation dataloader, e.g. ["val", "val_mismatched"]) and `test_prefixes`. `compute_dtype` is the arithmetic of
-    every forward pass, a `dtype=` value: fp32, bf16 or auto (see matching.precision).
+    kind="classify": logged keys `{prefix}/{loss,acc}`, and per class `{prefix}/{precision,recall,f1}_<label>` and
+    `{prefix}/macro_f1`; with two labels also `{prefix}/{f1,precision,recall,ap,auroc}` of `positive_label` (None:
+    the second label). kind="rank" (pointwise ranking, label 1 = match): `{prefix}/{loss,acc}` and
+    `{prefix}/{map,mrr,top1,top2,top5,p1,mrr10,ndcg10,map_raw,mrr_raw,questions,...}`, computed per question. Both
+    over the whole split, once an evaluation (see matching.metrics). The prefix of each evaluation split is given by
+    `val_prefixes` (one per validation dataloader, e.g. ["val", "val_mismatched"]) and `test_prefixes`.
+    `compute_dtype` is the arithmetic of every forward pass, a `dtype=` value: fp32, bf16 or auto (see
+    matching.precision).
     """
 
     def __init__(
@@ -48,6 +58,7 @@ class MatchingSystem(pl.LightningModule):
         task: str | None = None,
         class_weights: Sequence[float] | None = None,
         compute_dtype: str = "fp32",
+        positive_label: str | None = None,
     ):
         super().__init__()
         self.task = task
@@ -69,6 +80,12 @@ class MatchingSystem(pl.LightningModule):
         self.register_buffer("class_weights", weights, persistent=False)
         self.ranking = nn.ModuleDict(
             {p: RankingMetrics() for p in self.val_prefixes + self.test_prefixes} if kind == "rank" else {}
+        )
+        self.positive = positive_index(self.labels, positive_label, kind)
+        self.classification = nn.ModuleDict(
+            {p: ClassificationMetrics(self.labels, self.positive) for p in self.val_prefixes + self.test_prefixes}
+            if kind == "classify"
+            else {}
         )
         # Training accuracy: correct pairs counted on the device, summed over processes once an epoch.
         self.register_buffer("train_correct", torch.zeros((), dtype=torch.long), persistent=False)
@@ -136,6 +153,8 @@ class MatchingSystem(pl.LightningModule):
         self.log(f"{prefix}/acc", metric, prog_bar=prefix == "val", batch_size=size, add_dataloader_idx=False)
         if self.kind == "rank":
             self.ranking[prefix].update(match_margin(logits), batch["label"], batch["group"], batch["index"])
+        else:
+            self.classification[prefix].update(logits, batch["label"], batch["index"])
         if self.record_predictions:
             probs = logits.float().softmax(-1)
             predicted = probs.argmax(-1)
@@ -162,15 +181,28 @@ class MatchingSystem(pl.LightningModule):
             if not self.trainer.sanity_checking and self.trainer.is_global_zero:
                 log.info(describe(prefix, values))
 
-    def on_validation_epoch_end(self) -> None:
+    def _log_classification(self, prefixes: Sequence[str]) -> None:
+        for prefix in prefixes:
+            metric = self.classification[prefix]
+            if not metric.update_called:
+                continue
+            values = metric.compute()
+            metric.reset()
+            for name, value in values.items():
+                self.log(f"{prefix}/{name}", value)
+
+    def _log_split_metrics(self, prefixes: Sequence[str]) -> None:
         if self.kind == "rank":
-            self._log_ranking(self.val_prefixes)
-        self._keep_records(self.val_prefixes)
+            self._log_ranking(prefixes)
+        else:
+            self._log_classification(prefixes)
+        self._keep_records(prefixes)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_split_metrics(self.val_prefixes)
 
     def on_test_epoch_end(self) -> None:
-        if self.kind == "rank":
-            self._log_ranking(self.test_prefixes)
-        self._keep_records(self.test_prefixes)
+        self._log_split_metrics(self.test_prefixes)
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_step(batch, self.val_prefixes[dataloader_idx])

@@ -35,9 +35,11 @@ from torch.backends.cpu import get_cpu_capability
 from matching.callbacks import run_callbacks
 from matching.cli import command
 from matching.configs import check_config
+from matching.data.datamodule import split_prefix
 from matching.data.vocab import Vocabulary
 from matching.extras import check_installed
 from matching.files import write_json, write_text_atomic
+from matching.metrics import check_monitor, positive_index
 from matching.precision import describe
 from matching.results.scores import write_recorded
 from matching.runs import (
@@ -138,6 +140,19 @@ def build_loggers(cfg: DictConfig) -> list[pl.loggers.Logger] | bool:
     return loggers or False
 
 
+def check_metrics(cfg: DictConfig, dm) -> None:
+    """Before any data is prepared: the positive label is one of the task's labels, and every callback's monitored
+    metric (`task.monitor`, which checkpointing and early stopping follow) is one the run logs."""
+    positive = positive_index(dm.labels, dm.task.positive_label, dm.task.kind)
+    if positive is not None and dm.task.kind == "classify":
+        log.info("binary metrics (f1, precision, recall, ap, auroc) are those of the label %r", dm.labels[positive])
+    prefixes = [split_prefix(s) for s in dm.eval_splits]
+    for name, node in (cfg.get("callbacks") or {}).items():
+        if node is not None and node.get("monitor") is not None:
+            key = "task.monitor" if node.monitor == cfg.task.get("monitor") else f"callbacks.{name}.monitor"
+            check_monitor(str(node.monitor), dm.task.kind, dm.labels, prefixes, key)
+
+
 def train(cfg: DictConfig) -> dict[str, float]:
     """Train as configured (or resume the run named by `cfg.resume`); returns the dev (and optionally test)
     metrics of the best checkpoint."""
@@ -162,12 +177,14 @@ def train(cfg: DictConfig) -> dict[str, float]:
     check_writable(run_dir)
     if resume_from is None:
         dm = build_datamodule(cfg)  # first: a generic task's label names, read from the data, go into config.yaml
+        check_metrics(cfg, dm)
         write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
         dm.setup("fit")
         dm.vocab.save(run_dir / "vocab.txt")
         vectors = dm.vectors.matrix(dm.vocab, cfg.seed, cfg.paths.cache_dir)
     else:  # the same vocabulary; the checkpoint restores every weight, the vectors file is not needed
         dm = build_datamodule(cfg, vocab=Vocabulary.load(run_dir / "vocab.txt"))
+        check_metrics(cfg, dm)
         dm.setup("fit")
         vectors = torch.zeros(dm.vectors.table_rows(dm.vocab), dm.vectors.dim)
     model = build_model(cfg, vectors, num_classes=len(dm.labels), source=dm.vectors)

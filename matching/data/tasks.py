@@ -41,7 +41,9 @@ class Task:
     paths interpolate (TrecQA's `train_set` and `variant`), so one override switches several paths. `columns`
     names a table's columns (`a`, `b`, `label`, `group`) for the generic tasks (`task=pairs`, matching/data/tables.py)
     and their hub fallback. Empty `labels`: the label names come from the training data (see
-    matching.data.sources.labels_from_data) and are written into the run's config.
+    matching.data.sources.labels_from_data) and are written into the run's config. `positive_label` is the label
+    whose F1, precision, recall, average precision and ROC-AUC a two-label task reports (null: the second label;
+    see matching.metrics).
     """
 
     name: str
@@ -64,10 +66,12 @@ class Task:
     paper: dict[str, dict[str, float]] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     columns: dict[str, str | None] = field(default_factory=dict)
+    positive_label: str | None = None
 
     def __post_init__(self) -> None:
         self.splits = {k: _split(k, v) for k, v in dict(self.splits).items()}
         self.labels = [str(label) for label in self.labels]
+        self.positive_label = None if self.positive_label is None else str(self.positive_label)
         self.eval_splits, self.test_splits = list(self.eval_splits), list(self.test_splits or [])
         self.keep_tokens = list(self.keep_tokens or [])
         if self.kind not in KINDS:

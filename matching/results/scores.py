@@ -6,7 +6,8 @@ write, for each evaluated split (by its logged prefix: `val`, `val_raw`, `val_mi
 - classification: `scores/<prefix>.csv`, one row per example: `unit` (its position in the split), `a`, `b`,
   `label`, `predicted`, `p_predicted` and `correct` (1 or 0). The split's accuracy is the mean of `correct`.
 - ranking: `scores/<prefix>.csv`, one row per question: `unit` (the corpus's question id), `question` (its text),
-  `candidates`, `positives`, `ap`, `rr`, `top1`, `top2`, `top5` (see `matching.metrics.question_scores`); and
+  `candidates`, `positives`, `ap`, `rr`, `top1`, `top2`, `top5`, `p1`, `rr10`, `ndcg10` (see
+  `matching.metrics.question_scores`); and
   `scores/<prefix>_pairs.csv`, one row per candidate: `unit`, `index`, `answer`, `label`, `score` (the ranking
   margin) and `rank` (1 = ranked first).
 
@@ -32,6 +33,8 @@ from matching.files import write_text_atomic
 from matching.metrics import TOP_K, question_order, question_scores
 
 FOLDER = "scores"
+#: The per-question scores a ranking split's `<prefix>.csv` holds (`matching.metrics.question_scores`).
+QUESTION_COLUMNS = ("ap", "rr", *(f"top{k}" for k in TOP_K), "p1", "rr10", "ndcg10")
 
 #: The per-unit column behind each reported metric, and whether it averages only the questions with both a
 #: correct and an incorrect candidate (the filtered protocol).
@@ -41,7 +44,8 @@ METRIC_COLUMNS: dict[str, tuple[str, bool]] = {
     "mrr": ("rr", True),
     "map_raw": ("ap", False),
     "mrr_raw": ("rr", False),
-} | {f"top{k}": (f"top{k}", True) for k in TOP_K}
+} | {f"top{k}": (f"top{k}", True) for k in TOP_K} | {"p1": ("p1", True), "mrr10": ("rr10", True),
+                                                       "ndcg10": ("ndcg10", True)}  # fmt: skip
 
 
 def _text(ids: np.ndarray, vocab: Vocabulary | None) -> str:
@@ -86,7 +90,7 @@ def write_scores(
     first_pair = {int(g): int(i) for g, i in zip(groups[::-1], index[::-1], strict=True)}  # lowest index per group
     questions = [
         {"unit": names[g], "question": _text(split.a[first_pair[g]], vocab), "candidates": int(n), "positives": int(p)}
-        | {name: round(float(per_question[name][q]), 6) for name in ("ap", "rr", *(f"top{k}" for k in TOP_K))}
+        | {name: round(float(per_question[name][q]), 6) for name in QUESTION_COLUMNS}
         for q, (g, n, p) in enumerate(
             zip(per_question["question"], per_question["candidates"], per_question["positives"], strict=True)
         )
