@@ -78,9 +78,14 @@ def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None) ->
         "pairs": {s: len(run.data.splits[s]) for s in names},
         "metrics": metrics,
     }
+    positive = system.positive if run.kind == "classify" else None
+    if positive is not None:  # what f1, precision, recall, ap and auroc are of
+        record["positive_label"] = run.labels[positive]
     write_json(path, record)
     width = max(len(k) for k in metrics)
     print(f"{run.task.name} · {run.checkpoint}")
+    if positive is not None:
+        print(f"  (f1, precision, recall, ap, auroc: of the positive label {run.labels[positive]!r})")
     for key in sorted(metrics):
         print(f"  {key:<{width}}  {metrics[key]:.4f}")
     print(f"wrote {path} and the per-{'question' if run.kind == 'rank' else 'example'} scores in {scores[0].parent}")

@@ -21,9 +21,12 @@ def evaluate(checkpoint, split="dev", overrides=(), out=None):
 def test_train_then_evaluate_parity_classification(snli_run):
     run, trained = snli_run
     metrics = evaluate(run / "checkpoints" / "best.ckpt", "dev")
-    for key in ("val/acc", "val/loss"):
-        assert metrics[key] == pytest.approx(trained[key], abs=1e-6)
+    assert {"val/macro_f1", "val/f1_entailment", "val/precision_neutral", "val/recall_contradiction"} <= set(metrics)
+    assert set(metrics) == {k for k in trained if k.startswith("val/")}
+    for key in metrics:
+        assert metrics[key] == pytest.approx(trained[key], abs=1e-6), key
     saved = json.loads((run / "eval_dev.json").read_text())
+    assert "positive_label" not in saved  # three labels: no binary metrics
     assert saved["metrics"]["val/acc"] == pytest.approx(trained["val/acc"], abs=1e-6)
     assert saved["pairs"] == {"dev": 9}
 
@@ -31,7 +34,9 @@ def test_train_then_evaluate_parity_classification(snli_run):
 def test_train_then_evaluate_parity_ranking(wikiqa_run):
     run, trained = wikiqa_run
     metrics = evaluate(run / "checkpoints" / "best.ckpt", "dev", out=str(run / "x.json"))
-    for key in ("val/map", "val/mrr", "val/map_raw", "val/top1", "val/questions", "val/loss"):
+    assert {"val/p1", "val/mrr10", "val/ndcg10"} <= set(metrics)
+    assert set(metrics) == {k for k in trained if k.startswith("val/")}
+    for key in metrics:
         assert metrics[key] == pytest.approx(trained[key], abs=1e-6), key
 
 
@@ -42,7 +47,8 @@ def test_per_question_scores_average_to_the_metrics(wikiqa_run, snli_run):
     from matching.results.scores import unit_scores
 
     for (run, trained), checks in ((wikiqa_run, {"map": "val/map", "mrr": "val/mrr", "map_raw": "val/map_raw",
-                                                 "top1": "val/top1"}), (snli_run, {"acc": "val/acc"})):  # fmt: skip
+                                                 "top1": "val/top1", "p1": "val/p1", "mrr10": "val/mrr10",
+                                                 "ndcg10": "val/ndcg10"}), (snli_run, {"acc": "val/acc"})):  # fmt: skip
         written_by_train = (run / "scores" / "val.csv").read_text()
         for name, key in checks.items():
             units = unit_scores(run, "val", name)

@@ -346,3 +346,18 @@ def test_the_ranking_puts_the_largest_difference_first_and_marks_what_each_compa
     assert write_ranking(rows, tmp_path / "ranking.png") == ["wikiqa: dev map"]
     assert (tmp_path / "ranking.png").read_bytes().startswith(b"\x89PNG")
     assert write_ranking(rows[:1], tmp_path / "none.png") == [] and not (tmp_path / "none.png").exists()
+
+
+def test_report_shows_the_metrics_asked_for(tmp_path, capsys):
+    """metrics=[f1,ap] shows those logged metrics instead of the task's report_metrics; a name no run logged is a
+    clear error listing the ones they did."""
+    from matching.errors import ConfigError
+    from matching.results.study import report as make_report
+
+    for seed, (f1, ap) in enumerate([(0.70, 0.80), (0.74, 0.84)], start=1):
+        fake_run(tmp_path, f"s{seed}", "snli", "softmax", seed, {"val/acc": 0.8, "val/f1": f1, "val/ap": ap})
+    rows = make_report([tmp_path], tmp_path / "out", metrics=["f1", "ap"])
+    assert [(r.metric, r.mean, r.n) for r in rows] == [("f1", 72.0, 2), ("ap", 82.0, 2)]
+    assert "| f1 |" in (tmp_path / "out" / "report.md").read_text()
+    with pytest.raises(ConfigError, match=r"metrics=\['ndcg10'\]: no run's metrics.json has it; the runs logged acc"):
+        make_report([tmp_path], tmp_path / "out", metrics=["ndcg10"])

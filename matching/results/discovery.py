@@ -44,6 +44,7 @@ class Run:
     variant: str | None = None  # the settings that set it apart from the other runs of its task (see find_runs)
     missing: str | None = None  # why the run has no metrics (it failed or never started); None for a finished run
     cwd: str | None = None  # the directory it was launched from (relative paths in its config are relative to it)
+    report_metrics: tuple[str, ...] | None = None  # the metrics asked for (`report metrics=`), else the task's
 
     @property
     def label(self) -> str:
@@ -56,7 +57,10 @@ class Run:
 
     @property
     def metrics_reported(self) -> list[str]:
-        """The task's `report_metrics`; for a run saved before tasks named them, its monitored metric."""
+        """The metrics asked for, else the task's `report_metrics`; for a run saved before tasks named them, its
+        monitored metric."""
+        if self.report_metrics:
+            return list(self.report_metrics)
         task = self.task_config
         monitored = str(task.get("monitor") or "val/acc").split("/", 1)[-1]
         return list(task.get("report_metrics") or [monitored])

@@ -4,6 +4,7 @@ disagreements, and the chart, written beside them and printed (what `matching-re
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 from matching.errors import ConfigError, MissingFileError
@@ -12,16 +13,23 @@ from matching.files import write_text_atomic
 from matching.results.charts import write_chart, write_ranking
 from matching.results.discovery import Run, find_runs, wiring_reason
 from matching.results.rows import Row
-from matching.results.tables import compare, disagreements, summarise, to_csv, to_markdown
+from matching.results.tables import compare, disagreements, metric_key, summarise, to_csv, to_markdown
 
 log = logging.getLogger(__name__)
 
 
-def report(paths: list[Path], out: Path | None = None, baseline: str | None = None, top: int = 10) -> list[Row]:
+def report(
+    paths: list[Path],
+    out: Path | None = None,
+    baseline: str | None = None,
+    top: int = 10,
+    metrics: list[str] | None = None,
+) -> list[Row]:
     """Reports the runs below `paths` (run or sweep folders): report.md, report.csv and report.png in `out` (by
     default the first folder), with a `baseline` (an aligner, optionally with a variant) each row's comparison with
     it, the rows ranked by that difference (ranking.png) and the `top` questions on which they disagree most
-    (disagreements.md); prints the table. Returns its rows."""
+    (disagreements.md); prints the table. `metrics`: the logged names to show (e.g. ["f1", "ap"]) instead of each
+    task's `report_metrics`. Returns its rows."""
     wiring: list[Run] = []
     superseded: list[Run] = []
     runs = find_runs(paths, wiring, superseded)
@@ -30,6 +38,9 @@ def report(paths: list[Path], out: Path | None = None, baseline: str | None = No
             f"only wiring or debug runs under {', '.join(map(str, paths))} ({len(wiring)}: "
             f"{wiring_reason(wiring[0].config or {})}, ...); they are not results. Train without debug= to report"
         )
+    if metrics:
+        check_metrics_logged(metrics, runs)
+        runs = [replace(r, report_metrics=tuple(metrics)) for r in runs]
     rows = summarise(runs)
     for r in rows:
         if r.missing:
@@ -79,3 +90,16 @@ def report(paths: list[Path], out: Path | None = None, baseline: str | None = No
             log.info("left out (a wiring or debug run, not a result): %s", r.path)
     print(f"{counted}; wrote {', '.join(map(str, written))}")
     return rows
+
+
+def check_metrics_logged(metrics: list[str], runs: list[Run]) -> None:
+    """A ConfigError naming the metrics (`report metrics=`) that no finished run logged, and those they did."""
+    logged = {key for r in runs for key in r.metrics if "/" in key}
+    unknown = [m for m in metrics if not any(metric_key(split, m) in logged for split in ("val", "test"))]
+    if unknown:
+        names = sorted({key.split("/", 1)[1] for key in logged if key.startswith(("val/", "test/"))})
+        raise ConfigError(
+            f"metrics={unknown}: no run's metrics.json has {'it' if len(unknown) == 1 else 'them'}; the runs logged "
+            f"{', '.join(names) or 'nothing'} (a dev split other than the first as <split>/<name>, e.g. "
+            "mismatched/acc)"
+        )

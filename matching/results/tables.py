@@ -21,7 +21,7 @@ from matching.results.significance import paired_test, seed_mean
 log = logging.getLogger(__name__)
 
 
-def _metric_key(split: str, metric: str) -> str:
+def metric_key(split: str, metric: str) -> str:
     """("val", "raw/map") -> "val_raw/map"; ("val", "map") -> "val/map"."""
     if "/" in metric:
         variant, name = metric.split("/", 1)
@@ -58,7 +58,7 @@ def summarise(runs: list[Run]) -> list[Row]:
         paper = task_config.get("paper") or {}
         for metric in reference.metrics_reported:
             for split in ("val", "test"):
-                key = _metric_key(split, metric)
+                key = metric_key(split, metric)
                 has = [r for r in finished if key in r.metrics and not math.isnan(r.metrics[key])]
                 if not has and (split == "test" or len(finished) == len(members)):
                     continue  # not computed by any run (test=false), or no run of the group has it at all
@@ -89,7 +89,7 @@ def summarise(runs: list[Run]) -> list[Row]:
 
 def _prefix_and_name(split: str, metric: str) -> tuple[str, str]:
     """("dev", "raw/map_raw") -> ("val_raw", "map_raw"): the score file's prefix and the metric's own name."""
-    return tuple(_metric_key("val" if split == "dev" else split, metric).split("/", 1))  # type: ignore[return-value]
+    return tuple(metric_key("val" if split == "dev" else split, metric).split("/", 1))  # type: ignore[return-value]
 
 
 def _baseline_row(row: Row, rows: list[Row], aligner: str, variant: str | None) -> tuple[Row | None, str]:
@@ -146,7 +146,9 @@ def compare(rows: list[Row], runs: list[Run], baseline: str) -> list[Row]:
                 if test is None:
                     comparison = Comparison(
                         baseline=base.label,
-                        note="no per-question scores (runs from before scores/ existed: evaluate their best.ckpt)",
+                        note=f"{row.metric} has no per-question or per-example score: no paired test"
+                        if _prefix_and_name(row.split, row.metric)[1] not in METRIC_COLUMNS
+                        else "no per-question scores (runs from before scores/ existed: evaluate their best.ckpt)",
                     )
                 else:
                     partial = mine_seeds < row.n or their_seeds < base.n
