@@ -8,6 +8,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from matching.run_names import name_from_data
+
 __all__ = ["DEMO_DATA", "Matcher"]
 
 #: The demo's sample (SNLI pairs, word vectors, new pairs), package data: found through the package, never the
@@ -16,6 +18,8 @@ __all__ = ["DEMO_DATA", "Matcher"]
 #: every way of composing a config (the commands, Hydra's compose API, a test) resolves it.
 DEMO_DATA = Path(__file__).resolve().parent / "demo_data"
 OmegaConf.register_new_resolver("demo_data", lambda name="": str(DEMO_DATA / name), replace=True)
+# A generic task's name from its data (`task=pairs` on claims_train.tsv: `claims`), for the same reason here.
+OmegaConf.register_new_resolver("name_from_data", name_from_data, replace=True)
 
 
 def __getattr__(name: str):

@@ -1,5 +1,10 @@
 """The callbacks of a training run besides the configured ones: the epoch timer, the guard against a non-finite
-loss and the checkpoint written when a run is told to stop; and the configured callbacks (`callbacks.<name>`)."""
+loss, the checkpoint written when a run is told to stop and the epoch numbers of the logs; and the configured
+callbacks (`callbacks.<name>`, among them the progress bar).
+
+Epochs are numbered from 1 everywhere a person reads them: the progress bar (`Epoch 1/20`), the `epoch` column of
+`logs/metrics.csv` (and of every tracker), `best_epoch` in metrics.json and the messages. Lightning counts from 0
+(`trainer.current_epoch`, and the `epoch` of a checkpoint file, which stays Lightning's)."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
@@ -46,7 +51,47 @@ def run_callbacks(cfg: DictConfig) -> tuple[list[pl.Callback], ModelCheckpoint, 
     if not isinstance(checkpoint, ModelCheckpoint):
         raise ConfigError("callbacks.checkpoint must be a ModelCheckpoint: the run directory's best.ckpt comes from it")
     timer = EpochTimer()
-    return [*configured.values(), timer, FiniteLossGuard(), StopCheckpoint()], checkpoint, timer
+    return [*configured.values(), timer, FiniteLossGuard(), StopCheckpoint(), EpochNumbers()], checkpoint, timer
+
+
+class EpochNumbers(pl.Callback):
+    """Logs `epoch` counted from 1 with every logged metric, so that the loggers' epoch column (which Lightning
+    fills from `trainer.current_epoch`, from 0, unless `epoch` is logged) agrees with the progress bar and with
+    metrics.json's `best_epoch`. The evaluations of a checkpoint after training (the best one's dev and test
+    metrics) are logged under the epoch that wrote it: `evaluated`, which `train` sets."""
+
+    def __init__(self) -> None:
+        self.evaluated: int | None = None
+
+    def _log(self, pl_module: pl.LightningModule, trainer: pl.Trainer, on_step: bool) -> None:
+        if trainer.sanity_checking:
+            return
+        epoch = trainer.current_epoch + 1 if trainer.state.fn == "fit" else self.evaluated
+        if epoch is not None:
+            pl_module.log("epoch", float(epoch), on_step=on_step, on_epoch=not on_step, prog_bar=False, logger=True,
+                          sync_dist=False)  # fmt: skip
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._log(pl_module, trainer, on_step=True)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._log(pl_module, trainer, on_step=False)
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        self._log(pl_module, trainer, on_step=False)
+
+    def on_test_epoch_end(self, trainer, pl_module) -> None:
+        self._log(pl_module, trainer, on_step=False)
+
+
+class EpochProgressBar(TQDMProgressBar):
+    """Lightning's progress bar, its epoch counted from 1 and out of the planned number (`Epoch 1/20`)."""
+
+    def on_train_epoch_start(self, trainer, *args) -> None:
+        super().on_train_epoch_start(trainer, *args)
+        planned = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
+        out_of = f"/{planned}" if planned else ""
+        self.train_progress_bar.set_description(f"Epoch {trainer.current_epoch + 1}{out_of}")
 
 
 class EpochTimer(pl.Callback):
@@ -144,7 +189,7 @@ class FiniteLossGuard(pl.Callback):
         last = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt" if trainer.checkpoint_callback else None
         kept = f"the last good checkpoint is {last}" if last and last.exists() else "no checkpoint was written yet"
         raise NonFiniteLossError(
-            f"training loss became {loss} at global step {step} (epoch {epoch}, batch {batch_idx}); "
+            f"training loss became {loss} at global step {step} (epoch {epoch + 1}, batch {batch_idx}); "
             f"{kept}. Lower optim.lr, set trainer.gradient_clip_val, or check the data."
         )
 

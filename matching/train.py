@@ -1,8 +1,10 @@
 """`matching-train [overrides]` (conf/train.yaml): train one model; every run directory is self-contained.
 
 A run directory holds `config.yaml` (resolved), `vocab.txt`, `checkpoints/{best,last}.ckpt`,
-`metrics.json` (dev metrics of the best checkpoint, its epoch `best_epoch` counted from 1, optional test metrics,
-timing) and the CSV log.
+`metrics.json` (dev metrics of the best checkpoint, its epoch `best_epoch` counted from 1 as in the CSV log and the
+progress bar, optional test metrics, timing), the CSV log, `provenance.json` (the data and embeddings by file name
+and sha256, matching.provenance) and, for a task without curated examples, `examples.json` (a few dev pairs for the
+server's page). A new run that fails before its first checkpoint leaves `outputs/runs/` (see `set_aside`).
 Checkpoints are written atomically at the end of every epoch; `python -m matching.train resume=<run dir>`
 continues an interrupted run from its last completed epoch, with its own saved config. A job of a sweep (`-m`)
 does the same by itself: relaunched into the same sweep directory, it skips a complete run and continues an
@@ -32,15 +34,17 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 # torch.backends.cpu reached as an attribute (a GenericModule).
 from torch.backends.cpu import get_cpu_capability
 
-from matching.callbacks import run_callbacks
+from matching.callbacks import EpochNumbers, run_callbacks
 from matching.cli import command
 from matching.configs import check_config
-from matching.data.datamodule import split_prefix
+from matching.data.datamodule import PairDataModule, split_prefix
+from matching.data.sources import read_split
 from matching.data.vocab import Vocabulary
 from matching.extras import check_installed
 from matching.files import write_json, write_text_atomic
 from matching.metrics import check_monitor, positive_index
 from matching.precision import describe
+from matching.provenance import write_provenance
 from matching.results.scores import write_recorded
 from matching.runs import (
     AtomicCheckpointIO,
@@ -51,9 +55,13 @@ from matching.runs import (
     check_writable,
     find_run_dir,
 )
+from matching.serving.examples import curated, write_run_examples
 from matching.sweeps import check_sweep_processes, is_sweep_job, prior_run
 
 log = logging.getLogger(__name__)
+
+#: The mark of a new run that failed before its first checkpoint (see `set_aside`).
+FAILED = "failed.txt"
 
 
 def _resume_config(resume: str) -> tuple[DictConfig, Path]:
@@ -155,7 +163,45 @@ def check_metrics(cfg: DictConfig, dm) -> None:
 
 def train(cfg: DictConfig) -> dict[str, float]:
     """Train as configured (or resume the run named by `cfg.resume`); returns the dev (and optionally test)
-    metrics of the best checkpoint."""
+    metrics of the best checkpoint. A new run that fails before its first checkpoint is set aside (`set_aside`)."""
+    fresh = not cfg.get("resume") and not is_sweep_job()
+    try:
+        return _train(cfg)
+    except BaseException as err:
+        if fresh and not isinstance(err, SystemExit):
+            set_aside(cfg, err)
+        raise
+
+
+def set_aside(cfg: DictConfig, err: BaseException) -> Path | None:
+    """A new run that failed before writing any checkpoint holds nothing to resume or use: its folder gets a
+    `failed.txt` saying why, and leaves the runs tree (`<output_root>/runs/...` moves to `<output_root>/failed/...`,
+    its train.log and config kept), so that the latest folder of `outputs/runs/<task>/<aligner>/` is always a run
+    with checkpoints. A folder outside that tree (one the user named) is only marked. Returns where it is now."""
+    run_dir = Path(cfg.paths.output_dir)
+    if not run_dir.is_dir() or any((run_dir / "checkpoints").glob("*.ckpt")):
+        return None
+    why = f"{type(err).__name__}: {err}".splitlines()[0] if str(err) else type(err).__name__
+    try:
+        write_text_atomic(run_dir / FAILED, f"this run failed before its first checkpoint: {why}\n")
+        runs = Path(cfg.paths.output_root) / "runs"
+        if not run_dir.resolve().is_relative_to(runs.resolve()):
+            return run_dir
+        target = Path(cfg.paths.output_root) / "failed" / run_dir.resolve().relative_to(runs.resolve())
+        target.parent.mkdir(parents=True, exist_ok=True)
+        run_dir.rename(target)  # the open train.log goes with it, and receives the rest of the log
+    except OSError as move_err:  # a read-only or full disk: the folder stays where it is, as it was
+        log.warning("could not set aside the failed run %s (%s)", run_dir, move_err)
+        return run_dir
+    log.warning("the run failed before its first checkpoint; its folder (train.log, config) is now %s", target)
+    for parent in run_dir.parents:  # outputs/runs/<task>/<aligner>/ that held nothing else
+        if parent.resolve() == runs.resolve() or not parent.is_dir() or any(parent.iterdir()):
+            break
+        parent.rmdir()
+    return target
+
+
+def _train(cfg: DictConfig) -> dict[str, float]:
     resume_from = None
     if cfg.get("resume"):
         cfg, resume_from = _resume_config(str(cfg.resume))
@@ -176,12 +222,15 @@ def train(cfg: DictConfig) -> dict[str, float]:
     pl.seed_everything(cfg.seed, workers=True)
     check_writable(run_dir)
     if resume_from is None:
+        (run_dir / FAILED).unlink(missing_ok=True)  # a folder used again
         dm = build_datamodule(cfg)  # first: a generic task's label names, read from the data, go into config.yaml
         check_metrics(cfg, dm)
         write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
         dm.setup("fit")
         dm.vocab.save(run_dir / "vocab.txt")
         vectors = dm.vectors.matrix(dm.vocab, cfg.seed, cfg.paths.cache_dir)
+        write_provenance(cfg, dm.task, dm.vectors, run_dir)
+        keep_examples(cfg, dm, run_dir)
     else:  # the same vocabulary; the checkpoint restores every weight, the vectors file is not needed
         dm = build_datamodule(cfg, vocab=Vocabulary.load(run_dir / "vocab.txt"))
         check_metrics(cfg, dm)
@@ -213,12 +262,15 @@ def train(cfg: DictConfig) -> dict[str, float]:
         metrics["seconds_per_epoch_median"] = statistics.median(timer.seconds)
         metrics["seconds_last_epoch"] = timer.seconds[-1]
     if trainer.fast_dev_run or not checkpoint.best_model_path:
-        metrics |= _floats(trainer.callback_metrics)
+        metrics |= _floats({k: v for k, v in trainer.callback_metrics.items() if k != "epoch"})
     else:
         # Counted from 1, as people count epochs (and as the README's tables do); Lightning counts from 0.
         metrics["best_epoch"] = 1 + int(
             torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=False)["epoch"]
         )
+        for callback in callbacks:  # the best checkpoint's evaluations are logged under its epoch
+            if isinstance(callback, EpochNumbers):
+                callback.evaluated = metrics["best_epoch"]
         system.record_predictions = True  # each pair's prediction, for scores/ (matching.results.scores)
         for result in trainer.validate(system, datamodule=dm, ckpt_path="best", verbose=False):
             metrics |= _floats(result)
@@ -232,6 +284,17 @@ def train(cfg: DictConfig) -> dict[str, float]:
         shown = {k: round(v, 4) for k, v in metrics.items() if "/" in k}
         log.info("run dir %s; best checkpoint metrics %s", run_dir, shown)
     return metrics
+
+
+def keep_examples(cfg: DictConfig, dm: PairDataModule, run_dir: Path) -> None:
+    """A few pairs of the first evaluation split, kept in the run for the server's page (matching.serving.examples);
+    not for a benchmark, whose page shows examples written for it."""
+    option = (cfg.get("choices") or {}).get("task") or dm.task.name
+    if curated(option) is not None or not dm.eval_splits:
+        return
+    split = dm.eval_splits[0]
+    pairs = read_split(dm.task, split, cfg.data.data_dir, cfg.paths.cache_dir)
+    write_run_examples(run_dir, pairs, dm.task.kind, dm.labels, split)
 
 
 def train_command(cfg: DictConfig) -> float | None:

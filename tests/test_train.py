@@ -106,11 +106,15 @@ def test_run_directory_is_self_contained(make_cfg):
     saved = json.loads((run / "metrics.json").read_text())
     assert saved["val/acc"] == pytest.approx(metrics["val/acc"])
     assert "test/acc" in saved
-    # best_epoch counts from 1: the epoch (CSV log: from 0) of the best dev accuracy, the first of equal ones
-    rows = [r for r in csv.DictReader((run / "logs" / "metrics.csv").open()) if r["val/acc"]][:2]  # the 2 epochs
+    # Epochs count from 1 in metrics.json and in the CSV log alike: best_epoch is the CSV epoch of the best dev
+    # accuracy, the first of equal ones; every row of the log (steps, train and dev epochs) is numbered the same way
+    log_rows = list(csv.DictReader((run / "logs" / "metrics.csv").open()))
+    rows = [r for r in log_rows if r["val/acc"]][:2]  # the 2 epochs
     accs = [float(r["val/acc"]) for r in rows]
-    assert [int(r["epoch"]) for r in rows] == [0, 1]
-    assert saved["best_epoch"] == 1 + accs.index(max(accs))
+    assert [int(float(r["epoch"])) for r in rows] == [1, 2]
+    assert saved["best_epoch"] == int(float(rows[accs.index(max(accs))]["epoch"]))
+    assert {int(float(r["epoch"])) for r in log_rows} == {1, 2}
+    assert saved["epochs"] == 2
 
 
 def test_same_seed_gives_identical_metrics(make_cfg, tmp_path):
@@ -128,7 +132,7 @@ def test_training_logs_the_step_loss_on_logging_steps_and_the_accuracy_once_an_e
     losses = [r for r in rows if r.get("train/loss")]
     accuracies = [r for r in rows if r.get("train/acc")]
     assert losses and all((int(r["step"]) + 1) % 2 == 0 for r in losses)  # written on every 2nd step only
-    assert [int(r["epoch"]) for r in accuracies] == [0, 1]  # once an epoch
+    assert [int(float(r["epoch"])) for r in accuracies] == [1, 2]  # once an epoch, counted from 1
     assert all(0.0 <= float(r["train/acc"]) <= 1.0 for r in accuracies)
 
 
