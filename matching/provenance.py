@@ -124,7 +124,10 @@ def embeddings_name(cfg: DictConfig, provenance: dict) -> str:
 def describe_data(provenance: dict) -> list[str]:
     """One line per split for people: `train: claims_train.tsv (1,234 bytes, sha256 ab12…)` or a hub dataset."""
     lines = []
-    for split, record in (provenance.get("data") or {}).items():
+    order = ("train", "dev", "validation", "test")
+    records = sorted((provenance.get("data") or {}).items(), key=lambda kv: (kv[0] not in order, order.index(kv[0])
+                     if kv[0] in order else 0, kv[0]))  # fmt: skip
+    for split, record in records:
         if record.get("file"):
             size = f"{record['bytes']:,} bytes, " if record.get("bytes") is not None else ""
             what = f"`{record['file']}` ({size}sha256 `{record['sha256'][:16]}…`)"

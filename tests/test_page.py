@@ -174,3 +174,43 @@ def test_a_ranking_model_ranks_the_candidates_then_aligns_one(wikiqa_run, browse
                                 ".map(th => th.textContent)")  # fmt: skip
         assert cols == _align(url, "coda", query, second["candidate"])["b_tokens"]
         browser.screenshot(tmp_path / "ranking.png")
+
+
+@pytest.fixture(scope="module")
+def claims_run(tmp_path_factory):
+    """A generic-task run (task=pairs on the claims fixture): it keeps a few of its dev pairs for the page."""
+    from conftest import FIXTURES
+
+    from matching.train import train
+
+    own = FIXTURES / "own"
+    cfg = compose_train(tmp_path_factory.mktemp("claims"), "task=pairs", "trainer.max_epochs=1",
+                        f"task.splits.train.path={own / 'claims_train.tsv'}",
+                        f"task.splits.dev.path={own / 'claims_dev.tsv'}", "task.columns.a=claim",
+                        "task.columns.b=evidence", "task.columns.label=verdict")  # fmt: skip
+    train(cfg)
+    return cfg.paths.output_dir
+
+
+def test_a_generic_run_offers_its_own_dev_pairs_and_names_no_path(claims_run, browser, tmp_path):
+    from pathlib import Path
+
+    kept = json.loads((Path(claims_run) / "examples.json").read_text())["examples"]
+    assert kept and {label for _, _, label in kept} == {"refutes", "supports"}
+    with serving(Path(claims_run) / "checkpoints" / "best.ckpt", ["threads=1"]) as url:
+        browser.goto(url)
+        browser.wait_for("document.body.dataset.ready === 'true'")
+        chips = browser.evaluate(
+            "[...document.querySelectorAll('#examples button')].map(b => [b.textContent, b.title])"
+        )
+        said = browser.evaluate("document.querySelector('#examples-from').textContent + ' ' + "
+                                "document.querySelector('#runs').textContent")  # fmt: skip
+        browser.click("#examples button")
+        browser.wait_for(drawn(1))
+        browser.screenshot(tmp_path / "claims.png")
+        typed = [browser.evaluate(f"document.querySelector('#{side}').value") for side in "ab"]
+    assert [title for _, title in chips] == [f"a: {a}\nb: {b}\nlabel in the data: {label}" for a, b, label in kept]
+    assert len({text for text, _ in chips}) == len(chips)  # no two chips look alike
+    assert "SNLI" not in said and "the run's dev data" in said and "trained on claims_train.tsv" in said
+    assert "embeddings glove.fixture.20d.txt" in said and str(Path(claims_run).parent) not in said
+    assert typed == kept[0][:2]

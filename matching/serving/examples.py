@@ -100,8 +100,14 @@ def curated(task: str) -> list | None:
     return json.loads(CURATED.read_text(encoding="utf-8")).get(task)
 
 
-def page_examples(cfg: DictConfig, folder: Path, task: str, kind: str) -> list:
-    """What the page offers for a run: its benchmark's curated examples (the config option it was trained with, not
-    the name a generic task takes from its file), else the run's own, else a task of the same kind's."""
+def page_examples(cfg: DictConfig, folder: Path, task: str, kind: str) -> tuple[list, str]:
+    """What the page offers for a run, and where it comes from (the page says): its benchmark's curated examples
+    (by the config option it was trained with, not the name a generic task takes from its file), else the run's
+    own dev pairs, else those written for a task of the same kind."""
     option = (cfg.get("choices") or {}).get("task") or task
-    return curated(option) or run_examples(folder) or curated("wikiqa" if kind == "rank" else "snli") or []
+    if (chosen := curated(option)) is not None:
+        return chosen, f"written for {option}"
+    if (own := run_examples(folder)) is not None:
+        return own, "the run's dev data"
+    other = "wikiqa" if kind == "rank" else "snli"
+    return curated(other) or [], f"written for {other} (this run kept none of its own)"

@@ -15,6 +15,7 @@ import json
 import time
 from dataclasses import asdict
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -23,9 +24,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from matching.data.tables import pair_of_mapping
 from matching.errors import DataFormatError
+from matching.files import file_sha256
+from matching.provenance import embeddings_name, read_provenance
 from matching.results.discovery import option_name
 from matching.runs import TrainedRun
 from matching.serving.batcher import Job, Limits, error_body
+from matching.serving.examples import page_examples
 
 #: What each endpoint expects, quoted by the error messages.
 EXPECTED = {
@@ -237,31 +241,46 @@ def build_app(clients: list[ModelClient], limits: Limits, server: dict) -> FastA
     return app
 
 
-def model_info(run: TrainedRun, limits: Limits, examples: dict | None = None) -> dict:
-    """What GET /info says about a served run (and the page shows): its task, labels, aligner, checkpoint, the
-    limits, and example inputs of its task (`examples`: see `task_examples`)."""
+def model_info(run: TrainedRun, limits: Limits, examples: list | None = None) -> dict:
+    """What GET /info says about a served run (and the page shows): its task, labels, aligner, embeddings, the data
+    it was trained on, its checkpoint, the limits and example inputs (`examples`: see `page_examples`). It names no
+    path of the machine: files by name and sha256 (provenance.json, hashed at training; the checkpoint, hashed here,
+    once per server start), the run by `run_label`."""
     cfg = run.cfg
-    return {
+    provenance = read_provenance(run.run_dir)
+    data = provenance.get("data") or {}
+    info = {
         "task": run.task.name,
         "kind": run.kind,
         "labels": run.labels,
         "columns": {k: v for k, v in run.columns.items() if k in ("a", "b") and v},  # /classify's names for the texts
         "aligner": option_name(cfg, "aligner"),
         "intra": option_name(cfg, "intra") if cfg.get("intra") is not None else None,
-        "embeddings": option_name(cfg, "embeddings"),
+        "embeddings": embeddings_name(cfg, provenance),
+        "data": {split: record.get("file") or record.get("hub") for split, record in data.items()},
+        "provenance": provenance,
         "null_token": bool(run.model.null_token),
-        "checkpoint": str(run.checkpoint),
-        "run_dir": str(run.run_dir),
+        "checkpoint": f"{run_label(run.run_dir)}/{run.checkpoint.name}",
+        "checkpoint_sha256": file_sha256(run.checkpoint),
+        "run_dir": run_label(run.run_dir),
         "vocabulary_size": len(run.vocab),
         "max_length": run.text.max_length,
         "endpoints": ["/classify", "/rank", "/align"] if run.kind == "rank" else ["/classify", "/align"],
         "limits": asdict(limits),
-        "examples": task_examples(run.task.name, run.kind) if examples is None else examples,
     }
+    if examples is None:
+        info["examples"], info["examples_from"] = page_examples(cfg, run.run_dir, run.task.name, run.kind)
+    else:
+        info["examples"], info["examples_from"] = examples, "given"
+    return info
 
 
-def task_examples(task: str, kind: str) -> list:
-    """Example inputs for the page: the task's own (matching/serving/page/examples.json, written in the style of each
-    corpus), else those of a task of the same kind (snli for classification, wikiqa for ranking)."""
-    examples = json.loads((PAGE / "examples.json").read_text(encoding="utf-8"))
-    return examples.get(task) or examples["wikiqa" if kind == "rank" else "snli"]
+def run_label(folder: Path) -> str:
+    """A run directory as /info and the page name it: relative to the working directory when it lies under it
+    (`outputs/runs/claims/coda/<time>`), else its last three parts (`claims/coda/<time>`; a shared folder: its
+    name), never a path from the root of the machine."""
+    resolved = folder.resolve()
+    if resolved.is_relative_to(Path.cwd()) and resolved != Path.cwd():
+        return resolved.relative_to(Path.cwd()).as_posix()
+    parts = resolved.parts[1:]
+    return "/".join(parts[-3:] if (folder / "checkpoints").is_dir() else parts[-1:])

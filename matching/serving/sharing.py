@@ -11,7 +11,10 @@ A shared folder holds what a trained run needs for prediction, in formats that c
     tokenizer.json     the tokenisation as a Hugging Face `tokenizers` file
     serving.json       labels, kind and every step of the text preparation (see matching.export)
     metrics.json       the run's dev metrics (when it has them)
-    README.md          the model card: task, aligner, dev metrics, the training command, the vectors or encoder
+    provenance.json    the data and embeddings it was trained on, by file name (or hub id) and sha256
+    examples.json      a few dev pairs of a task without curated examples (the server's page shows them)
+    README.md          the model card: task, aligner, dev metrics, the data, the training command, the vectors or
+                       encoder; like every file here, it names no path of the training machine
 
 Loading (`load_shared`) reads YAML, text and safetensors only, never a pickle, and builds nothing that the
 config names unless it is one of matching's own model and text components (`SHARED_TARGETS`): a config.yaml from
@@ -27,7 +30,7 @@ import json
 import logging
 import re
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from hydra.utils import get_object
@@ -42,8 +45,10 @@ from matching.data.vocab import Vocabulary, hf_tokenizer
 from matching.extras import require
 from matching.files import write_atomic, write_json, write_text_atomic
 from matching.model import DecomposableAttention
+from matching.provenance import PROVENANCE, describe_data, read_provenance
 from matching.results.discovery import option_name
 from matching.runs import RunError, TrainedRun, assemble_run, configured
+from matching.serving.examples import EXAMPLES, run_examples
 from matching.serving.spec import serving_spec
 
 log = logging.getLogger(__name__)
@@ -99,6 +104,9 @@ def write_folder(run: TrainedRun, out: Path, encoder: str | None = None, encoder
     metrics = _metrics(run)
     if metrics:
         write_json(out / "metrics.json", metrics)
+    for kept in (PROVENANCE, EXAMPLES):  # path-free by construction (matching.provenance, matching.serving.examples)
+        if (run.run_dir / kept).is_file() and run.run_dir.resolve() != out.resolve():
+            shutil.copyfile(run.run_dir / kept, out / kept)
     write_text_atomic(out / "README.md", model_card(run, metrics, reference))
     return out
 
@@ -114,7 +122,7 @@ def training_command(run: TrainedRun) -> tuple[str, bool]:
     recorded = run.run_dir / ".hydra" / "overrides.yaml"
     if recorded.is_file():
         overrides = [str(o) for o in OmegaConf.load(recorded)]
-        overrides = [o for o in overrides if not o.split("=")[0].startswith(("paths.", "hydra."))]
+        overrides = [by_name(o) for o in overrides if not o.split("=")[0].startswith(("paths.", "hydra."))]
         return " ".join(["python -m matching.train", *overrides]), True
     chosen = {k: v for k, v in (run.cfg.get("choices") or {}).items() if "/" not in k and k != "paths"}
     listed = OmegaConf.to_container(OmegaConf.load(CONF / "train.yaml").defaults)
@@ -126,6 +134,18 @@ def training_command(run: TrainedRun) -> tuple[str, bool]:
     return " ".join(["python -m matching.train", *words, f"seed={run.cfg.get('seed')}"]), False
 
 
+#: An absolute path in an override's value (`/home/me/x.tsv`, `~/x.tsv`), not the `//` of a URL.
+_ABSOLUTE = re.compile(r"(?<![\w.:/~-])(?:~?/)[^\s,\]'\"]*")
+
+
+def by_name(override: str) -> str:
+    """An override with each absolute path in its value replaced by the file's name (`task.splits.train.path=
+    /home/me/claims_train.tsv` -> `task.splits.train.path=claims_train.tsv`): a model card names no path of the
+    training machine."""
+    key, eq, value = override.partition("=")
+    return key + eq + _ABSOLUTE.sub(lambda m: PurePath(m.group()).name, value) if eq else override
+
+
 def model_card(run: TrainedRun, metrics: dict[str, float], encoder: dict | None) -> str:
     """The folder's README.md: what the model is, how well it did on dev, how it was trained, how to load it."""
     task, kind = run.task.name, run.kind
@@ -135,6 +155,18 @@ def model_card(run: TrainedRun, metrics: dict[str, float], encoder: dict | None)
     dev = {k: v for k, v in metrics.items() if k.startswith("val")}
     rows = "\n".join(f"| {k} | {v:.4f} |" for k, v in sorted(dev.items())) or "| (no metrics.json in the run) | |"
     params = sum(p.numel() for p in run.model.parameters())
+    provenance = read_provenance(run.run_dir)
+    vectors = run.source.describe(encoder)
+    used = provenance.get("embeddings") or {}
+    if used.get("sha256"):
+        vectors += f", sha256 `{used['sha256'][:16]}…`"
+    data = "<br>".join(describe_data(provenance)) or "(not recorded: a run trained before provenance.json)"
+    examples = run_examples(run.run_dir) or []
+    head = "| question | candidates (✓ correct) |\n|---|---|" if kind == "rank" else "| a | b | label |\n|---|---|---|"
+    rows_of_examples = "\n".join(_example_row(e, run.labels[-1]) for e in examples)
+    examples_part = f"\n## Examples from its dev data\n\n{head}\n{rows_of_examples}\n" if examples else ""
+    note = ("Files are named without their folders; provenance.json gives their sha256." if recorded
+            else "(rebuilt from the options the run chose; config.yaml holds every other setting)")  # fmt: skip
     what = "ranks candidates (pointwise, by P(match))" if kind == "rank" else f"classifies pairs into {run.labels}"
     tags = ["matching", "decomposable-attention", f"aligner-{aligner}", task]
     front = {"library_name": "matching", "tags": tags, "pipeline_tag": "text-classification"}
@@ -150,7 +182,8 @@ A sentence-pair model trained with `matching` (Decomposable Attention, Parikh et
 |---|---|
 | task | `{task}` ({kind}; labels {run.labels}) |
 | aligner | `{aligner}` (intra-sentence attention: `{intra}`) |
-| word representations | {run.source.describe(encoder)} |
+| word representations | {vectors} |
+| trained on | {data} |
 | parameters | {params:,} |
 
 ## Dev metrics (best checkpoint)
@@ -164,8 +197,8 @@ A sentence-pair model trained with `matching` (Decomposable Attention, Parikh et
 ```bash
 {command}
 ```
-{"" if recorded else "(rebuilt from the options the run chose; config.yaml holds every other setting)"}
-
+{note}
+{examples_part}
 ## Use it
 
 ```python
@@ -179,6 +212,21 @@ Loading reads `config.yaml`, `vocab.txt` and `model.safetensors` only: no pickle
 matching's own components, so loading this folder cannot run code. `tokenizer.json` and `serving.json` describe
 the text preparation for clients that do not use `matching`.
 """
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _example_row(example: list | dict, match: str) -> str:
+    """A row of the card's examples table: `[a, b, label]`, or `{query, candidates, labels}` of a ranking task
+    (`match`: the label of a correct candidate)."""
+    if isinstance(example, dict):
+        labels = example.get("labels") or [None] * len(example["candidates"])
+        pairs = zip(example["candidates"], labels, strict=True)
+        marked = [("✓ " if label == match else "") + _cell(c) for c, label in pairs]
+        return f"| {_cell(example['query'])} | {'<br>'.join(marked)} |"
+    return f"| {_cell(example[0])} | {_cell(example[1])} | {_cell(example[2]) if len(example) > 2 else ''} |"
 
 
 def push(folder: Path, repo_id: str, private: bool = False) -> str:

@@ -175,7 +175,7 @@ function prediction(run, answer) {
 
 function describeRun(run) {
   const bits = [run.task, `aligner ${run.aligner}`, run.intra && run.intra !== "none" ? `intra ${run.intra}` : null, `embeddings ${run.embeddings}`,
-    run.null_token ? "NULL token" : null];
+    run.null_token ? "NULL token" : null, run.data && run.data.train ? `trained on ${run.data.train}` : null];
   return bits.filter(Boolean).join(" · ");
 }
 
@@ -397,8 +397,11 @@ function showExamples(examples) {
   for (const example of examples) {
     const rank = !Array.isArray(example);
     const inputs = rank ? { query: example.query, candidates: example.candidates, pick: null } : { a: example[0], b: example[1] };
-    const title = rank ? `${example.query}\n${example.candidates.join("\n")}` : `a: ${example[0]}\nb: ${example[1]}`;
-    box.append(el("button", { type: "button", title, text: short(rank ? example.query : `${example[0]} / ${example[1]}`),
+    // A pair's chip shows the start of both texts, so that two pairs with the same a still look different; the
+    // title has them whole, and the gold label of a pair kept from the run's own dev data.
+    const title = rank ? `${example.query}\n${example.candidates.join("\n")}`
+      : `a: ${example[0]}\nb: ${example[1]}` + (example[2] != null ? `\nlabel in the data: ${example[2]}` : "");
+    box.append(el("button", { type: "button", title, text: rank ? short(example.query) : `${short(example[0], 26)} / ${short(example[1], 26)}`,
       onclick: () => { writeInputs(inputs); go(inputs); } }));
   }
 }
@@ -415,6 +418,7 @@ async function start() {
     $("a-hint").textContent = "premise";
     $("b-hint").textContent = "hypothesis";
   }
+  if (state.runs[0].examples_from) $("examples-from").textContent = `examples (${state.runs[0].examples_from}):`;
   showExamples(state.runs[0].examples || []);
   $("go").addEventListener("click", () => go({ ...readInputs(), pick: null }));
   for (const id of ["a", "b", "query"]) {
