@@ -49,7 +49,7 @@ def test_a_tsv_with_its_own_column_names_trains_and_every_command_uses_the_run(t
     shared = Matcher.load(tmp_path / "shared").predict([("The shop is open.", "The shop is closed.")])
     assert shared[0]["probs"] == pytest.approx(answer["probs"], abs=1e-5)
     assert report_main([f"runs={run}", f"out={tmp_path / 'report'}"]) == 0
-    assert "| pairs |" in (tmp_path / "report" / "report.md").read_text()
+    assert "| claims |" in (tmp_path / "report" / "report.md").read_text()  # the task is named by its file
     capsys.readouterr()
 
 
