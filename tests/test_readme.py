@@ -21,6 +21,8 @@ def test_the_readme_python_section_runs_as_written(wikiqa_run, tmp_path):
     runs = tmp_path / "outputs" / "runs" / "wikiqa" / "coda"
     runs.mkdir(parents=True)
     (runs / "2026-01-01_00-00-00").symlink_to(run_dir)
+    (runs / "2026-01-02_00-00-00").mkdir()  # a newer run killed before its first checkpoint: not "the latest run"
+    (runs / "2026-01-02_00-00-00" / "train.log").write_text("killed\n")
     code = python_section()
     assert 10 <= len(code.splitlines()) <= 12 and "Matcher.load(run)" in code
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
