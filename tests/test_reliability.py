@@ -90,13 +90,13 @@ def test_nan_loss_stops_the_run_naming_the_step_and_keeps_the_last_good_checkpoi
         loss = real(logits, target, *args, **kwargs)
         if logits.requires_grad:  # training steps only
             calls["n"] += 1
-            if calls["n"] > 4:  # epoch 0 has 3 steps: the first epoch completes and is checkpointed
+            if calls["n"] > 4:  # epoch 1 has 3 steps: it completes and is checkpointed; epoch 2 fails
                 return loss * float("nan")
         return loss
 
     monkeypatch.setattr(system_module.F, "cross_entropy", poisoned)
     cfg = make_cfg("trainer.max_epochs=5")
-    with pytest.raises(NonFiniteLossError, match=r"became nan at global step 4 \(epoch 1, batch 1\)") as err:
+    with pytest.raises(NonFiniteLossError, match=r"became nan at global step 4 \(epoch 2, batch 1\)") as err:
         train(cfg)
     last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
     assert str(last) in str(err.value)
