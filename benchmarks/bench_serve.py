@@ -8,8 +8,11 @@ POST /classify requests from that many concurrent clients (asyncio keep-alive co
 prints pairs/s, the p50/p95/p99 latency and the CPU time the server's processes spent per request (Linux: from
 /proc; on a shared, busy machine a steadier figure than the rates, which depend on the cores the others leave).
 Every answer is checked against the in-process prediction of its own pair: failed and mismatched answers are
-counted (a classification model's probabilities to 1e-5; a ranking model, which /classify answers with a score
-and P(match), its P(match) to 1e-5 and its score, a logit margin, to 1e-4).
+counted, and the largest difference is printed. A pair's answer moves a little with the batch it is computed in
+(the server's batches are the requests that arrive together), so the check allows the run's dtype its
+`matching.precision.answer_tolerance`: in fp32 a classification model's probabilities to 1e-5 and a ranking
+model's (which /classify answers with a score and P(match)) P(match) to 1e-5 and score, a logit margin, to 1e-4;
+in bf16 (`dtype=auto` on a CPU with AMX or AVX512-BF16) probabilities to 4e-3 and scores to 4e-2.
 The in-process figure runs the same pairs through TrainedRun.logits in this process, in batches of the server's
 max_batch_size and, as `predict` does, of 256.
 
@@ -34,6 +37,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from matching import precision  # noqa: E402
 from matching.cli import compose_config  # noqa: E402
 from matching.data.pairs import Pair  # noqa: E402
 from matching.data.tables import read_new_pairs  # noqa: E402
@@ -165,12 +169,31 @@ async def drive(url: str, pairs: list[Pair], expected: torch.Tensor, labels: lis
     got = [answer_values(json.loads(answers[i][1])["predictions"][0], labels)
            for i in range(len(pairs)) if i not in failed]  # fmt: skip
     good = torch.tensor([i for i in range(len(pairs)) if i not in failed], dtype=torch.long)
-    mismatched = (
-        int(((torch.tensor(got, dtype=torch.float64) - expected[good]).abs() > tolerance).any(1).sum()) if got else 0
-    )
+    difference = (torch.tensor(got, dtype=torch.float64).view(-1, expected.shape[1]) - expected[good]).abs()
+    mismatched = int((difference > tolerance).any(1).sum())
+    largest = difference.max(0).values.tolist() if got else [0.0] * expected.shape[1]
     q = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else latencies * 99
     return {"rate": len(latencies) / wall, "p50": q[49], "p95": q[94], "p99": q[98], "failed": len(failed),
-            "mismatched": mismatched, "cpu": cpu / len(pairs) if processes else float("nan")}  # fmt: skip
+            "mismatched": mismatched, "largest": largest,
+            "cpu": cpu / len(pairs) if processes else float("nan")}  # fmt: skip
+
+
+def difference_text(largest: list[float], kind: str) -> str:
+    """The largest differences from the in-process answers: a probability's, or P(match)'s and the score's."""
+    if kind == "rank":
+        return f"P(match) {largest[0]:.1e}, score {largest[1]:.1e}"
+    return f"{max(largest):.1e}"
+
+
+def checked_dtype(served) -> tuple[str, precision.Tolerance]:
+    """The dtype whose `answer_tolerance` the answers are checked with: the looser of this process's (the
+    in-process prediction, on the CPU) and the server's (on `accelerator`), as `dtype=auto` resolves on each."""
+    device = served.accelerator
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtypes = {precision.resolve(served.dtype, "cpu"), precision.resolve(served.dtype, device)}
+    name = "bf16" if torch.bfloat16 in dtypes else "fp32"
+    return name, precision.answer_tolerance(precision.DTYPES[name])
 
 
 def main() -> None:
@@ -188,17 +211,23 @@ def main() -> None:
     run = load_trained(args.ckpt, served)  # with the overrides the server gets (data.batch_tokens=..., say)
     pairs = load_pairs(args.pairs, run.vocab.words, args.requests)
     logits = run.logits(pairs).double()
+    dtype, allowed = checked_dtype(served)
     if run.kind == "rank":  # /classify answers a ranking model with P(match) and the score (the logit margin)
         label_names = None
         expected = torch.stack([torch.softmax(logits, dim=-1)[:, 1], logits[:, 1] - logits[:, 0]], dim=1)
-        tolerance = torch.tensor([1e-5, 1e-4], dtype=torch.float64)
+        tolerance = torch.tensor([allowed.probability, allowed.score], dtype=torch.float64)
     else:
         label_names = run.labels
         expected = torch.softmax(logits, dim=-1)
-        tolerance = torch.full((len(label_names),), 1e-5, dtype=torch.float64)
+        tolerance = torch.full((len(label_names),), allowed.probability, dtype=torch.float64)
     lengths = [len(run.data.tokenizer(p.a)) + len(run.data.tokenizer(p.b)) for p in pairs]
     print(f"model: {args.ckpt} ({run.task.name}, {len(run.vocab):,} words); {len(pairs):,} single-pair requests")
     print(f"pairs: {statistics.mean(lengths):.1f} tokens on average; torch threads here: {torch.get_num_threads()}")
+    print(
+        f"dtype {precision.describe(served.dtype)}; answers checked against in-process within {dtype}'s "
+        f"{'P(match)' if run.kind == 'rank' else 'probabilities'} ±{allowed.probability:g}"
+        f"{f' and score ±{allowed.score:g}' if run.kind == 'rank' else ''} (matching.precision.answer_tolerance)"
+    )
     inproc = {b: in_process(run, pairs, b)[0] for b in (batch, 256)}
     print(f"in-process TrainedRun.logits: {inproc[batch]:,.0f} pairs/s in batches of {batch}, "
           f"{inproc[256]:,.0f} pairs/s in batches of 256 ({torch.get_num_threads()} torch threads)")  # fmt: skip
@@ -209,18 +238,19 @@ def main() -> None:
     print(f"in-process with the server's model-worker threads ({worker_threads}): {one:,.0f} pairs/s in batches of "
           f"{batch}, {one_cpu * 1e3:.3f} ms of CPU per pair; the server's ratio below is taken against the "
           f"{cores}-thread figure")  # fmt: skip
+    run_kind = run.kind
     del run
 
     with serving(args.ckpt, args.overrides) as url:
         rows = [(c, asyncio.run(drive(url, pairs, expected, label_names, c, tolerance))) for c in levels]
     head = (f"| concurrency | pairs/s | vs in-process (batch {batch}) | p50 ms | p95 ms | p99 ms | server CPU ms per "
-            f"request | failed | mismatched |")  # fmt: skip
+            f"request | failed | mismatched | largest difference |")  # fmt: skip
     print(f"\n{head}")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for c, r in rows:
         print(f"| {c} | {r['rate']:,.0f} | {r['rate'] / inproc[batch]:.0%} | {r['p50'] * 1e3:.1f} | "
               f"{r['p95'] * 1e3:.1f} | {r['p99'] * 1e3:.1f} | {r['cpu'] * 1e3:.3f} | {r['failed']} | "
-              f"{r['mismatched']} |")  # fmt: skip
+              f"{r['mismatched']} | {difference_text(r['largest'], run_kind)} |")  # fmt: skip
 
 
 if __name__ == "__main__":

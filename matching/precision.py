@@ -23,11 +23,21 @@
 
 What bf16 gains is the matrix products' (oneDNN's bf16 kernels); PyTorch's element-wise bf16 kernels convert to
 float32 and back and are no faster than float32 ones. docs/performance.md has the figures.
+
+The same pair computed in another batch (alone, beside other pairs, padded to a longer pair) can get a slightly
+different answer, in either dtype: a matrix product's kernel and the order in which it adds up its float32 sums
+depend on the product's shape (the batch's rows and padded lengths), and so do the last bits of each sum. In fp32
+that moves a probability by about 1e-7 (the sums keep 24 bits); in bf16 now and then a sum that lies near the
+middle between two bf16 numbers rounds to the other one (8 bits: a step of 0.4 %), in the projection of the word
+vectors or an aligner's product, and the answer moves by up to about 1e-3. `answer_tolerance` says how far; the
+server (whose batches are whichever requests arrive together) and `Matcher` (whose batches are the pairs it is
+given) agree within it, and benchmarks/bench_serve.py checks every answer against it.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -113,3 +123,29 @@ def cast_weights(model: nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor
         for name, p in model.named_parameters()
         if p.is_floating_point() and p.dtype != dtype and name not in tables and not name.startswith(kept)
     }
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far one pair's answer (Matcher.predict's, the server's) may move with the batch it is computed in:
+    each probability (a ranking model's P(match) too) by `probability`, a ranking model's score (the logit
+    margin, which is not squashed into [0, 1]) by `score`."""
+
+    probability: float
+    score: float
+
+
+#: Per dtype, the `Tolerance` of an answer across batches. fp32: the sums' last bits (measured: probabilities
+#: 3e-6, scores 6e-5 at most). bf16: about four times the largest difference measured between a pair computed alone
+#: and in the batches `Matcher` forms over 2,000 pairs (random pairs of WikiQA's lengths, SNLI dev, WikiQA dev;
+#: SNLI-sample CoDA runs of 1 and 10 epochs and a WikiQA CoDA run of 3, on AMX): probabilities 1.05e-3, scores
+#: 9.6e-3 (docs/performance.md, "Serving under load").
+TOLERANCES = {
+    torch.float32: Tolerance(probability=1e-5, score=1e-4),
+    torch.bfloat16: Tolerance(probability=4e-3, score=4e-2),
+}
+
+
+def answer_tolerance(dtype: torch.dtype) -> Tolerance:
+    """How far an answer computed in `dtype` may move with its batch (see `TOLERANCES`)."""
+    return TOLERANCES[dtype]
