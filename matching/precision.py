@@ -139,7 +139,7 @@ class Tolerance:
 #: 3e-6, scores 6e-5 at most). bf16: about four times the largest difference measured between a pair computed alone
 #: and in the batches `Matcher` forms over 2,000 pairs (random pairs of WikiQA's lengths, SNLI dev, WikiQA dev;
 #: SNLI-sample CoDA runs of 1 and 10 epochs and a WikiQA CoDA run of 3, on AMX): probabilities 1.05e-3, scores
-#: 9.6e-3 (docs/performance.md, "Serving under load").
+#: 9.6e-3 (docs/performance.md, "The same pair, the same answer").
 TOLERANCES = {
     torch.float32: Tolerance(probability=1e-5, score=1e-4),
     torch.bfloat16: Tolerance(probability=4e-3, score=4e-2),
