@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from matching.configs import build
 from matching.data.datamodule import PairDataModule, split_prefix
-from matching.data.embeddings import EmbeddingSource
+from matching.data.embeddings import EmbeddingSource, embeddings_choice
 from matching.data.pairs import Pair
 from matching.data.pipeline import PreparedPairs, TextPipeline
 from matching.data.sources import labels_from_data
@@ -36,6 +36,13 @@ from matching.model import DecomposableAttention, MatchOutput
 from matching.system import MatchingSystem
 
 log = logging.getLogger(__name__)
+
+
+def command_line_overrides() -> list[str]:
+    """The overrides the run was started with (Hydra's), or none when the config was not composed by Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
 def build_task(cfg: DictConfig) -> Task:
@@ -57,6 +64,8 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None) -> PairDa
         task.labels = labels_from_data(task, cfg.paths.data_dir, cfg.paths.cache_dir)
         with open_dict(cfg):
             cfg.task.labels = list(task.labels)
+    if vocab is None:  # a training run: which embeddings, and why (before building them, which may fail)
+        log.info(embeddings_choice(cfg.get("choices") or {}, command_line_overrides()))
     vectors = build(cfg.embeddings)
     if vocab is None:
         vectors.check_available()

@@ -43,6 +43,10 @@ def big_snli(path: Path, copies: int) -> Path:
     return path
 
 
+#: The tasks whose default embeddings are the frozen MiniLM encoder (conf/task/pairs.yaml), not GloVe.
+GENERIC_TASKS = {f"task={name}" for name in ("pairs", "pairs_rank", "mrpc", "qqp", "paws")}
+
+
 def compose_train(tmp_path: Path, *overrides: str, small: bool = True) -> DictConfig:
     """The `train` config as the CLI would build it, with data, cache and outputs redirected for tests."""
     base = [
@@ -55,6 +59,8 @@ def compose_train(tmp_path: Path, *overrides: str, small: bool = True) -> DictCo
     if not any(o.startswith("dtype=") for o in overrides):
         base.append(PINNED_DTYPE)
     chosen = next((o.split("=", 1)[1] for o in overrides if o.startswith("embeddings=")), None)
+    if chosen is None and any(o in GENERIC_TASKS for o in overrides):  # their default is the MiniLM encoder: the
+        base.append("embeddings=glove")  # fixture vectors stand in, as for every other task
     if chosen not in (None, "glove", "minilm", "minilm_sample"):  # a source without a vectors file
         base = [o for o in base if not o.startswith("embeddings.path=")]
     if "embeddings=minilm_contextual" in overrides:  # no vectors file; the encoder gives its own width

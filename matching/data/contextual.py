@@ -186,7 +186,9 @@ class ContextualEncoder(EmbeddingSource):
                  max_positions: int | None = None, stride: int = 128, batch_size: int = 128,
                  trainable_layers: int = 0, freeze: bool = True, normalize: bool = True,
                  device: str = "auto"):  # fmt: skip
-        transformers = require("transformers", "contextual", "the contextual embedder (embeddings=minilm_contextual)")
+        # the default encoder's extra brings transformers and the model (offline); any other encoder needs transformers
+        extra = "minilm" if model in MINILM and revision is None else "contextual"
+        transformers = require("transformers", extra, "the contextual embedder (embeddings=minilm_contextual)")
         if trainable_layers < 0:
             raise EncoderError(f"embeddings.trainable_layers must be 0 or more, got {trainable_layers}")
         self.name, self.revision = model, revision
