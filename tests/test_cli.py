@@ -98,7 +98,7 @@ MISTAKES = [
     ("evaluate", ["ckpt=/no/such/best.ckpt"], "no checkpoint file at /no/such/best.ckpt"),
     ("evaluate", ["{ckpt}", "split=validation"], "unknown split 'validation'"),
     ("predict", ["{ckpt}", "input=/no/such/pairs.tsv"], "/no/such/pairs.tsv"),
-    ("predict", ["{ckpt}", "input=-", "input_format=csv"], "input_format must be one of"),
+    ("predict", ["{ckpt}", "input=-", "input_format=xml"], "input_format must be one of"),
     ("visualize", ["{ckpt}", "mode=pie"], "mode must be heatmap or histogram"),
     ("visualize", ["{ckpt}", "a=only one side"], "needs both texts"),
     ("export", ["{ckpt}", "format=tflite"], "format must be one of"),

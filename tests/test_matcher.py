@@ -79,7 +79,7 @@ def test_pairs_as_tuples_dicts_and_pairs_give_the_same_answers(snli_run):
 @pytest.mark.parametrize(
     "pairs, words",
     [([("a", "b"), "just one string"], "pairs[1]: expected a pair of texts"),
-     ([("a", "b"), {"text": "x"}], "pairs[1]: no pair of text fields"),
+     ([("a", "b"), {"text": "x"}], "pairs[1]: cannot tell which columns hold the two texts"),
      ([("a", "")], "pairs[0]: the second text is empty"),
      ([("a", 3)], "pairs[0]: expected a pair of texts")],
 )  # fmt: skip
