@@ -42,8 +42,10 @@ def test_torchscript_parity(run_name, request, tmp_path):
     for batch, len_a, len_b in SHAPES:
         a, b = example_inputs(len(run.vocab), batch, len_a, len_b, seed=batch)
         torch.testing.assert_close(scripted(a, b), _reference(run, a, b), atol=1e-5, rtol=1e-5)
-    spec = json.loads((tmp_path / "serving.json").read_text())
+    text = (tmp_path / "serving.json").read_text()
+    spec = json.loads(text)
     assert spec["labels"] == run.labels and (tmp_path / "vocab.txt").read_text() == (run_dir / "vocab.txt").read_text()
+    assert spec["checkpoint"] == "best.ckpt" and len(spec["checkpoint_sha256"]) == 64 and str(run_dir) not in text
 
 
 @pytest.mark.parametrize("run_name", ["snli_run", "wikiqa_run", "intra_run"])

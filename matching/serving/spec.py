@@ -4,6 +4,7 @@ model file, its inputs and outputs, the labels and every step of the text prepar
 from __future__ import annotations
 
 from matching.data.tasks import describe
+from matching.files import file_sha256
 from matching.runs import TrainedRun
 
 
@@ -44,6 +45,8 @@ def serving_spec(run: TrainedRun, fmt: str, model_file: str, encoder: dict | Non
         spec["inputs"] = spec["outputs"] = None
         spec["loader"] = "from matching import Matcher; Matcher.load(<this folder>)"
     else:
-        spec["checkpoint"] = str(run.checkpoint)
+        # what it was exported from, by name and content: no path of the machine it was exported on
+        spec["checkpoint"] = run.checkpoint.name
+        spec["checkpoint_sha256"] = file_sha256(run.checkpoint)
     spec |= run.source.serving_spec(fmt, encoder)  # what a model with the source's own inputs takes
     return spec
