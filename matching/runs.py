@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import platform
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,7 +136,7 @@ def check_writable(folder: Path) -> None:
     """Fail early, before any work, when outputs cannot be written."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".write-test"
+        probe = folder / f".write-test.{platform.node()}.{os.getpid()}"  # the nodes of a run share its folder
         probe.write_text("")
         probe.unlink()
     except OSError as err:
