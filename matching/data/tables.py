@@ -149,32 +149,45 @@ def pairs_from_rows(
     label_names: Sequence[str] | None = None,
     group_by_text: bool = False,
     unit: str = "line",
-    quiet: bool = False,
 ) -> Iterator[Pair]:
-    """Pairs from `(line or row number, row)`: the texts, the label (see label_value) and the group (the group
-    column, or the first text when `group_by_text`). A row without a label is dropped and counted; a text that is
-    not a string is a DataFormatError naming the row."""
+    """Pairs from `(line or row number, row)` (see `pair_of_row`). A row without a label is dropped and counted."""
     kept = dropped = 0
     for number, row in rows:
-        label = label_value(row.get(columns.label), label_names) if columns.label else ""
-        if columns.label and not label:
+        pair = pair_of_row(number, row, columns, where, label_names, group_by_text, unit)
+        if pair is None:
             dropped += 1
             continue
-        a, b = row.get(columns.a), row.get(columns.b)
-        if not isinstance(a, str) or not isinstance(b, str):
-            bad, value = (columns.a, a) if not isinstance(a, str) else (columns.b, b)
-            raise DataFormatError(
-                f"{where}, {unit} {number}: column {bad!r} holds {value!r:.60}, not a text. Fix or remove that row, "
-                "or name the text columns with task.columns.a / task.columns.b"
-            )
-        group = row.get(columns.group) if columns.group else (a.strip() if group_by_text else None)
         kept += 1
-        yield Pair(a.strip(), b.strip(), label, None if group is None else str(group), number)
-    if quiet:
-        return
+        yield pair
     how = f"columns {columns.a!r}, {columns.b!r}" + (f", label {columns.label!r}" if columns.label else "")
     how += f", group {columns.group!r}" if columns.group else (", grouped by the first text" if group_by_text else "")
     log.info("read %d pairs from %s (%s); dropped %d without a label", kept, where, how, dropped)
+
+
+def pair_of_row(
+    number: int,
+    row: dict[str, Any],
+    columns: Columns,
+    where: str,
+    label_names: Sequence[str] | None = None,
+    group_by_text: bool = False,
+    unit: str = "line",
+) -> Pair | None:
+    """One row's pair: the texts, the label (see label_value) and the group (the group column, or the first text
+    when `group_by_text`); None for a row without a label where there is a label column. A text that is not a
+    string is a DataFormatError naming the row."""
+    label = label_value(row.get(columns.label), label_names) if columns.label else ""
+    if columns.label and not label:
+        return None
+    a, b = row.get(columns.a), row.get(columns.b)
+    if not isinstance(a, str) or not isinstance(b, str):
+        bad, value = (columns.a, a) if not isinstance(a, str) else (columns.b, b)
+        raise DataFormatError(
+            f"{where}, {unit} {number}: column {bad!r} holds {value!r:.60}, not a text. Fix or remove that row, "
+            "or name the text columns with task.columns.a / task.columns.b"
+        )
+    group = row.get(columns.group) if columns.group else (a.strip() if group_by_text else None)
+    return Pair(a.strip(), b.strip(), label, None if group is None else str(group), number)
 
 
 def table_format(path: Path, format: str | None) -> str:
@@ -516,7 +529,7 @@ def read_new_pairs(
         if records and not named and (columns.a not in row or columns.b not in row):
             pair = pair_of_mapping(row, place, preferred, number)
         else:
-            pair = next(pairs_from_rows([(number, row)], columns, where, unit=table.unit, quiet=True))
+            pair = pair_of_row(number, row, columns, where, unit=table.unit)
         if not pair.a.strip() or not pair.b.strip():
             side = "first" if not pair.a.strip() else "second"
             raise DataFormatError(f"{place}: the {side} text is empty; give both texts of the pair")
