@@ -169,33 +169,20 @@ class MatchingSystem(pl.LightningModule):
                 self.recorded[prefix] = record.compute()
             record.reset()
 
-    def _log_ranking(self, prefixes: Sequence[str]) -> None:
-        for prefix in prefixes:
-            metric = self.ranking[prefix]
-            if not metric.update_called:
-                continue
-            values = metric.compute()
-            metric.reset()
-            for name, value in values.items():
-                self.log(f"{prefix}/{name}", value, prog_bar=name == "map" and prefix == "val")
-            if not self.trainer.sanity_checking and self.trainer.is_global_zero:
-                log.info(describe(prefix, values))
-
-    def _log_classification(self, prefixes: Sequence[str]) -> None:
-        for prefix in prefixes:
-            metric = self.classification[prefix]
-            if not metric.update_called:
-                continue
-            values = metric.compute()
-            metric.reset()
-            for name, value in values.items():
-                self.log(f"{prefix}/{name}", value)
-
     def _log_split_metrics(self, prefixes: Sequence[str]) -> None:
-        if self.kind == "rank":
-            self._log_ranking(prefixes)
-        else:
-            self._log_classification(prefixes)
+        """Each split's metrics over all its pairs (ranking: per question; classification: per class and of the
+        positive label), computed once at the end of the evaluation, then its recorded predictions."""
+        rank = self.kind == "rank"
+        for prefix in prefixes:
+            metric = (self.ranking if rank else self.classification)[prefix]
+            if not metric.update_called:
+                continue
+            values = metric.compute()
+            metric.reset()
+            for name, value in values.items():
+                self.log(f"{prefix}/{name}", value, prog_bar=rank and name == "map" and prefix == "val")
+            if rank and not self.trainer.sanity_checking and self.trainer.is_global_zero:
+                log.info(describe(prefix, values))
         self._keep_records(prefixes)
 
     def on_validation_epoch_end(self) -> None:
