@@ -76,13 +76,18 @@ def embeddings_record(cfg: DictConfig, source: EmbeddingSource, cache_dir: str |
     identity = source.identity() or {}
     node = cfg.embeddings
     if "weights_sha256" in identity:  # an encoder
-        model = str(node.get("model") or identity.get("encoder"))
-        local = Path(model).expanduser().exists() or model.startswith(("/", ".", "~"))
-        return {"encoder": Path(model).name if local else model, "weights_sha256": identity["weights_sha256"]}
+        encoder = encoder_name(str(node.get("model") or identity.get("encoder")))
+        return {"encoder": encoder, "weights_sha256": identity["weights_sha256"]}
     if "path" in identity:  # a file of word vectors
         path = Path(identity["path"])
         return {"file": path.name, "bytes": identity.get("size"), "sha256": content_sha256(path, cache_dir)}
     return {"option": option_name(cfg, "embeddings")}
+
+
+def encoder_name(model: str) -> str:
+    """An encoder as a model card names it: its hub id, or a local folder by its name alone (no path)."""
+    local = Path(model).expanduser().exists() or model.startswith(("/", ".", "~"))
+    return Path(model).name if local else model
 
 
 def write_provenance(cfg: DictConfig, task: Task, source: EmbeddingSource, run_dir: Path) -> dict:
@@ -115,7 +120,7 @@ def embeddings_name(cfg: DictConfig, provenance: dict) -> str:
         return str(used.get("file") or used.get("encoder"))
     node = cfg.get("embeddings") or {}
     if node.get("model"):
-        return Path(str(node.model)).name if str(node.model).startswith(("/", ".", "~")) else str(node.model)
+        return encoder_name(str(node.model))
     if node.get("path"):
         return Path(str(node.path)).name
     return option_name(cfg, "embeddings")
