@@ -68,9 +68,8 @@ def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None) ->
     for result in evaluation_trainer(run.cfg).validate(system, dataloaders=loaders, verbose=False):
         metrics |= {k: float(v) for k, v in result.items()}
     scores = write_recorded(run.run_dir, system.recorded, run.data, run.labels, run.kind)
-    path = Path(out) if out else run.run_dir / f"eval_{split}.json"
-    if split == INPUT_SPLIT and not out:
-        path = run.run_dir / f"eval_{Path(run.task.splits[INPUT_SPLIT].path).name.split('.')[0]}.json"
+    named = Path(run.task.splits[INPUT_SPLIT].path).name.split(".")[0] if split == INPUT_SPLIT else split
+    path = Path(out) if out else run.run_dir / f"eval_{named}.json"
     record = {
         "checkpoint": str(run.checkpoint),
         "split": split,
