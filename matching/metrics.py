@@ -69,11 +69,10 @@ log = logging.getLogger(__name__)
 TOP_K = (1, 2, 5)
 #: The ranking metrics' cut-off for `mrr10` and `ndcg10`.
 CUTOFF = 10
+#: The ranking metrics of the filtered protocol (questions with a correct and an incorrect candidate).
+FILTERED_NAMES = ("map", "mrr", *(f"top{k}" for k in TOP_K), "p1", f"mrr{CUTOFF}", f"ndcg{CUTOFF}")
 #: What RankingMetrics logs for a split (after the split's prefix).
-RANKING_NAMES = (
-    "map", "mrr", *(f"top{k}" for k in TOP_K), "p1", f"mrr{CUTOFF}", f"ndcg{CUTOFF}", "map_raw", "mrr_raw",
-    "questions", "skipped_no_positive", "skipped_all_positive",
-)  # fmt: skip
+RANKING_NAMES = (*FILTERED_NAMES, "map_raw", "mrr_raw", "questions", "skipped_no_positive", "skipped_all_positive")
 #: What a binary task logs of its positive label, beside the per-class metrics.
 BINARY_NAMES = ("f1", "precision", "recall", "ap", "auroc")
 
@@ -135,8 +134,7 @@ class RankingMetrics(Metric):
             out[f"ndcg{CUTOFF}"] = RetrievalNormalizedDCG(top_k=CUTOFF)(kp, kt, indexes=ki)
         else:
             nan = torch.tensor(float("nan"))
-            out |= {name: nan for name in ("map", "mrr", *(f"top{k}" for k in TOP_K), "p1", f"mrr{CUTOFF}",
-                                            f"ndcg{CUTOFF}")}  # fmt: skip
+            out |= {name: nan for name in FILTERED_NAMES}
         out["questions"] = torch.tensor(float(keep_group.sum()))
         out["skipped_no_positive"] = torch.tensor(float(no_positive.sum()))
         out["skipped_all_positive"] = torch.tensor(float((no_negative & ~no_positive).sum()))
