@@ -131,7 +131,10 @@ def prior_run(cfg: DictConfig, run_dir: Path) -> PriorRun:
         return PriorRun("new")
     saved = yaml.safe_load(saved_file.read_text()) or {}
     current = OmegaConf.to_container(cfg, resolve=True)
-    differ = config_differences(saved, current, location_keys(cfg))
+    ignored = location_keys(cfg)
+    if not (current.get("task") or {}).get("labels"):  # a generic task's label names, read from the data at the
+        ignored.add("task.labels")  # start of the first attempt and saved in its config.yaml (train.py)
+    differ = config_differences(saved, current, ignored)
     if differ:
         from matching.runs import RunError  # here: the report reads sweeps without loading torch
 

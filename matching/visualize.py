@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import sys
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -135,12 +135,21 @@ def run_label(cfg: Mapping) -> str:
     return f"{option_name(cfg, 'aligner')}{detail}, seed {cfg.get('seed')}"
 
 
-def heatmap(matcher: Matcher, a: str, b: str, out: Path, show_intra: bool = False, others: tuple = ()) -> Path:
+def heatmap(
+    matcher: Matcher,
+    a: str,
+    b: str,
+    out: Path,
+    show_intra: bool = False,
+    others: tuple = (),
+    labels: Sequence[str] | None = None,
+) -> Path:
     """The heat-maps of one pair, titled with the run (task, aligner), both texts and the prediction. With `others`
-    (more Matchers), one row per model, the first row `matcher`'s, each row's first panel naming its run and its
-    prediction: several aligners' alignments of the same pair side by side."""
+    (more Matchers), one row per model, the first row `matcher`'s, each row's first panel naming its run (or its
+    entry of `labels`, one per model) and its prediction: several aligners' alignments of the same pair side by
+    side."""
     rows, predictions = [], []
-    for each in (matcher, *others):
+    for i, each in enumerate((matcher, *others)):
         aligned = each.align(a, b)
         matrices = aligned["matrices"]
         if not show_intra:
@@ -149,7 +158,8 @@ def heatmap(matcher: Matcher, a: str, b: str, out: Path, show_intra: bool = Fals
         predictions.append(prediction_text(each, aligned, a, b))
         if others:
             first = next(iter(captions))
-            captions[first] = f"{run_label(each.run.cfg)}: {predictions[-1]}\n{captions[first]}"
+            name = labels[i] if labels else run_label(each.run.cfg)
+            captions[first] = f"{name}: {predictions[-1]}\n{captions[first]}"
         rows.append((aligned["a_tokens"], aligned["b_tokens"], matrices, captions))
     width = max(60, 45 * max(len(row[2]) for row in rows))
     run = matcher.run

@@ -1,0 +1,321 @@
+"""A study's page: one folder with `study.md` (and `study.csv`) that states the protocol and budget, every family's
+selection results, the confirmed table (mean ± std, Δ against each baseline with its 95 % interval, p, detectable
+Δ and verdict), the held-out table beside it when the study tested, the ranking chart, side-by-side heat-maps of
+one dev pair through every family's kept model, and the command that reproduces it.
+
+Every number comes from the runs' own files (metrics.json, eval_test.json, scores/), through the report's machinery
+(`matching.results.tables`): a family is one row, named by the study and shown with its parts (its overrides)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from matching.extras import MissingExtraError
+from matching.files import write_text_atomic
+from matching.results.charts import write_ranking
+from matching.results.discovery import Run
+from matching.results.rows import Row
+from matching.results.scores import ranked_answers, unit_rows
+from matching.results.tables import compare, metric_key, points, summarise
+from matching.studies.results import RunResult
+from matching.studies.selection import Choice, rule
+from matching.studies.spec import StudySpec
+
+log = logging.getLogger(__name__)
+
+
+def _runs(results: Sequence[RunResult], kept: dict[tuple[str, str], str]) -> list[Run]:
+    """The kept settings' runs as the report reads runs: one 'aligner' per family, the study's task name."""
+    runs = []
+    for r in results:
+        if kept.get((r.planned.task, r.planned.family)) != r.planned.setting.slug:
+            continue
+        metrics = {**(r.metrics or {}), **(r.test_metrics or {})}
+        runs.append(Run(r.folder, r.planned.task, r.planned.family, r.planned.seed, metrics, config=r.config,
+                        missing=None if r.finished else r.state))  # fmt: skip
+    return runs
+
+
+def _value(x: float | None, digits: int = 2) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _per_seed(results: Sequence[RunResult], task: str, family: str, slug: str, key: str) -> str:
+    """The per-seed values of a metric, in %, in seed order ("63.18, 62.35, 62.71"; "–" for a missing one)."""
+    values = []
+    for r in sorted(results, key=lambda r: r.planned.seed):
+        if (r.planned.task, r.planned.family, r.planned.setting.slug) != (task, family, slug):
+            continue
+        metrics = {**(r.metrics or {}), **(r.test_metrics or {})}
+        value = metrics.get(key)
+        values.append("–" if value is None or math.isnan(value) else f"{100 * value:.2f}")
+    return ", ".join(values)
+
+
+def _span(values: list[float], digits: int = 1) -> str:
+    if not values:
+        return "–"
+    low, high = min(values), max(values)
+    return f"{low:.{digits}f}" if f"{low:.{digits}f}" == f"{high:.{digits}f}" else f"{low:.{digits}f}–{high:.{digits}f}"
+
+
+def _versus(row: Row) -> tuple[str, str, str]:
+    c = row.comparison
+    if c is None:
+        return "–", "–", "–"
+    if c.is_baseline:
+        return "baseline", "–", "–"
+    if not c.tested:
+        return c.note or "–", "–", "–"
+    detectable = "" if math.isnan(c.detectable) else f"; {c.detectable:.2f}"
+    return f"{points(c.diff)} [{points(c.ci_low)}, {points(c.ci_high)}]", f"{c.p_value:.3g}", f"{c.verdict}{detectable}"
+
+
+def pick_pair(spec: StudySpec, task: str, run: RunResult) -> tuple[str, str] | None:
+    """The dev pair the heat-maps show: the study's `heatmaps.<task>`, else from the run's dev scores the first
+    short pair with no word outside the vocabulary (for ranking: a question and one of its correct answers)."""
+    if task in spec.heatmaps:
+        return spec.heatmaps[task]["a"], spec.heatmaps[task]["b"]
+
+    def fits(text: str, words: int) -> bool:
+        return bool(text) and "<oov>" not in text and len(text.split()) <= words
+
+    rows = unit_rows(run.folder, "val") or {}
+    answers = ranked_answers(run.folder, "val")
+    if answers is not None:
+        for unit, candidates in answers.items():
+            question = (rows.get(unit) or {}).get("question", "")
+            for c in candidates:
+                if c["label"] == "1" and fits(question, 12) and fits(c["answer"], 24):
+                    return question, c["answer"]
+        return None
+    for row in rows.values():
+        if fits(row.get("a", ""), 14) and fits(row.get("b", ""), 14):
+            return row["a"], row["b"]
+    return None
+
+
+def draw_alignments(spec: StudySpec, task: str, firsts: list[RunResult], out: Path) -> Path | None:
+    """One row of heat-maps per family (its kept setting's first seed) for one dev pair; None when there is no
+    pair or matplotlib is missing."""
+    from matching.matcher import Matcher  # here: loads torch
+    from matching.visualize import heatmap
+
+    if not firsts:
+        return None
+    pair = pick_pair(spec, task, firsts[0])
+    if pair is None:
+        log.warning("%s: no short dev pair to draw; name one with study.heatmaps.%s={a: ..., b: ...}", task, task)
+        return None
+    matchers = [Matcher.load(r.folder) for r in firsts]
+    labels = [f"{spec.families[r.planned.family].label} (seed {r.planned.seed})" for r in firsts]
+    try:
+        return heatmap(matchers[0], pair[0], pair[1], out, others=tuple(matchers[1:]), labels=labels)
+    except MissingExtraError as err:
+        log.warning("no heat-maps: %s", err)
+        return None
+
+
+def write_page(
+    spec: StudySpec,
+    study_dir: Path,
+    choices: Sequence[Choice],
+    results: Sequence[RunResult],
+    command: str,
+    tested: dict | None,
+    figures: bool = True,
+) -> Path:
+    """Writes study.md, study.csv, ranking.png and alignments_<task>.png in `study_dir`; returns study.md."""
+    kept = {(c.task, c.family): c.chosen.slug for c in choices if c.chosen is not None}
+    runs = _runs(results, kept)
+    rows = summarise(runs) if runs else []
+    compared = {b: compare(rows, runs, b) for b in spec.baselines} if rows else {}
+    finished = [r for r in results if r.finished]
+    minutes = [r.minutes for r in finished if r.minutes is not None]
+    lines = [f"# Study `{spec.name}`", ""]
+    if spec.about:
+        lines += [spec.about, ""]
+    lines += ["Reproduce it (finished runs are skipped, so the same command also resumes a stopped study):", "",
+              "```bash", command, "```", "", "## Protocol", ""]  # fmt: skip
+    tasks = "; ".join(f"**{t}** (`{' '.join(o)}`)" for t, o in spec.tasks.items())
+    budget = f"the first {spec.budget} settings of each grid" if spec.budget else "every setting of each grid"
+    planned_total = len(results)
+    lines += [
+        f"- Tasks: {tasks}.",
+        f"- Every run: `{' '.join(spec.train) or '(the defaults)'}`; seeds {', '.join(map(str, spec.seeds))}; "
+        f"selection at seed{'s' if len(spec.selection_seeds) > 1 else ''} {', '.join(map(str, spec.selection_seeds))}.",
+        f"- Budget: {budget}; {planned_total} runs planned, {len(finished)} finished"
+        + (f", {sum(minutes):.0f} training minutes in all ({_span(minutes)} per run)" if minutes else "")
+        + ".",
+        f"- Selection: {rule(spec)}",
+        f"- Baselines: {', '.join(spec.families[b].label for b in spec.baselines) or 'none'}. Each row's Δ is its "
+        "difference from the baseline in points, with a 95 % paired-bootstrap interval and a paired randomization "
+        "p-value over the dev questions (or examples), each scored as the mean over its seeds; the verdict is "
+        "'resolved' at p < 0.05, and the detectable Δ is the difference those units would detect with 80 % power.",
+        "- Held-out test: " + _test_text(spec, tested),
+    ]
+    numerics = _numerics(finished)
+    if numerics:
+        lines.append(f"- Numerics (the first run's log): {numerics}.")
+    lines += ["", "## Families", "", "| family | parts (overrides) | grid |", "|---|---|---|"]
+    for f in spec.families.values():
+        grid = "; ".join(f"`{k}`: {', '.join(v)}" for k, v in f.grid) or "–"
+        lines.append(f"| {f.label} (`{f.name}`) | `{f.parts}` | {grid} |")
+    lines.append("")
+    table_rows: list[dict[str, object]] = []
+    for task in spec.tasks:
+        lines += [f"## {task}", ""]
+        lines += _selection_table(spec, task, choices)
+        for split, title in (("dev", "Confirmed on dev"), ("test", "Held-out test (evaluated once, after selection)")):
+            task_rows = [r for r in rows if r.task == task and r.split == split]
+            if not task_rows:
+                continue
+            lines += [f"### {title}", ""]
+            lines += _confirmed_table(spec, task, split, task_rows, compared, results, kept, table_rows)
+        for c in choices:
+            if c.task == task and c.chosen is None:
+                lines.append(f"- {spec.families[c.family].label}: not selected yet; missing {', '.join(c.missing)}.")
+        if figures:
+            firsts = [
+                r
+                for r in results
+                if r.finished
+                and r.planned.task == task
+                and kept.get((task, r.planned.family)) == r.planned.setting.slug
+                and r.planned.seed == spec.seeds[0]
+            ]
+            order = {f: i for i, f in enumerate(spec.families)}
+            firsts.sort(key=lambda r: order[r.planned.family])
+            figure = draw_alignments(spec, task, firsts, study_dir / f"alignments_{task}.png")
+            if figure is not None:
+                lines += [f"![{task}: one dev pair through every family's kept model, seed {spec.seeds[0]}]"
+                          f"({figure.name})", ""]  # fmt: skip
+        lines.append("")
+    if figures and compared:
+        first = compared[spec.baselines[0]]
+        try:
+            if write_ranking(first, study_dir / "ranking.png"):
+                lines += ["## The ranking", "", f"![Every family's Δ from {spec.families[spec.baselines[0]].label}, "
+                          "95 % interval, filled where resolved; grey: the detectable Δ](ranking.png)", ""]  # fmt: skip
+        except MissingExtraError as err:
+            log.warning("no ranking chart: %s", err)
+    page = write_text_atomic(study_dir / "study.md", "\n".join(lines).rstrip() + "\n")
+    write_text_atomic(study_dir / "study.csv", _csv(table_rows))
+    return page
+
+
+def _test_text(spec: StudySpec, tested: dict | None) -> str:
+    if not spec.test:
+        return "not run (`study.test=false`): every figure on this page is dev."
+    if not tested:
+        return "asked for (`study.test=true`), not run yet: it runs once every family is confirmed."
+    none = "; ".join(f"{t}: {why}" for t, why in (tested.get("no_test_split") or {}).items())
+    return (
+        f"evaluated once, on {tested.get('tested_at')}, on the kept settings only, after every selection and "
+        f"confirmation was complete (test.json records the selection it followed, sha256 "
+        f"{str(tested.get('selection_sha256'))[:12]}); no test figure was read by the selection."
+        + (f" No test split: {none}." if none else "")
+    )
+
+
+def _numerics(finished: Sequence[RunResult]) -> str | None:
+    for r in sorted(finished, key=lambda r: str(r.folder)):
+        log_file = r.folder / "train.log"
+        if log_file.is_file():
+            match = re.search(r"numerics: (.*)", log_file.read_text(errors="replace"))
+            if match:
+                return match.group(1).strip()
+    return None
+
+
+def _selection_table(spec: StudySpec, task: str, choices: Sequence[Choice]) -> list[str]:
+    selecting = [c for c in choices if c.task == task and len(c.settings) > 1]
+    if not selecting:
+        return []
+    seeds = spec.selection_seeds
+    monitor = next((c.monitor for c in selecting if c.monitor), "the monitored metric")
+    head = " | ".join(f"seed {s}" for s in seeds)
+    lines = [f"### Selection (dev {monitor}, %)", "", f"| family | setting | {head} | mean | kept |",
+             "|---|---|" + "---|" * len(seeds) + "---|---|"]  # fmt: skip
+    for c in selecting:
+        for setting, values in c.settings:
+            cells = " | ".join(_value(None if v is None else 100 * v) for v in values)
+            mean = c.mean(setting)
+            mark = "**kept**" if setting == c.chosen else ""
+            lines.append(f"| {spec.families[c.family].label} | `{setting.text}` | {cells} | "
+                         f"{_value(None if mean is None else 100 * mean)} | {mark} |")  # fmt: skip
+    return [*lines, ""]
+
+
+def _confirmed_table(
+    spec: StudySpec,
+    task: str,
+    split: str,
+    task_rows: list[Row],
+    compared: dict[str, list[Row]],
+    results: Sequence[RunResult],
+    kept: dict[tuple[str, str], str],
+    table_rows: list[dict[str, object]],
+) -> list[str]:
+    lines = []
+    seeds = ", ".join(map(str, spec.seeds))
+    metrics = list(dict.fromkeys(r.metric for r in task_rows))
+    head = "| family | setting | metric | mean ± std (seeds " + seeds + ") | best epochs | minutes per run |"
+    for b in spec.baselines:
+        head += f" Δ vs {spec.families[b].label} [95 % CI] | p | verdict; detectable Δ |"
+    lines += [head, "|---" * (head.count("|") - 1) + "|"]
+    order = {f: i for i, f in enumerate(spec.families)}
+    for metric in metrics:
+        for row in sorted((r for r in task_rows if r.metric == metric), key=lambda r: order[r.aligner]):
+            family = spec.families[row.aligner]
+            slug = kept[(task, row.aligner)]
+            members = [r for r in results if (r.planned.task, r.planned.family, r.planned.setting.slug)
+                       == (task, row.aligner, slug)]  # fmt: skip
+            setting = next((r.planned.setting for r in members), None)
+            key = metric_key("val" if split == "dev" else "test", metric)
+            per_seed = _per_seed(members, task, row.aligner, slug, key)
+            by_seed = sorted(members, key=lambda r: r.planned.seed)
+            epochs = ", ".join(str(r.best_epoch) if r.best_epoch else "–" for r in by_seed)
+            minutes = _span([r.minutes for r in members if r.minutes is not None])
+            mean = "–" if not row.n else f"{row.mean:.2f} ± {row.std:.2f} ({per_seed})"
+            line = (f"| {family.label} | `{setting.text if setting else '–'}` | {metric} | {mean} | "
+                    f"{epochs if split == 'dev' else '–'} | {minutes if split == 'dev' else '–'} |")  # fmt: skip
+            record: dict[str, object] = {
+                "task": task, "family": row.aligner, "label": family.label, "parts": family.parts,
+                "setting": setting.text if setting else "", "split": split, "metric": metric, "mean": row.mean,
+                "std": row.std, "n": row.n, "per_seed": per_seed, "best_epochs": epochs if split == "dev" else "",
+            }  # fmt: skip
+            for b in spec.baselines:
+                here = (task, row.aligner, split, metric)
+                mine = next(r for r in compared[b] if (r.task, r.aligner, r.split, r.metric) == here)
+                delta, p, verdict = _versus(mine)
+                line += f" {delta} | {p} | {verdict} |"
+                c = mine.comparison
+                record |= {
+                    f"{b}_diff": c.diff if c else None,
+                    f"{b}_ci": f"{c.ci_low} {c.ci_high}" if c and c.tested else "",
+                    f"{b}_p": c.p_value if c else None,
+                    f"{b}_detectable": c.detectable if c else None,
+                    f"{b}_verdict": c.verdict if c else None,
+                }
+            table_rows.append(record)
+            lines.append(line)
+    return [*lines, ""]
+
+
+def _csv(rows: list[dict[str, object]]) -> str:
+    out = io.StringIO()
+    if not rows:
+        return "task,family\n"
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: "" if v is None or (isinstance(v, float) and math.isnan(v)) else v for k, v in r.items()}
+                     for r in rows)  # fmt: skip
+    return out.getvalue()

@@ -1,0 +1,191 @@
+"""A study's protocol, run as one command: select on dev, confirm over seeds, test once, write the page.
+
+1. **Select.** Every setting of each family's grid at the selection seeds (and every seed of a family with one
+   setting), in one sweep through the configured Hydra launcher (`hydra/sweeper=job_list`), so a study fills a
+   machine (joblib) or a cluster (SLURM, Ray). Then the rule of `matching.studies.selection`, on dev only, written
+   to `selection.json`.
+2. **Confirm.** The kept setting of every family with every seed, in a second sweep.
+3. **Test once** (`study.test=true`). Only after every family of every task is confirmed: the kept settings' best
+   checkpoints on the test split(s), with `evaluate split=test` (eval_test.json and scores/test*.csv in each run).
+   `test.json` records when, and the selection it followed (its sha256); a study whose selection changes after its
+   test is refused, so that no test figure ever feeds a choice.
+4. **The page** (`matching.studies.page`), from the runs' own files.
+
+A study stopped anywhere and run again trains only what is missing: a finished run is skipped, an interrupted one
+continues from its last checkpoint (the sweep machinery of `matching.sweeps`), the test is not repeated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from matching.errors import ConfigError, UserError
+from matching.files import write_json, write_text_atomic
+from matching.studies.results import RunResult, read_result
+from matching.studies.selection import Choice, as_record, choose
+from matching.studies.spec import PlannedRun, StudySpec, confirmation_runs, selection_runs
+
+log = logging.getLogger(__name__)
+
+#: The Hydra launchers a study can use, by the name its `launcher=` takes, with the override that picks each.
+LAUNCHERS = {
+    "basic": None,
+    "joblib": "hydra/launcher=joblib",
+    "slurm": "hydra/launcher=slurm",
+    "submitit_local": "hydra/launcher=submitit_local",
+    "ray": "hydra/launcher=ray",
+}
+
+
+class StudyIncomplete(UserError, RuntimeError):
+    """Runs of the study failed or are missing; what finished is kept and shown on the page."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How the study's runs are launched: the launcher, its settings, the overrides every run gets from the
+    command line, and the threads per run."""
+
+    launcher: str = "basic"
+    jobs: int | None = None  # joblib: runs at a time
+    launcher_overrides: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()  # paths.data_dir=..., paths.cache_dir=...: where every run reads and caches
+    threads: int | None = None
+
+    def hydra_overrides(self) -> list[str]:
+        if self.launcher not in LAUNCHERS:
+            raise ConfigError(f"launcher={self.launcher}: one of {', '.join(LAUNCHERS)}")
+        chosen = [LAUNCHERS[self.launcher]] if LAUNCHERS[self.launcher] else []
+        if self.jobs:
+            if self.launcher != "joblib":
+                raise ConfigError(f"jobs={self.jobs} sets joblib's runs at a time: add launcher=joblib")
+            chosen.append(f"hydra.launcher.n_jobs={self.jobs}")
+        return [*chosen, *self.launcher_overrides]
+
+
+def launch(runs: Sequence[PlannedRun], spec: StudySpec, study_dir: Path, how: Launch, stage: str) -> bool:
+    """Trains `runs` as one sweep of `python -m matching.train -m` (hydra/sweeper=job_list) into
+    `<study_dir>/runs`; returns whether every job succeeded. The jobs file is kept (`jobs/<stage>.yaml`)."""
+    if not runs:
+        return True
+    jobs_file = study_dir / "jobs" / f"{stage}.yaml"
+    write_text_atomic(jobs_file, yaml.safe_dump([r.overrides(spec) for r in runs], sort_keys=False, width=1000))
+    command = [
+        sys.executable, "-m", "matching.train", "-m", "hydra/sweeper=job_list",
+        f"hydra.sweeper.jobs_file={jobs_file.absolute()}", f"hydra.sweep.dir={(study_dir / 'runs').absolute()}",
+        *how.hydra_overrides(), *how.paths,
+    ]  # fmt: skip
+    env = dict(os.environ)
+    if how.threads:
+        env |= {name: str(how.threads) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    log.info("%s: %d runs (%s)", stage, len(runs), shlex.join(command[1:]))
+    return subprocess.run(command, env=env, check=False).returncode == 0
+
+
+def results_of(runs: Sequence[PlannedRun], runs_dir: Path) -> dict[tuple[str, str, str, int], RunResult]:
+    return {(r.task, r.family, r.setting.slug, r.seed): read_result(r, runs_dir) for r in runs}
+
+
+def planned_runs(spec: StudySpec, choices: Sequence[Choice]) -> list[PlannedRun]:
+    """Every run of the study as far as it is decided: the selection runs and the kept settings' other seeds."""
+    first = selection_runs(spec)
+    kept = {(c.task, c.family): c.chosen for c in choices if c.chosen is not None}
+    seen = {r.relative for r in first}
+    return first + [r for r in confirmation_runs(spec, kept) if r.relative not in seen]
+
+
+def _sha256(data: object) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def run_study(spec: StudySpec, study_dir: Path, how: Launch, train: bool = True) -> tuple[list[Choice], dict]:
+    """Runs the protocol (without training when `train` is False: the choices and test as the files stand);
+    returns the choices and every run's result, keyed by (task, family, setting slug, seed)."""
+    runs_dir = study_dir / "runs"
+    ok = True
+    first = selection_runs(spec)
+    if train:
+        ok = launch(first, spec, study_dir, how, "select")
+    choices = choose(spec, results_of(first, runs_dir))
+    selection = as_record(spec, choices)
+    write_json(study_dir / "selection.json", selection)
+    every = planned_runs(spec, choices)
+    if train:
+        ok = launch([r for r in every if r not in first], spec, study_dir, how, "confirm") and ok
+    results = results_of(every, runs_dir)
+    complete = all(c.chosen is not None for c in choices) and all(r.finished for r in results.values())
+    if spec.test and complete:
+        kept = {(c.task, c.family): c.chosen for c in choices}
+        chosen = {k: r for k, r in results.items() if kept[(r.planned.task, r.planned.family)] == r.planned.setting}
+        test_once(spec, study_dir, selection, chosen, how)
+        results = results_of(every, runs_dir)
+    return choices, results | {"__complete__": complete, "__ok__": ok}  # type: ignore[dict-item]
+
+
+def has_test_split(result: RunResult) -> bool:
+    """Whether the run's task has a labelled test split (MNLI, the SNLI check: none)."""
+    task = (result.config or {}).get("task") or {}
+    splits = task.get("splits") or {}
+    return any(splits.get(name) for name in task.get("test_splits") or [])
+
+
+def test_once(spec: StudySpec, study_dir: Path, selection: dict, results: dict, how: Launch) -> None:
+    """Evaluates every kept run on the test split(s) (`matching-evaluate split=test`, each in its own process), once,
+    after the selection is complete; records it in test.json. A run already tested is not tested again."""
+    record_file = study_dir / "test.json"
+    digest = _sha256(selection)
+    record = json.loads(record_file.read_text()) if record_file.is_file() else None
+    if record is not None and record.get("selection_sha256") != digest:
+        raise ConfigError(
+            f"{study_dir} was tested on {record.get('tested_at')} after another selection (test.json); a study tests "
+            "once, so a changed study (its families, grid, budget, seeds or tasks) cannot be tested again in the "
+            "same folder. Give it a new one: out=<folder>"
+        )
+    tested = dict((record or {}).get("runs") or {})
+    untested = dict((record or {}).get("no_test_split") or {})
+    failed = []
+    for key in sorted(results):
+        result = results[key]
+        if result.planned.relative in tested or result.planned.task in untested:
+            continue
+        if not has_test_split(result):
+            untested[result.planned.task] = "its task has no labelled test split"
+            continue
+        command = [sys.executable, "-m", "matching.evaluate", f"ckpt={result.folder / 'checkpoints' / 'best.ckpt'}",
+                   "split=test", *how.paths]  # fmt: skip
+        log.info("test: %s", result.planned.relative)
+        if subprocess.run(command, check=False).returncode != 0:
+            failed.append(result.planned.relative)
+            continue
+        tested[result.planned.relative] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        write_json(record_file, _test_record(digest, tested, untested, record))
+    write_json(record_file, _test_record(digest, tested, untested, record))
+    if failed:
+        raise StudyIncomplete(
+            f"the test evaluation of {len(failed)} run{'s' if len(failed) != 1 else ''} failed ({', '.join(failed[:5])}"
+            f"{', ...' if len(failed) > 5 else ''}; the error is above). The runs tested so far are kept in test.json; "
+            "fix it (e.g. paths.data_dir= where the test split is) and run the same command again"
+        )
+
+
+def _test_record(digest: str, tested: dict, untested: dict, before: dict | None) -> dict:
+    return {
+        "selection_sha256": digest,
+        "tested_at": (before or {}).get("tested_at") or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "rule": "evaluated once, on the kept settings only, after every family's selection and confirmation was "
+        "complete; no test figure was read before",
+        "runs": tested,
+        "no_test_split": untested,
+    }

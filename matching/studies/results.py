@@ -1,0 +1,68 @@
+"""What a study's runs left: each planned run's dev metrics (metrics.json), its held-out metrics when the study
+tested it (eval_test.json), its monitored metric and the time it took, read from the run's own files only."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from matching.studies.spec import PlannedRun
+
+#: The file `evaluate split=test` writes in a run folder (matching.evaluate).
+TEST_FILE = "eval_test.json"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    planned: PlannedRun
+    folder: Path
+    config: dict | None  # config.yaml, once the run has started
+    metrics: dict[str, float] | None  # metrics.json: None until the run has finished
+    test_metrics: dict[str, float] | None = None  # eval_test.json's metrics, once the study has tested
+
+    @property
+    def finished(self) -> bool:
+        return self.metrics is not None
+
+    @property
+    def monitor(self) -> str:
+        return str(((self.config or {}).get("task") or {}).get("monitor") or "val/acc")
+
+    @property
+    def higher_is_better(self) -> bool:
+        return str(((self.config or {}).get("task") or {}).get("monitor_mode") or "max") == "max"
+
+    @property
+    def monitored(self) -> float | None:
+        """The monitored dev metric of the best checkpoint (the selection criterion), None when not there."""
+        value = (self.metrics or {}).get(self.monitor)
+        return None if value is None or math.isnan(value) else float(value)
+
+    @property
+    def minutes(self) -> float | None:
+        seconds = (self.metrics or {}).get("train_seconds")
+        return None if seconds is None else seconds / 60
+
+    @property
+    def best_epoch(self) -> int | None:
+        epoch = (self.metrics or {}).get("best_epoch")
+        return None if epoch is None else int(epoch)
+
+    @property
+    def state(self) -> str:
+        if self.finished:
+            return "finished"
+        return "unfinished (started, no metrics.json)" if self.config is not None else "not started"
+
+
+def read_result(planned: PlannedRun, runs_dir: Path) -> RunResult:
+    folder = planned.folder(runs_dir)
+    config_file, metrics_file, test_file = folder / "config.yaml", folder / "metrics.json", folder / TEST_FILE
+    config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else None
+    metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() and config is not None else None
+    test = json.loads(test_file.read_text())["metrics"] if test_file.is_file() and metrics is not None else None
+    return RunResult(planned, folder, config, metrics, test)

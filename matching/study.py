@@ -1,0 +1,86 @@
+"""`matching-study study=<name> [tasks=[...]] [overrides]` (conf/study.yaml, conf/study/<name>.yaml): a study of
+alignment mechanisms as one command — select on dev, confirm over seeds, test once, publish the page. The protocol
+is `matching.studies.protocol`; what a study is, `matching.studies.spec`; the page, `matching.studies.page`;
+docs/studies.md says how to use it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from matching.cli import command
+from matching.errors import ConfigError, MissingFileError
+from matching.studies.page import write_page
+from matching.studies.protocol import Launch, StudyIncomplete, run_study
+from matching.studies.spec import read_spec
+
+
+def _list(node: object, key: str) -> tuple[str, ...]:
+    if node is None:
+        return ()
+    if isinstance(node, str):
+        return (node,)
+    if not isinstance(node, (list, ListConfig)):
+        raise ConfigError(f"{key}= is a list, e.g. {key}=[a,b]; got {node!r}")
+    return tuple(str(v) for v in node)
+
+
+def study_node(cfg: DictConfig) -> DictConfig:
+    """The study to run: `study=<name>` (conf/study/<name>.yaml) or `study_file=<file.yaml>`, one of the two."""
+    if not cfg.get("study_file"):
+        return cfg.get("study") or OmegaConf.create()
+    if cfg.get("study"):
+        raise ConfigError("give study=<name> or study_file=<file.yaml>, not both")
+    path = Path(str(cfg.study_file)).expanduser()
+    if not path.is_file():
+        raise MissingFileError(f"study_file={cfg.study_file}: no such file ({path.absolute()})")
+    try:
+        node = OmegaConf.load(path)
+    except Exception as err:  # a YAML error of the user's file, whatever the parser raises
+        why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ConfigError(f"study_file={cfg.study_file} is not a readable YAML mapping: {why}") from None
+    if not isinstance(node, DictConfig):
+        raise ConfigError(f"study_file={cfg.study_file} holds no mapping (a study's keys: name, tasks, families, ...)")
+    return node
+
+
+def study_command(cfg: DictConfig) -> Path:
+    """The `study` command on its composed config; returns the page."""
+    spec = read_spec(study_node(cfg), _list(cfg.tasks, "tasks") or None, _list(cfg.train, "train"))
+    out = Path(str(cfg.out)) if cfg.out else Path(str(cfg.paths.output_root)) / "studies" / spec.name
+    how = Launch(
+        launcher=str(cfg.launcher), jobs=int(cfg.jobs) if cfg.jobs else None,
+        launcher_overrides=_list(cfg.launcher_overrides, "launcher_overrides"),
+        paths=(f"paths.data_dir={cfg.paths.data_dir}", f"paths.cache_dir={cfg.paths.cache_dir}"),
+        threads=int(cfg.threads) if cfg.threads else None,
+    )  # fmt: skip
+    how.hydra_overrides()  # a wrong launcher= or jobs= is said before anything runs
+    choices, results = run_study(spec, out, how, train=bool(cfg.train_runs))
+    complete, ok = results.pop("__complete__"), results.pop("__ok__")
+    tested_file = out / "test.json"
+    tested = json.loads(tested_file.read_text()) if tested_file.is_file() else None
+    typed = "python -m matching.study " + shlex.join(HydraConfig.get().overrides.task)
+    page = write_page(spec, out, choices, list(results.values()), typed, tested, figures=bool(cfg.figures))
+    print(f"wrote {page} (and study.csv{', the figures' if cfg.figures else ''}) in {out}")
+    if not complete:
+        missing = [r.planned.relative for r in results.values() if not r.finished]
+        raise StudyIncomplete(
+            f"the study is not complete: {len(missing)} run{'s' if len(missing) != 1 else ''} without results "
+            f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}; "
+            + ("some failed: their errors are above and in their train.log" if not ok else "not trained")
+            + "). The page shows what finished. Run the same command again to go on: finished runs are skipped, "
+            "interrupted ones continue from their last checkpoint"
+        )
+    return page
+
+
+main = command("study", study_command)
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,242 @@
+"""`matching-study`: the protocol (select on dev, confirm over seeds, test once), resuming, and the page, on a
+fixture task built so that its test split would choose the other setting."""
+
+import json
+import random
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import FIXTURE_VECTORS, ROOT, SUBPROCESS_ENV
+
+from matching.errors import ConfigError
+from matching.studies.selection import choose
+from matching.studies.spec import PlannedRun, Setting, read_spec, selection_runs
+
+#: A learnable rule: "yes" when the second text repeats the first text's first word. Dev follows it; test is its
+#: opposite, so a model that learned it is the best on dev and the worst on test.
+WORDS = [line.split(" ", 1)[0] for line in FIXTURE_VECTORS.read_text().splitlines()[40:140]]
+
+
+def _pairs(n: int, seed: int, invert: bool = False) -> str:
+    rng = random.Random(seed)
+    lines = ["sentence1\tsentence2\tlabel"]
+    for i in range(n):
+        a = rng.sample(WORDS, 3)
+        yes = i % 2 == 0
+        b = [a[0], *rng.sample(WORDS, 2)] if yes else rng.sample([w for w in WORDS if w not in a], 3)
+        rng.shuffle(b)
+        label = "yes" if yes != invert else "no"
+        lines.append(f"{' '.join(a)}\t{' '.join(b)}\t{label}")
+    return "\n".join(lines) + "\n"
+
+
+def write_data(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "train.tsv").write_text(_pairs(320, 1))
+    (folder / "dev.tsv").write_text(_pairs(40, 2))
+    (folder / "test.tsv").write_text(_pairs(40, 3, invert=True))
+    return folder
+
+
+def study_file(tmp: Path, data: Path) -> Path:
+    """Two families: a baseline with one setting, and one whose grid holds a setting that cannot learn (a learning
+    rate of 1e-9) and one that can."""
+    study = {
+        "name": "fixture",
+        "tasks": {"overlap": ["task=pairs", f"task.splits.train.path={data}/train.tsv",
+                              f"task.splits.dev.path={data}/dev.tsv", f"task.splits.test.path={data}/test.tsv"]},
+        "train": ["embeddings=glove", f"embeddings.path={FIXTURE_VECTORS}", "embeddings.dim=20", "model.hidden=16",
+                  "data.batch_size=8", "trainer.max_epochs=12", "trainer.enable_progress_bar=false", "dtype=fp32"],
+        "seeds": [1, 2],
+        "selection_seeds": [1],
+        "baselines": ["softmax"],
+        "test": True,
+        "families": {
+            "softmax": {"label": "softmax, F=none", "overrides": ["aligner=softmax", "aligner.projection=none"]},
+            "coda": {"overrides": ["aligner=coda"], "grid": {"optim.lr": ["1e-09", "0.01"]}},
+        },
+    }  # fmt: skip
+    path = tmp / "fixture_study.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    return path
+
+
+def run_study(tmp: Path, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "matching.study", f"study_file={tmp / 'fixture_study.yaml'}",
+               f"out={tmp / 'study'}", f"paths.data_dir={tmp}", f"paths.cache_dir={tmp / 'cache'}", "figures=false",
+               *extra]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=900)
+    if check:
+        assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("study")
+    study_file(tmp, write_data(tmp / "data"))
+    run_study(tmp)
+    return tmp
+
+
+def _metrics(folder: Path, name: str = "metrics.json") -> dict:
+    data = json.loads((folder / name).read_text())
+    return data.get("metrics", data)
+
+
+def test_the_grid_setting_that_learns_is_kept_by_dev(study):
+    selection = json.loads((study / "study" / "selection.json").read_text())
+    coda = next(c for c in selection["choices"] if c["family"] == "coda")
+    assert coda["chosen"] == ["optim.lr=0.01"]
+    values = {tuple(s["setting"]): s["values"][0] for s in coda["settings"]}
+    assert values[("optim.lr=0.01",)] > values[("optim.lr=1e-09",)]
+    runs = study / "study" / "runs" / "overlap"
+    # the kept setting over every seed; the other one at the selection seed only
+    assert sorted(p.name for p in (runs / "coda" / "lr-0.01").iterdir()) == ["seed1", "seed2"]
+    assert sorted(p.name for p in (runs / "coda" / "lr-1e-09").iterdir()) == ["seed1"]
+    assert all(r.parent.name in ("seed1", "seed2") for r in runs.rglob("metrics.json"))
+
+
+def test_the_test_split_would_pick_the_other_setting_and_is_never_used_to_choose(study):
+    runs = study / "study" / "runs" / "overlap" / "coda"
+    tested = json.loads((study / "study" / "test.json").read_text())
+    # only the kept settings were tested, after selection, and the record says which selection it followed
+    kept = ("coda/lr-0.01", "softmax/default")
+    assert sorted(tested["runs"]) == [f"overlap/{f}/seed{s}" for f in kept for s in (1, 2)]
+    assert not (runs / "lr-1e-09" / "seed1" / "eval_test.json").exists()
+    assert all("test/acc" not in _metrics(p.parent) for p in runs.rglob("metrics.json"))  # trained with test=false
+    # the fixture is built so that test prefers the setting that did not learn: evaluate the loser here, by hand
+    loser = runs / "lr-1e-09" / "seed1"
+    subprocess.run([sys.executable, "-m", "matching.evaluate", f"ckpt={loser / 'checkpoints' / 'best.ckpt'}",
+                    "split=test", f"paths.data_dir={study}", f"out={study / 'loser_test.json'}"],
+                   cwd=ROOT, env=SUBPROCESS_ENV, check=True, capture_output=True)  # fmt: skip
+    kept_test = _metrics(runs / "lr-0.01" / "seed1", "eval_test.json")["test/acc"]
+    assert _metrics(study, "loser_test.json")["test/acc"] > kept_test
+    assert json.loads((study / "study" / "selection.json").read_text())["choices"][1]["chosen"] == ["optim.lr=0.01"]
+
+
+def test_every_number_on_the_page_is_the_runs_own(study):
+    page = (study / "study" / "study.md").read_text()
+    runs = study / "study" / "runs" / "overlap"
+    for family, slug, split, name in [("softmax", "default", "dev", "metrics.json"), ("coda", "lr-0.01", "dev",
+                                      "metrics.json"), ("softmax", "default", "test", "eval_test.json"),
+                                      ("coda", "lr-0.01", "test", "eval_test.json")]:  # fmt: skip
+        key = "val/acc" if split == "dev" else "test/acc"
+        values = [100 * _metrics(runs / family / slug / f"seed{s}", name)[key] for s in (1, 2)]
+        per_seed = ", ".join(f"{v:.2f}" for v in values)
+        mean = sum(values) / 2
+        assert re.search(rf"{mean:.2f} ± \d+\.\d\d \({re.escape(per_seed)}\)", page), (family, split, per_seed)
+    # the selection table: both settings at seed 1, from their own metrics.json
+    for slug in ("lr-1e-09", "lr-0.01"):
+        value = 100 * _metrics(runs / "coda" / slug / "seed1")["val/acc"]
+        setting = "optim.lr=" + slug.removeprefix("lr-")
+        assert re.search(rf"`{re.escape(setting)}` \| {value:.2f} \| {value:.2f} \|", page)
+    epochs = [_metrics(runs / "coda" / "lr-0.01" / f"seed{s}")["best_epoch"] for s in (1, 2)]
+    assert f"| {epochs[0]}, {epochs[1]} |" in page
+    # the held-out test is stated, and the command that reproduces the page is on it
+    assert "evaluated once" in page and "python -m matching.study study_file=" in page
+    csv_lines = (study / "study" / "study.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("task,family,label,parts,setting,split,metric,mean")
+    assert len(csv_lines) == 1 + 4  # two families × dev and test
+
+
+def test_a_stopped_study_trains_only_what_is_missing(study, tmp_path):
+    tmp = tmp_path
+    shutil.copytree(study / "study", tmp / "study")
+    shutil.copy(study / "fixture_study.yaml", tmp / "fixture_study.yaml")
+    shutil.copytree(study / "data", tmp / "data")
+    text = (tmp / "fixture_study.yaml").read_text().replace(str(study / "data"), str(tmp / "data"))
+    (tmp / "fixture_study.yaml").write_text(text)
+    runs = tmp / "study" / "runs" / "overlap"
+    for config in runs.rglob("config.yaml"):  # the copy's runs name the copy's files, as the relaunch does
+        config.write_text(config.read_text().replace(str(study), str(tmp)))
+    shutil.rmtree(runs / "coda" / "lr-0.01" / "seed2")  # never started
+    (runs / "softmax" / "default" / "seed2" / "metrics.json").unlink()  # stopped after its last checkpoint
+    (tmp / "study" / "test.json").unlink()
+    done_before = {p: p.stat().st_mtime_ns for p in runs.rglob("best.ckpt")}
+    run_study(tmp)
+    retrained = {p for p, mtime in done_before.items() if p.stat().st_mtime_ns != mtime}
+    assert retrained <= {runs / "softmax" / "default" / "seed2" / "checkpoints" / "best.ckpt"}
+    assert (runs / "coda" / "lr-0.01" / "seed2" / "metrics.json").is_file()
+    assert (runs / "softmax" / "default" / "seed2" / "metrics.json").is_file()
+    logs = {p.parent.name: p.read_text() for p in runs.rglob("train.log")}
+    assert "skipped, complete" in (runs / "coda" / "lr-1e-09" / "seed1" / "train.log").read_text()
+    assert "resumed from" in (runs / "softmax" / "default" / "seed2" / "train.log").read_text()
+    assert logs
+
+
+def test_a_changed_study_is_not_tested_again_in_the_same_folder(study, tmp_path):
+    shutil.copytree(study / "study", tmp_path / "study")
+    record = json.loads((tmp_path / "study" / "test.json").read_text())
+    record["selection_sha256"] = "0" * 64
+    (tmp_path / "study" / "test.json").write_text(json.dumps(record))
+    shutil.copy(study / "fixture_study.yaml", tmp_path / "fixture_study.yaml")
+    done = run_study(tmp_path, "train_runs=false", check=False)
+    assert done.returncode == 2
+    assert "a study tests once" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_selection_ties_go_to_the_setting_listed_first():
+    spec = read_spec({"name": "t", "tasks": {"x": ["task=pairs"]}, "families": {
+        "f": {"overrides": ["aligner=attention"], "grid": {"aligner.score": ["dot", "general"]}}}})  # fmt: skip
+    results = {}
+    for slug, value in (("score-dot", 0.5), ("score-general", 0.5 + 1e-9)):
+        from matching.studies.results import RunResult
+
+        planned = PlannedRun("x", "f", Setting((f"aligner.score={slug.split('-')[1]}",)), 1)
+        config = {"task": {"monitor": "val/acc", "monitor_mode": "max"}}
+        results[("x", "f", slug, 1)] = RunResult(planned, Path("."), config, {"val/acc": value})
+    assert choose(spec, results)[0].chosen == Setting(("aligner.score=dot",))
+    results[("x", "f", "score-general", 1)] = RunResult(
+        results[("x", "f", "score-general", 1)].planned, Path("."), {"task": {"monitor": "val/acc"}}, {"val/acc": 0.6}
+    )
+    assert choose(spec, results)[0].chosen == Setting(("aligner.score=general",))
+
+
+def test_the_plan_and_the_budget():
+    spec = read_spec({"name": "t", "tasks": {"x": ["task=pairs"]}, "seeds": [1, 2, 3], "budget": 1, "families": {
+        "a": {"overrides": ["aligner=softmax"]},
+        "b": {"overrides": ["aligner=attention"], "grid": {"aligner.score": ["dot", "general"]}}}})  # fmt: skip
+    planned = selection_runs(spec)
+    # budget 1: the grid's first setting only, so nothing to select: every seed at once
+    assert [r.relative for r in planned] == [f"x/a/default/seed{s}" for s in (1, 2, 3)] + [
+        f"x/b/score-dot/seed{s}" for s in (1, 2, 3)
+    ]
+    assert planned[3].overrides(spec)[-3:] == ["seed=1", "test=false", "hydra.sweep.subdir=x/b/score-dot/seed1"]
+
+
+@pytest.mark.parametrize(
+    ("node", "tasks", "message"),
+    [
+        ({"name": "t", "tasks": {"x": ["task=pairs"]}, "families": {"a": {"overrides": ["aligner=coda"]}},
+          "baselines": ["softmax"]}, None, "not one of the families"),
+        ({"name": "t", "tasks": {"x": ["task=pairs"]}, "families": {"a": {"overrides": ["aligner=coda"]}}},
+         ["nosuch"], "neither a task of study t"),
+        ({"name": "t", "tasks": {"x": ["task=pairs"]}, "families": {"a": {"overrides": ["aligner=coda"],
+          "grids": {}}}}, None, "unknown keys ['grids']"),
+        ({"name": "t", "tasks": {"x": ["task=pairs"]}, "seeds": [1], "selection_seeds": [2],
+          "families": {"a": {"overrides": ["aligner=coda"]}}}, None, "must be among study.seeds"),
+        ({"name": "bad name", "families": {"a": {}}}, None, "a name of letters"),
+    ],
+)  # fmt: skip
+def test_a_mistaken_study_is_named(node, tasks, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        read_spec(node, tasks)
+
+
+def test_a_task_config_can_stand_for_a_study_task():
+    spec = read_spec({"name": "t", "tasks": {"x": ["task=pairs"]}, "families": {"a": {"overrides": []}}}, ["trecqa"])
+    assert spec.tasks == {"trecqa": ("task=trecqa",)}
+
+
+def test_the_shipped_studies_read():
+    from omegaconf import OmegaConf
+
+    for path in sorted((ROOT / "conf" / "study").glob("*.yaml")):
+        spec = read_spec(OmegaConf.load(path))
+        assert spec.baselines and spec.families, path.name
