@@ -361,3 +361,28 @@ def test_report_shows_the_metrics_asked_for(tmp_path, capsys):
     assert "| f1 |" in (tmp_path / "out" / "report.md").read_text()
     with pytest.raises(ConfigError, match=r"metrics=\['ndcg10'\]: no run's metrics.json has it; the runs logged acc"):
         make_report([tmp_path], tmp_path / "out", metrics=["ndcg10"])
+
+
+def test_one_attention_family_beside_softmax_is_named_by_its_parts(tmp_path):
+    """`report` over softmax and one attention family: the attention row's options do not vary (there is one such
+    row), yet they are what the row is, so its variant names them instead of leaving it blank."""
+    import yaml
+
+    from matching.results.discovery import find_runs
+    from matching.results.tables import summarise
+
+    for n, (aligner, options, overrides) in enumerate(
+        [("softmax", {"projection": "none"}, ["aligner.projection=none"]),
+         ("attention", {"distribution": "sparsemax", "score": "dot"}, ["aligner.distribution=sparsemax"])]
+    ):  # fmt: skip
+        run = tmp_path / f"{n}"
+        (run / ".hydra").mkdir(parents=True)
+        config = {"task": {"name": "snli"}, "aligner": options, "seed": 1, "choices": {"aligner": aligner}}
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+        (run / "metrics.json").write_text(json.dumps({"val/acc": 0.6}))
+        (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["task=snli", f"aligner={aligner}", *overrides]))
+    rows = summarise(find_runs([tmp_path]))
+    assert sorted((r.aligner, r.variant) for r in rows) == [
+        ("attention", "aligner.distribution=sparsemax"),
+        ("softmax", "F=none"),
+    ]

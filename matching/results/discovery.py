@@ -135,8 +135,12 @@ def _with_variants(runs: list[Run]) -> list[Run]:
     def spelled(value: object) -> str:  # as on the command line: true/false/null, not Python's reprs
         return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
 
+    def shown(run: Run) -> list[str]:  # the varying keys, and an aligner's options the run set, varying or not:
+        own = {o.split("=", 1)[0].lstrip("+~") for o in run.overrides if "=" in o}  # `aligner=attention
+        return sorted({*varying[run.task], *(k for k in keys if k.startswith("aligner.") and k in own)})  # ...` named
+
     def variant(run: Run) -> str | None:
-        parts = [f"{k}={spelled(json.loads(_config_value(run, k)))}" for k in varying[run.task] if _has_key(run, k)]
+        parts = [f"{k}={spelled(json.loads(_config_value(run, k)))}" for k in shown(run) if _has_key(run, k)]
         return " ".join(filter(None, [score_function(run.config), *parts])) or None
 
     return [replace(r, variant=variant(r)) for r in runs]
