@@ -308,6 +308,11 @@ def command(
                 return report_error(sweep_job_error(err))
             if isinstance(err, ValueError) and _raised_by_hydra(err):  # Hydra's own argument checks
                 return report_error(err)
+            if 'Could not detect "srun"' in str(err):  # submitit's check: hydra/launcher=slurm off a SLURM cluster
+                return report_error(
+                    UsageError("hydra/launcher=slurm needs a SLURM cluster (no srun here): run this on the cluster's "
+                               "login node, or use hydra/launcher=submitit_local or joblib on this machine")
+                )  # fmt: skip
             return report_bug(err)
         except SystemExit as done:  # --help, a Hydra error (status 1) or a user error (status 2)
             return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)

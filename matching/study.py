@@ -14,7 +14,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from matching.cli import command
+from matching.cli import check_plugins, command
 from matching.errors import ConfigError, MissingFileError
 from matching.studies.page import write_page
 from matching.studies.protocol import Launch, StudyIncomplete, run_study
@@ -60,7 +60,7 @@ def study_command(cfg: DictConfig) -> Path:
         paths=(f"paths.data_dir={cfg.paths.data_dir}", f"paths.cache_dir={cfg.paths.cache_dir}"),
         threads=int(cfg.threads) if cfg.threads else None,
     )  # fmt: skip
-    how.hydra_overrides()  # a wrong launcher= or jobs= is said before anything runs
+    check_plugins(how.hydra_overrides())  # a wrong launcher= or jobs=, or its missing extra, before anything runs
     choices, results = run_study(spec, out, how, train=bool(cfg.train_runs))
     complete, ok = results.pop("__complete__"), results.pop("__ok__")
     tested_file = out / "test.json"

@@ -69,6 +69,15 @@ def test_a_missing_launcher_plugin_names_its_extra(option, extra, tmp_path, monk
     assert "Traceback" not in err and not (tmp_path / "multirun").exists()
 
 
+def test_the_slurm_launcher_off_a_slurm_cluster_is_a_users_mistake(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no srun on this machine's path
+    argv = ["-m", "hydra/launcher=slurm", f"hydra.sweep.dir={tmp_path / 'sweep'}", *cli_overrides(tmp_path)]
+    assert train_module.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "needs a SLURM cluster" in err and "Traceback" not in err
+
+
 class SignalAt(pl.Callback):
     """Sends the process `signal` during training step `step` (a scheduler's warning, in a test)."""
 
