@@ -31,6 +31,10 @@ def _list(node: object, key: str) -> tuple[str, ...]:
     return tuple(str(v) for v in node)
 
 
+#: Options of the command that change nothing in a study's results: the page's command leaves them out.
+_NOT_REPRODUCING = ("train_runs", "figures")
+
+
 def study_node(cfg: DictConfig) -> DictConfig:
     """The study to run: `study=<name>` (conf/study/<name>.yaml) or `study_file=<file.yaml>`, one of the two."""
     if not cfg.get("study_file"):
@@ -65,7 +69,8 @@ def study_command(cfg: DictConfig) -> Path:
     complete, ok = results.pop("__complete__"), results.pop("__ok__")
     tested_file = out / "test.json"
     tested = json.loads(tested_file.read_text()) if tested_file.is_file() else None
-    typed = "python -m matching.study " + shlex.join(HydraConfig.get().overrides.task)
+    given = [o for o in HydraConfig.get().overrides.task if o.split("=", 1)[0] not in _NOT_REPRODUCING]
+    typed = "python -m matching.study " + shlex.join(given)
     page = write_page(spec, out, choices, list(results.values()), typed, tested, figures=bool(cfg.figures))
     print(f"wrote {page} (and study.csv{', the figures' if cfg.figures else ''}) in {out}")
     if not complete:

@@ -84,6 +84,13 @@ def study(tmp_path_factory) -> Path:
     return tmp
 
 
+def _rows(path: Path) -> list[dict]:
+    import csv
+
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
 def _metrics(folder: Path, name: str = "metrics.json") -> dict:
     data = json.loads((folder / name).read_text())
     return data.get("metrics", data)
@@ -138,6 +145,17 @@ def test_every_number_on_the_page_is_the_runs_own(study):
         assert re.search(rf"`{re.escape(setting)}` \| {value:.2f} \| {value:.2f} \|", page)
     epochs = [_metrics(runs / "coda" / "lr-0.01" / f"seed{s}")["best_epoch"] for s in (1, 2)]
     assert f"| {epochs[0]}, {epochs[1]} |" in page
+
+    # the Δ of a family from the baseline: the mean over the dev examples of its seeds' mean correctness, less the
+    # baseline's, from the runs' scores/val.csv
+    def correct(family: str, slug: str) -> list[float]:
+        seeds = [_rows(runs / family / slug / f"seed{s}" / "scores" / "val.csv") for s in (1, 2)]
+        return [sum(float(rows[i]["correct"]) for rows in seeds) / 2 for i in range(len(seeds[0]))]
+
+    mine, theirs = correct("coda", "lr-0.01"), correct("softmax", "default")
+    delta = 100 * sum(m - b for m, b in zip(mine, theirs, strict=True)) / len(mine)
+    delta_text = "0.00" if abs(delta) < 0.005 else f"{delta:+.2f}"
+    assert re.search(rf"\| {re.escape(delta_text)} \[[-+]?\d+\.\d\d, [-+]?\d+\.\d\d\] \|", page), delta_text
     # the held-out test is stated, and the command that reproduces the page is on it
     assert "evaluated once" in page and "python -m matching.study study_file=" in page
     csv_lines = (study / "study" / "study.csv").read_text().splitlines()

@@ -142,9 +142,15 @@ def write_page(
     if spec.about:
         lines += [spec.about, ""]
     lines += ["Reproduce it (finished runs are skipped, so the same command also resumes a stopped study):", "",
-              "```bash", command, "```", "", "## Protocol", ""]  # fmt: skip
+              "```bash", command, "```", ""]  # fmt: skip
+    if "paths.data_dir=" not in command:
+        lines += ["with the corpora under `paths.data_dir` (add `paths.data_dir=/path/to/corpora`, or set "
+                  "`MATCHING_DATA_DIR`).", ""]  # fmt: skip
+    lines += ["## Protocol", ""]
     tasks = "; ".join(f"**{t}** (`{' '.join(o)}`)" for t, o in spec.tasks.items())
     budget = f"the first {spec.budget} settings of each grid" if spec.budget else "every setting of each grid"
+    if spec.budget == 1:
+        budget = "the first setting of each grid (the values written first), so nothing is selected"
     planned_total = len(results)
     lines += [
         f"- Tasks: {tasks}.",
@@ -283,7 +289,12 @@ def _confirmed_table(
             by_seed = sorted(members, key=lambda r: r.planned.seed)
             epochs = ", ".join(str(r.best_epoch) if r.best_epoch else "–" for r in by_seed)
             minutes = _span([r.minutes for r in members if r.minutes is not None])
-            mean = "–" if not row.n else f"{row.mean:.2f} ± {row.std:.2f} ({per_seed})"
+            if not row.n:
+                mean = "–"
+            elif row.n < row.planned:
+                mean = f"{row.mean:.2f}, {row.n} of {row.planned} seeds ({per_seed})"
+            else:
+                mean = f"{row.mean:.2f} ± {row.std:.2f} ({per_seed})"
             line = (f"| {family.label} | `{setting.text if setting else '–'}` | {metric} | {mean} | "
                     f"{epochs if split == 'dev' else '–'} | {minutes if split == 'dev' else '–'} |")  # fmt: skip
             record: dict[str, object] = {
