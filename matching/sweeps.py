@@ -201,7 +201,7 @@ class SweepLog(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        complete = len(list(sweep_dir.glob("*/metrics.json")))
+        complete = len(list(sweep_dir.rglob("metrics.json")))  # a study nests its runs: <task>/<family>/...
         planned = planned_jobs(sweep_dir)
         of = f" of {len(planned)}" if planned else ""
         log.info("sweep %s: %d%s runs complete; results: python -m matching.report runs=%s", sweep_dir, complete, of,
