@@ -116,6 +116,18 @@ def config_differences(saved: dict, current: dict, ignored: set[str]) -> list[st
     return differ
 
 
+def newer_keys(saved: dict, current: dict, ignored: set[str]) -> set[str]:
+    """The keys of the job's config that the saved one lacks and the job's overrides do not name: keys a newer
+    version of matching added, at their defaults (which keep the earlier behaviour), so that a sweep or a study
+    resumes across an upgrade. A key the job's command line sets is a difference like any other."""
+    old = _flatten(saved)
+    given = set()
+    if HydraConfig.initialized():
+        given = {o.split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task}
+    added = {k for k in _flatten(current) if k not in old and k not in ignored and not k.startswith(_LOCATION_KEYS)}
+    return {k for k in added if not any(k == g or k.startswith(g + ".") for g in given)}
+
+
 def resume_checkpoint(run_dir: Path) -> Path | None:
     """The newest checkpoint to continue from: `checkpoints/last.ckpt`, or Lightning's SLURM requeue checkpoint
     (`hpc_ckpt_<n>.ckpt` in the run directory) when it is newer."""
@@ -134,7 +146,13 @@ def prior_run(cfg: DictConfig, run_dir: Path) -> PriorRun:
     ignored = location_keys(cfg)
     if not (current.get("task") or {}).get("labels"):  # a generic task's label names, read from the data at the
         ignored.add("task.labels")  # start of the first attempt and saved in its config.yaml (train.py)
-    differ = config_differences(saved, current, ignored)
+    added = newer_keys(saved, current, ignored)
+    if added:
+        log.warning(
+            "%s was saved by an earlier version, without %s: taken as the same run, the new keys at their defaults",
+            run_dir, ", ".join(sorted(added)),
+        )  # fmt: skip
+    differ = config_differences(saved, current, ignored | added)
     if differ:
         from matching.runs import RunError  # here: the report reads sweeps without loading torch
 

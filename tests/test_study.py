@@ -258,3 +258,16 @@ def test_the_shipped_studies_read():
     for path in sorted((ROOT / "conf" / "study").glob("*.yaml")):
         spec = read_spec(OmegaConf.load(path))
         assert spec.baselines and spec.families, path.name
+
+
+@pytest.mark.slow
+def test_a_study_through_submitit_local_processes_equals_the_basic_launchers(study, tmp_path):
+    """The job-list sweeper hands a stage's runs to another launcher as they are: submitit's local processes, side
+    by side, give each run the numbers of the basic launcher's in-process runs."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    shutil.copy(study / "fixture_study.yaml", tmp_path / "fixture_study.yaml")
+    run_study(tmp_path, "launcher=submitit_local", "study.test=false")
+    for metrics in (study / "study" / "runs").rglob("metrics.json"):
+        twin = tmp_path / "study" / metrics.relative_to(study / "study")
+        assert _metrics(twin.parent)["val/acc"] == _metrics(metrics.parent)["val/acc"], metrics.parent
+    assert (tmp_path / "study" / "runs" / ".submitit").is_dir()

@@ -33,3 +33,24 @@ def test_the_grid_of_a_sweep_is_the_one_hydras_basic_sweeper_expands():
         overrides = OverridesParser.create().parse_overrides(arguments)
         (want,) = BasicSweeper.split_arguments(overrides, None)
         assert grid(overrides) == [tuple(job) for job in want]
+
+
+def test_a_run_saved_before_a_key_existed_is_the_same_run_and_a_changed_value_is_not(tmp_path, caplog):
+    """A sweep or a study relaunched after an upgrade that added a key (at the default that keeps the earlier
+    behaviour) finds its finished runs; a key whose value differs is still another run."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from matching.runs import RunError
+    from matching.sweeps import prior_run
+
+    cfg = OmegaConf.create({"seed": 1, "loss": {"class_weights": None, "kind": "pointwise"}, "optim": {"lr": 3e-4}})
+    earlier = {"seed": 1, "loss": {"class_weights": None}, "optim": {"lr": 3e-4}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(earlier))
+    (tmp_path / "metrics.json").write_text(json.dumps({"val/acc": 0.5}))
+    assert prior_run(cfg, tmp_path).state == "complete"
+    assert "without loss.kind" in caplog.text
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(earlier | {"optim": {"lr": 1e-3}}))
+    with pytest.raises(RunError, match=r"optim.lr: 0.001 -> 0.0003"):
+        prior_run(cfg, tmp_path)
