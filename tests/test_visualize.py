@@ -76,7 +76,7 @@ def _figure_texts(monkeypatch):
     """Every text drawn in the next figures visualize saves (titles, axis labels, tick labels)."""
     import matplotlib.text
 
-    from matching import visualize
+    from matching import alignment_figures as visualize
 
     texts: list[str] = []
     save = visualize._save
