@@ -71,7 +71,8 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None) -> PairDa
     if vocab is None:
         vectors.check_available()
     pad_to = cfg.data.get("pad_to") or (8 if cfg.get("compile") else 1)
-    return build(cfg.data, task=task, vocab=vocab, vectors=vectors, pad_to=pad_to)
+    whole_queries = loss_kind(cfg) != "pointwise"  # the ranking losses compare the candidates of a query
+    return build(cfg.data, task=task, vocab=vocab, vectors=vectors, pad_to=pad_to, whole_queries=whole_queries)
 
 
 def build_model(
@@ -121,7 +122,15 @@ def build_system(cfg: DictConfig, model: DecomposableAttention, dm: PairDataModu
         class_weights=class_weights(cfg, dm),
         compute_dtype=cfg.get("dtype", "fp32"),
         positive_label=dm.task.positive_label,
+        loss_kind=loss_kind(cfg),
+        margin=float(cfg.get("loss", {}).get("margin", 1.0)),
     )
+
+
+def loss_kind(cfg: DictConfig) -> str:
+    """`loss.kind`: pointwise (the default, and what a run saved before ranking losses trained with) | pairwise |
+    listwise."""
+    return str(cfg.get("loss", {}).get("kind") or "pointwise")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

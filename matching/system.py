@@ -17,6 +17,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from matching.callbacks import batches_trained
 from matching.errors import ConfigError
+from matching.losses import LOSS_KINDS, listwise_softmax, pairwise_hinge
 from matching.metrics import (
     ClassificationMetrics,
     EvaluationRecord,
@@ -44,7 +45,9 @@ class MatchingSystem(pl.LightningModule):
     over the whole split, once an evaluation (see matching.metrics). The prefix of each evaluation split is given by
     `val_prefixes` (one per validation dataloader, e.g. ["val", "val_mismatched"]) and `test_prefixes`.
     `compute_dtype` is the arithmetic of every forward pass, a `dtype=` value: fp32, bf16 or auto (see
-    matching.precision).
+    matching.precision). `loss_kind` (a ranking task only): pointwise (the cross-entropy above), pairwise (a hinge of
+    `margin` over each query's positive/negative candidates) or listwise (softmax cross-entropy over each query's
+    candidates), on the match margin of each pair (see matching.losses); evaluation is the same for all three.
     """
 
     def __init__(
@@ -59,6 +62,8 @@ class MatchingSystem(pl.LightningModule):
         class_weights: Sequence[float] | None = None,
         compute_dtype: str = "fp32",
         positive_label: str | None = None,
+        loss_kind: str = "pointwise",
+        margin: float = 1.0,
     ):
         super().__init__()
         self.task = task
@@ -72,6 +77,21 @@ class MatchingSystem(pl.LightningModule):
         if kind == "rank" and len(self.labels) != 2:
             raise ConfigError(f"ranking is pointwise with two labels (no-match, match), got {self.labels}")
         self.kind = kind
+        if loss_kind not in LOSS_KINDS:
+            raise ConfigError(f"loss.kind must be one of {list(LOSS_KINDS)}, got {loss_kind!r}")
+        if loss_kind != "pointwise" and kind != "rank":
+            raise ConfigError(
+                f"loss.kind={loss_kind} compares the candidates of one query: it needs a ranking task (task.kind=rank, "
+                "e.g. task=wikiqa or task=pairs_rank); a classification task trains with loss.kind=pointwise"
+            )
+        if loss_kind != "pointwise" and class_weights is not None:
+            raise ConfigError(
+                f"loss.class_weights weighs the pointwise cross-entropy; loss.kind={loss_kind} has no classes to "
+                "weigh: leave loss.class_weights=null"
+            )
+        if not margin > 0:
+            raise ConfigError(f"loss.margin must be positive, got {margin!r}")
+        self.loss_kind, self.margin = loss_kind, float(margin)
         n = len(self.labels)
         if class_weights is not None and len(class_weights) != n:
             raise ConfigError(f"loss.class_weights needs one weight per label {self.labels}, got {list(class_weights)}")
@@ -123,7 +143,7 @@ class MatchingSystem(pl.LightningModule):
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         logits = self.predict_step(batch).logits
-        loss = F.cross_entropy(logits, batch["label"], weight=self.class_weights)
+        loss = self.training_loss(logits, batch)
         # Nothing here waits for an accelerator: the accuracy accumulates on the device and is logged once an
         # epoch; the step loss is logged on the steps whose metrics the loggers write (log_every_n_steps) and on
         # an epoch's first step (so that even an epoch shorter than that interval shows one).
@@ -133,6 +153,15 @@ class MatchingSystem(pl.LightningModule):
         if batch_idx == 0 or (every > 0 and (self.global_step + 1) % every == 0):
             self.log("train/loss", loss.detach(), prog_bar=True, batch_size=len(batch["label"]))
         return loss
+
+    def training_loss(self, logits: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+        """The loss of `loss_kind` (matching.losses); the ranking losses score a pair by its match margin."""
+        if self.loss_kind == "pointwise":
+            return F.cross_entropy(logits, batch["label"], weight=self.class_weights)
+        scores = match_margin(logits)
+        if self.loss_kind == "pairwise":
+            return pairwise_hinge(scores, batch["label"], batch["group"], self.margin)
+        return listwise_softmax(scores, batch["label"], batch["group"])
 
     def on_train_epoch_end(self) -> None:
         counts = torch.stack([self.train_correct, self.train_correct.new_tensor(self.train_seen)])

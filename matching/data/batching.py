@@ -170,15 +170,13 @@ class BucketBatchSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         if not self.shuffle:
             return len(self._eval_batches())
-        total = math.ceil(len(self.short) / self.batch_size) + len(self.long_batches)
-        return math.ceil(total / self.num_replicas)
+        return math.ceil(self._training_batch_count() / self.num_replicas)
 
-    def __iter__(self) -> Iterator[list[int]]:
-        if not self.shuffle:
-            for batch in self._eval_batches():
-                yield batch.tolist()
-            return
-        rng = np.random.default_rng([self.seed, self.epoch])
+    def _training_batch_count(self) -> int:
+        return math.ceil(len(self.short) / self.batch_size) + len(self.long_batches)
+
+    def _training_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+        """One epoch's training batches, in the order they come (before they are dealt to processes)."""
         order = self.short[rng.permutation(len(self.short))]
         chunk = self.batch_size * self.bucket_batches
         batches = []
@@ -187,7 +185,14 @@ class BucketBatchSampler(Sampler[list[int]]):
             part = part[np.argsort(self.lengths[part], kind="stable")]
             batches += [part[i : i + self.batch_size] for i in range(0, len(part), self.batch_size)]
         batches += self.long_batches
-        batches = [batches[i] for i in rng.permutation(len(batches))]
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if not self.shuffle:
+            for batch in self._eval_batches():
+                yield batch.tolist()
+            return
+        batches = self._training_batches(np.random.default_rng([self.seed, self.epoch]))
         if self.num_replicas > 1:
             batches += batches[: (-len(batches)) % self.num_replicas]
             batches = batches[self.rank :: self.num_replicas]
@@ -196,6 +201,97 @@ class BucketBatchSampler(Sampler[list[int]]):
             batches = batches[resume[1] :]
         for batch in batches:
             yield batch.tolist()
+
+
+class QueryBatchSampler(BucketBatchSampler):
+    """Training batches of whole queries, for the losses that compare a query's candidates (`loss.kind=pairwise` or
+    `listwise`, matching.losses): every query's candidates come in one batch, never spread over several.
+
+    The queries (`groups`; a pair without one is a query of its own) are sorted by their longest text and packed in
+    that order, whole, into batches of at most `batch_size` pairs that fit the memory `budget`; each epoch shuffles
+    the order of the batches (seeded by `seed` and the epoch), so their number is the same every epoch. A query with
+    more candidates than one batch holds (over `batch_size`, or over the budget with its texts' lengths) is split,
+    the one case where a query spans batches: into parts that each hold all of its positives (`labels` == 1) and
+    the next share of its negatives in file order, as many as fit; a query whose positives alone leave no room for a
+    negative is cut into consecutive runs of its candidates. Both are logged. Resuming and several processes work
+    as for BucketBatchSampler."""
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, labels: np.ndarray, groups: np.ndarray, **kwargs):
+        super().__init__(lengths, batch_size, shuffle=True, groups=groups, **kwargs)
+        self.short, self.long_batches = np.arange(0), []
+        sides = self.sides if self.sides is not None else np.stack([lengths, np.zeros_like(lengths)], 1)
+        budget = self.budget or Budget()
+        alone = np.flatnonzero(groups < 0)
+        grouped = np.flatnonzero(groups >= 0)
+        order = grouped[np.argsort(groups[grouped], kind="stable")]
+        queries = np.split(order, np.flatnonzero(np.diff(groups[order])) + 1) if len(order) else []
+        queries += [alone[i : i + 1] for i in range(len(alone))]
+        units, split, cut, unranked = [], 0, 0, 0
+        for query in queries:
+            positive = labels[query] == 1
+            unranked += int(positive.all() or not positive.any())
+            parts, how = self._parts(query, positive, sides, budget, batch_size)
+            split += how != "whole"
+            cut += how == "cut"
+            units += parts
+        self.units = units
+        if split:
+            log.info(
+                "%d of %d training queries have more candidates than one batch holds (data.batch_size=%d, "
+                "data.batch_cells / data.batch_tokens): each is split into parts that hold all its positives and a "
+                "share of its negatives%s",
+                split, len(queries), batch_size,
+                f" ({cut} with too many positives for that: cut into runs of candidates)" if cut else "",
+            )  # fmt: skip
+        if unranked:
+            log.info(
+                "%d of %d training queries lack a positive or a negative candidate: they add nothing to a pairwise "
+                "or listwise loss",
+                unranked, len(queries),
+            )  # fmt: skip
+        longest = np.array([int(sides[u].max()) if len(u) else 0 for u in units])
+        packed, batch, top_a, top_b = [], [], 0, 0
+        for k in np.argsort(longest, kind="stable").tolist():
+            unit = units[k]
+            la, lb = max(top_a, int(sides[unit, 0].max())), max(top_b, int(sides[unit, 1].max()))
+            pairs = sum(len(u) for u in batch) + len(unit)
+            if batch and (pairs > batch_size or not budget.fits(pairs, la, lb)):
+                packed.append(np.concatenate(batch))
+                batch, la, lb = [], int(sides[unit, 0].max()), int(sides[unit, 1].max())
+            batch.append(unit)
+            top_a, top_b = la, lb
+        if batch:
+            packed.append(np.concatenate(batch))
+        self.packed = packed
+
+    @staticmethod
+    def _parts(query: np.ndarray, positive: np.ndarray, sides: np.ndarray, budget: Budget, batch_size: int):
+        """The query whole when it fits one batch, else the parts of the class docstring."""
+
+        def fits(members: np.ndarray) -> bool:
+            return len(members) <= batch_size and budget.fits(
+                len(members), int(sides[members, 0].max()), int(sides[members, 1].max())
+            )
+
+        if fits(query):
+            return [query], "whole"
+        positives, negatives = query[positive], query[~positive]
+        parts, start = [], 0
+        if len(negatives) and len(positives) and fits(np.r_[positives, negatives[:1]]):
+            while start < len(negatives):
+                stop = start + 1
+                while stop < len(negatives) and fits(np.r_[positives, negatives[start : stop + 1]]):
+                    stop += 1
+                parts.append(np.r_[positives, negatives[start:stop]])
+                start = stop
+            return parts, "split"
+        return budget.batches(query, sides, batch_size), "cut"
+
+    def _training_batch_count(self) -> int:
+        return len(self.packed)
+
+    def _training_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+        return [self.packed[i] for i in rng.permutation(len(self.packed))]
 
 
 class TrainLoader(DataLoader):

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 
 from matching.callbacks import batches_trained
 from matching.data import cache as corpus_cache
-from matching.data.batching import BucketBatchSampler, Budget, PadCollator, TrainLoader
+from matching.data.batching import BucketBatchSampler, Budget, PadCollator, QueryBatchSampler, TrainLoader
 from matching.data.cache import file_stamp
 from matching.data.embeddings import EmbeddingSource
 from matching.data.encoding import EncodedSplit, encode_split, keep_answered_questions
@@ -57,6 +57,8 @@ class PairDataModule(pl.LightningDataModule):
         batch_cells, batch_tokens: the memory Budget of every batch (alignment cells B · La · Lb, padded tokens
             B · (La + Lb)); None leaves a limit out.
         pad_to: round each batch's lengths up to a multiple of this (a compiled model then sees few shapes).
+        whole_queries: training batches hold whole queries (QueryBatchSampler), for the ranking losses that compare
+            a query's candidates (loss.kind=pairwise|listwise).
     """
 
     def __init__(
@@ -79,6 +81,7 @@ class PairDataModule(pl.LightningDataModule):
         batch_cells: int | None = 16_777_216,
         batch_tokens: int | None = 65_536,
         pad_to: int = 1,
+        whole_queries: bool = False,
     ):
         super().__init__()
         self.task, self.data_dir, self.cache_dir = task, data_dir, cache_dir
@@ -92,6 +95,7 @@ class PairDataModule(pl.LightningDataModule):
         if on_bad_example not in ("error", "skip"):
             raise ConfigError(f"data.on_bad_example must be 'error' or 'skip', got {on_bad_example!r}")
         self.oov_buckets, self.pad_to = oov_buckets, pad_to
+        self.whole_queries = whole_queries
         self.on_bad_example = on_bad_example
         self.use_cache = cache
         self.vectors = vectors
@@ -262,10 +266,13 @@ class PairDataModule(pl.LightningDataModule):
         replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         sides = data.sides()
         self.budget.check(sides, f"{self.task.name} {split}")
-        sampler = BucketBatchSampler(
-            sides.sum(1), size, shuffle=train, seed=self.seed, bucket_batches=self.bucket_batches,
-            num_replicas=replicas, rank=rank, groups=data.groups, sides=sides, budget=self.budget,
-        )  # fmt: skip
+        options = {"seed": self.seed, "bucket_batches": self.bucket_batches, "num_replicas": replicas, "rank": rank,
+                   "sides": sides, "budget": self.budget}  # fmt: skip
+        if train and self.whole_queries:
+            match = (data.labels == 1).astype(int)  # label 1 is the match of a ranking task
+            sampler = QueryBatchSampler(sides.sum(1), size, labels=match, groups=data.groups, **options)
+        else:
+            sampler = BucketBatchSampler(sides.sum(1), size, shuffle=train, groups=data.groups, **options)
         # Without loader processes, a GPU run keeps the split's ids on the GPU and gathers each batch there.
         device = trainer.strategy.root_device if trainer is not None and self.num_workers == 0 else None
         collate = PadCollator(data, self.vectors, device if device and device.type == "cuda" else None, self.pad_to)

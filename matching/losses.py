@@ -1,0 +1,68 @@
+"""The training losses of a ranking task over the score of each (query, candidate) pair, the margin of the match
+logit (`match_margin`: what evaluate, predict and serve rank by). `pointwise` (the paper's protocol) is the 2-class
+cross-entropy of every pair on its own; the two ranking losses compare the candidates of one query, so their batches
+hold whole queries (see matching.data.batching.QueryBatchSampler):
+
+- `pairwise`: the margin (hinge) loss max(0, margin − (s⁺ − s⁻)) over every (positive, negative) pair of candidates
+  of one query in the batch, averaged over those pairs (a query with many negatives weighs more, as in RankNet-style
+  training on candidate lists);
+- `listwise`: softmax cross-entropy over all candidates of one query, the target spread evenly over its positives:
+  −(1/|P|) Σ_{p∈P} log softmax(s)_p (ListNet's top-one form; with one positive, −log softmax(s)_positive), averaged
+  over the queries of the batch.
+
+Only queries with at least one positive and one negative candidate in the batch take part; a batch without any
+gives a zero loss (with a gradient of zeros, so that every process still runs the same backward pass).
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: The values of `loss.kind`.
+LOSS_KINDS = ("pointwise", "pairwise", "listwise")
+
+
+def _queries(groups: torch.Tensor) -> torch.Tensor:
+    """The query ids, a pair without one (-1) its own query."""
+    alone = -2 - torch.arange(len(groups), device=groups.device)
+    return torch.where(groups >= 0, groups, alone)
+
+
+def _ranked_queries(targets: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(inverse, positives, keep): each pair's query index in the batch, each query's count of positives, and
+    whether a query has both a positive and a negative candidate."""
+    _, inverse = torch.unique(_queries(groups), return_inverse=True)
+    queries = int(inverse.max()) + 1 if len(inverse) else 0
+    positives = torch.zeros(queries, device=targets.device).index_add_(0, inverse, targets.float())
+    sizes = torch.zeros(queries, device=targets.device).index_add_(0, inverse, torch.ones_like(targets.float()))
+    return inverse, positives, (positives > 0) & (positives < sizes)
+
+
+def pairwise_hinge(scores: torch.Tensor, targets: torch.Tensor, groups: torch.Tensor, margin: float) -> torch.Tensor:
+    """mean over (positive, negative) candidate pairs of one query of max(0, margin − (s_pos − s_neg)).
+    scores (N,) float; targets (N,) 1 for a match, 0 otherwise; groups (N,) query ids."""
+    groups = _queries(groups)
+    same = groups[:, None] == groups[None, :]  # (N, N)
+    ordered = same & (targets[:, None] == 1) & (targets[None, :] == 0)  # row a positive, column a negative
+    if not bool(ordered.any()):
+        return scores.sum() * 0.0
+    hinge = (margin - (scores[:, None] - scores[None, :])).clamp_min(0)  # (N, N)
+    return hinge[ordered].mean()
+
+
+def listwise_softmax(scores: torch.Tensor, targets: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """mean over queries of −(1/|P|) Σ_{p∈P} log softmax(s over the query's candidates)_p."""
+    inverse, positives, keep = _ranked_queries(targets, groups)
+    if not bool(keep.any()):
+        return scores.sum() * 0.0
+    queries = len(positives)
+    top = torch.full((queries,), float("-inf"), device=scores.device, dtype=scores.dtype)
+    top = top.scatter_reduce(0, inverse, scores.detach(), reduce="amax")  # per query, for a stable log-sum-exp
+    sums = torch.zeros(queries, device=scores.device, dtype=scores.dtype).index_add_(
+        0, inverse, (scores - top[inverse]).exp()
+    )
+    log_softmax = scores - (sums.log() + top)[inverse]  # (N,)
+    per_query = -torch.zeros(queries, device=scores.device, dtype=scores.dtype).index_add_(
+        0, inverse, targets.to(scores.dtype) * log_softmax
+    ) / positives.clamp_min(1)
+    return per_query[keep].mean()
