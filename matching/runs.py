@@ -56,10 +56,11 @@ def build_task(cfg: DictConfig) -> Task:
     return task
 
 
-def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None) -> PairDataModule:
+def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None, run_dir: Path | None = None) -> PairDataModule:
     """The task's data module with its embedding source; without `vocab` it builds the vocabulary (training words,
     plus every word with a pretrained vector among the dev splits and the vectors file's first
-    `embeddings.top_words` words), and the source's files are checked before any corpus is read."""
+    `embeddings.top_words` words), and the source's files are checked before any corpus is read. `run_dir` (default:
+    `paths.output_dir`, a training run's folder) keeps what a positives-only task mines (matching.data.negatives)."""
     task = build_task(cfg)
     if not task.labels:  # a generic task (task=pairs): the data's label names, kept in the config the run saves
         task.labels = labels_from_data(task, cfg.paths.data_dir, cfg.paths.cache_dir)
@@ -72,7 +73,9 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None) -> PairDa
         vectors.check_available()
     pad_to = cfg.data.get("pad_to") or (8 if cfg.get("compile") else 1)
     whole_queries = loss_kind(cfg) != "pointwise"  # the ranking losses compare the candidates of a query
-    return build(cfg.data, task=task, vocab=vocab, vectors=vectors, pad_to=pad_to, whole_queries=whole_queries)
+    run_dir = run_dir or cfg.paths.get("output_dir")
+    return build(cfg.data, task=task, vocab=vocab, vectors=vectors, pad_to=pad_to, whole_queries=whole_queries,
+                 run_dir=run_dir)  # fmt: skip
 
 
 def build_model(
@@ -342,7 +345,7 @@ def assemble_run(
     encoder; see MatchingSystem.on_save_checkpoint). `checkpoint` names the weights' file in messages."""
     vocab_file = run_dir / "vocab.txt"
     try:
-        data = build_datamodule(cfg, vocab=vocab)
+        data = build_datamodule(cfg, vocab=vocab, run_dir=run_dir)
     except (InstantiationException, TypeError) as err:  # e.g. a config key this version no longer has
         raise _another_version(run_dir, err) from err
     labels = data.labels

@@ -44,7 +44,7 @@ def big_snli(path: Path, copies: int) -> Path:
 
 
 #: The tasks whose default embeddings are the frozen MiniLM encoder (conf/task/pairs.yaml), not GloVe.
-GENERIC_TASKS = {f"task={name}" for name in ("pairs", "pairs_rank", "mrpc", "qqp", "paws")}
+GENERIC_TASKS = {f"task={name}" for name in ("pairs", "pairs_rank", "pairs_positives", "mrpc", "qqp", "paws")}
 
 
 def compose_train(tmp_path: Path, *overrides: str, small: bool = True) -> DictConfig:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
@@ -22,8 +23,9 @@ from matching.callbacks import batches_trained
 from matching.data import cache as corpus_cache
 from matching.data.batching import BucketBatchSampler, Budget, PadCollator, QueryBatchSampler, TrainLoader
 from matching.data.cache import file_stamp
-from matching.data.embeddings import EmbeddingSource
+from matching.data.embeddings import EmbeddingSource, PretrainedVectors
 from matching.data.encoding import EncodedSplit, encode_split, keep_answered_questions
+from matching.data.negatives import NegativeMiner
 from matching.data.pairs import Pair
 from matching.data.pipeline import TextPipeline
 from matching.data.sources import read_split, resolve_path
@@ -59,6 +61,7 @@ class PairDataModule(pl.LightningDataModule):
         pad_to: round each batch's lengths up to a multiple of this (a compiled model then sees few shapes).
         whole_queries: training batches hold whole queries (QueryBatchSampler), for the ranking losses that compare
             a query's candidates (loss.kind=pairwise|listwise).
+        run_dir: the run's folder, where negatives mined for `task.negatives` are kept (matching.data.negatives).
     """
 
     def __init__(
@@ -82,6 +85,7 @@ class PairDataModule(pl.LightningDataModule):
         batch_tokens: int | None = 65_536,
         pad_to: int = 1,
         whole_queries: bool = False,
+        run_dir: str | os.PathLike | None = None,
     ):
         super().__init__()
         self.task, self.data_dir, self.cache_dir = task, data_dir, cache_dir
@@ -103,6 +107,25 @@ class PairDataModule(pl.LightningDataModule):
         self.builds_vocabulary = vocab is None  # a training run's, from its splits and its source
         self.text = TextPipeline(task, tokenizer, max_length, Budget(batch_cells, batch_tokens), vectors, vocab)
         self.splits: dict[str, EncodedSplit] = {}
+        self.miner = None
+        if task.negatives is not None:
+            static = isinstance(vectors, PretrainedVectors)
+            lookup = self._mean_vectors if static else None
+            self.miner = NegativeMiner(task.negatives, task.labels, data_dir, run_dir, lookup)
+
+    def _mean_vectors(self, texts: list[str]) -> np.ndarray:
+        """Each text's mean pretrained word vector (words without one left out; zeros when none has one)."""
+        tokens = [self.tokenizer(t) for t in texts]
+        known = self.vectors.extra_words([], list(dict.fromkeys(w for ts in tokens for w in ts)))
+        vocab = Vocabulary(known, self.oov_buckets)
+        table = self.vectors.matrix(vocab, self.seed, self.cache_dir).float().numpy()
+        means = np.zeros((len(texts), table.shape[1]))
+        for i, ts in enumerate(tokens):
+            ids = vocab.encode(ts)
+            ids = ids[ids >= vocab.first_word_id]
+            if len(ids):
+                means[i] = table[ids].mean(0)
+        return means
 
     @property
     def vocab(self) -> Vocabulary | None:
@@ -168,6 +191,8 @@ class PairDataModule(pl.LightningDataModule):
         raw = {}
         for name in wanted:
             pairs = read_split(self.task, name, self.data_dir, self.cache_dir)
+            if self.miner is not None:
+                pairs = self.miner.complete(name, pairs, self._split_key(name))
             if name == "train" and self.task.train_questions == "answered":
                 pairs = keep_answered_questions(pairs, self.labels[1], f"{self.task.name} train")
             if not pairs:
@@ -202,7 +227,11 @@ class PairDataModule(pl.LightningDataModule):
             "train_questions": self.task.train_questions if name == "train" else None,
             "text": [self.tokenizer.lowercase, self.task.text_settings(), self.max_length],
             "labels": self.labels, "on_bad": self.on_bad_example,
-        }  # fmt: skip
+        } | self._negatives_key()  # fmt: skip
+
+    def _negatives_key(self) -> dict[str, Any]:
+        """What mined negatives depend on (in the cache keys only when there are some: older keys stay valid)."""
+        return {"negatives": self.task.negatives.identity(self.data_dir)} if self.task.negatives else {}
 
     def _source_cache(self) -> Path:
         return Path(self.cache_dir if self.cache_dir is not None else "data/cache")
@@ -255,7 +284,7 @@ class PairDataModule(pl.LightningDataModule):
                 "oov_buckets": self.oov_buckets,
                 "pretrained": self.vectors.identity() if self.builds_vocabulary and self.vectors else None,
                 "vocab": None if self.vocab is None else hashlib.sha256("\n".join(self.vocab.tokens).encode()).hexdigest(),  # noqa: E501
-            }
+            } | self._negatives_key()
         )  # fmt: skip
         return Path(self.cache_dir) / "corpora" / f"{self.task.name}-{key}.npz"
 

@@ -12,6 +12,7 @@ declares them, else the values of the labelled rows.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 import json
 import logging
@@ -34,11 +35,14 @@ log = logging.getLogger(__name__)
 #: Pairs of text columns tried in order when the first and second text are not named (case is ignored).
 TEXT_COLUMNS = [("sentence1", "sentence2"), ("premise", "hypothesis"), ("question1", "question2"),
                 ("question", "answer"), ("question", "sentence"), ("query", "passage"), ("query", "document"),
-                ("text1", "text2"), ("text_a", "text_b"), ("context", "response"), ("a", "b")]  # fmt: skip
+                ("text1", "text2"), ("text_a", "text_b"), ("context", "response"), ("a", "b"),
+                ("query", "positive"), ("anchor", "positive")]  # fmt: skip
 #: Label columns tried in order.
 LABEL_COLUMNS = ("label", "labels", "gold_label", "is_duplicate", "relevance")
 #: Group (question) columns tried in order, for ranking.
 GROUP_COLUMNS = ("group", "qid", "question_id", "questionid", "query_id", "id1")
+#: The label of every pair of a file of matches alone (read_pair_table's `positives`): a ranking task's match.
+POSITIVE = "1"
 #: Label values that mean "no gold label": the row is dropped and counted.
 UNLABELLED = {"", "-", "-1", "none", "null", "nan"}
 #: File name endings and the format each is read as.
@@ -241,16 +245,21 @@ def read_pair_table(
     format: str | None = None,
     header: bool = True,
     rank: bool = False,
+    positives: bool = False,
 ) -> Iterator[Pair]:
     """Read pairs from a table (see the module docstring): `a`, `b`, `label`, `group` name its columns (None: found
     by their usual names); `format` tsv | csv | jsonl | parquet | dataset (None: by the file name); `header`:
     whether a TSV/CSV file's first line names its columns (False: they are named "1", "2", ... ); `rank`: a ranking
-    corpus, whose pairs without a group column are grouped by their first text."""
+    corpus, whose pairs without a group column are grouped by their first text; `positives`: a file without a label
+    column holds matches alone (each pair gets the label "1"; negatives are mined, matching.data.negatives)."""
     given = Path(os.path.expanduser(str(path)))
     found = given if given.is_dir() else existing_corpus_file(given)
     table = open_table(found, table_format(found, format), header)
-    columns = resolve_columns(table.names, table.is_text, a, b, label, group, table.where)
+    columns = resolve_columns(table.names, table.is_text, a, b, label, group, table.where, labelled=not positives)
     names_of_labels = table.declared.get(columns.label) if columns.label else None
+    if positives and columns.label is None:
+        pairs = pairs_from_rows(table.rows, columns, table.where, None, group_by_text=rank, unit=table.unit)
+        return (dataclasses.replace(p, label=POSITIVE) for p in pairs)
     return pairs_from_rows(table.rows, columns, table.where, names_of_labels, group_by_text=rank, unit=table.unit)
 
 

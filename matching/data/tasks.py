@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from matching.data.negatives import Negatives
 from matching.data.pairs import Pair
 from matching.errors import ConfigError
 
@@ -43,7 +44,8 @@ class Task:
     and their hub fallback. Empty `labels`: the label names come from the training data (see
     matching.data.sources.labels_from_data) and are written into the run's config. `positive_label` is the label
     whose F1, precision, recall, average precision and ROC-AUC a two-label task reports (null: the second label;
-    see matching.metrics).
+    see matching.metrics). `negatives` (a ranking task whose file holds positive pairs alone): how negatives are
+    mined from the corpus (matching.data.negatives.Negatives).
     """
 
     name: str
@@ -67,8 +69,15 @@ class Task:
     options: dict[str, Any] = field(default_factory=dict)
     columns: dict[str, str | None] = field(default_factory=dict)
     positive_label: str | None = None
+    negatives: Any = None
 
     def __post_init__(self) -> None:
+        if self.negatives is not None and not isinstance(self.negatives, Negatives):
+            self.negatives = Negatives(**dict(self.negatives))
+        if self.negatives is not None and self.kind != "rank":
+            raise ConfigError(
+                "task.negatives mines candidates for a ranking task (task.kind=rank, e.g. task=pairs_rank)"
+            )
         self.splits = {k: _split(k, v) for k, v in dict(self.splits).items()}
         self.labels = [str(label) for label in self.labels]
         self.positive_label = None if self.positive_label is None else str(self.positive_label)
