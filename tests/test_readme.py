@@ -60,6 +60,8 @@ def test_the_readme_own_pairs_block_runs_as_written_offline(tmp_path):
         rows = [json.loads(line) for line in (own / f"ranking_{split}.jsonl").read_text().splitlines()]
         lines = [json.dumps({renamed.get(k, k): v for k, v in row.items()}) for row in rows]
         (tmp_path / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    for name, fixture in (("faq.jsonl", "train.jsonl"), ("faq_dev.jsonl", "dev.jsonl")):  # positives alone
+        (tmp_path / name).write_text((FIXTURES / "pairs_positives" / fixture).read_text())
     commands = [line for line in own_pairs_section().replace("\\\n", " ").splitlines() if "(online)" not in line]
     assert any("matching.predict" in c for c in commands) and any("input=claims_dev.tsv" in c for c in commands)
     script = "set -euo pipefail\n" + "\n".join(c.replace("python ", f"{sys.executable} ", 1) for c in commands)
@@ -71,3 +73,4 @@ def test_the_readme_own_pairs_block_runs_as_written_offline(tmp_path):
     predictions = (tmp_path / "claims_dev.predictions.jsonl").read_text().splitlines()
     assert len(predictions) == len((tmp_path / "claims_dev.tsv").read_text().splitlines()) - 1  # the header is no pair
     assert "input/f1" in done.stdout and "input/acc" in done.stdout
+    assert (next((tmp_path / "outputs" / "runs" / "faq").glob("*/*")) / "negatives" / "train.jsonl").is_file()
