@@ -10,7 +10,7 @@ import copy
 import logging
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,7 +75,16 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None, run_dir: 
     whole_queries = loss_kind(cfg) != "pointwise"  # the ranking losses compare the candidates of a query
     run_dir = run_dir or cfg.paths.get("output_dir")
     return build(cfg.data, task=task, vocab=vocab, vectors=vectors, pad_to=pad_to, whole_queries=whole_queries,
-                 run_dir=run_dir)  # fmt: skip
+                 run_dir=run_dir, trained_logits=trained_logits)  # fmt: skip
+
+
+def trained_logits(path: str) -> Callable[[list[Pair]], np.ndarray]:
+    """The (N, 2) logits of pairs under the trained ranking run at `path` (its directory or a checkpoint): how
+    `task.negatives.method=ckpt` scores the candidates it mines (matching.data.negatives)."""
+    run = load_trained(find_checkpoint(path))
+    if run.data.task.kind != "rank":
+        raise ConfigError(f"task.negatives.ckpt={path} is a {run.data.task.kind} model; mining needs a ranking run")
+    return lambda pairs: run.logits(pairs, "mining candidates").numpy()
 
 
 def build_model(

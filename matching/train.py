@@ -38,7 +38,6 @@ from matching.callbacks import EpochNumbers, run_callbacks
 from matching.cli import command
 from matching.configs import check_config
 from matching.data.datamodule import PairDataModule, split_prefix
-from matching.data.sources import read_split
 from matching.data.vocab import Vocabulary
 from matching.extras import check_installed
 from matching.files import write_json, write_text_atomic
@@ -293,7 +292,7 @@ def keep_examples(cfg: DictConfig, dm: PairDataModule, run_dir: Path) -> None:
     if curated(option) is not None or not dm.eval_splits:
         return
     split = dm.eval_splits[0]
-    pairs = read_split(dm.task, split, cfg.data.data_dir, cfg.paths.cache_dir)
+    pairs = dm.read_pairs(split)  # with its mined candidates, for a task of positives alone
     write_run_examples(run_dir, pairs, dm.task.kind, dm.labels, split)
 
 

@@ -36,7 +36,8 @@ def test_task_options_read_their_fixtures(make_cfg, name):
     dm = build_datamodule(cfg)
     dm.setup("fit")
     assert len(dm.splits["train"]) > 0 and dm.eval_splits[0] == "dev"
-    expected = {"classify": "val/acc", "rank": "val/top1" if name == "ubuntu" else "val/map"}[cfg.task.kind]
+    ranked_by = {"ubuntu": "val/top1", "pairs_positives": "val/mrr10"}.get(name, "val/map")  # a reranker: MRR@10
+    expected = {"classify": "val/acc", "rank": ranked_by}[cfg.task.kind]
     assert cfg.callbacks.checkpoint.monitor == expected
 
 

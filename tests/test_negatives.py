@@ -122,6 +122,8 @@ def test_a_positives_only_run_trains_on_mined_negatives_and_keeps_them(positives
     # the dev positives ranked among the mined candidates, saved with their scores
     pairs = (run_dir / "scores" / "val_pairs.csv").read_text().splitlines()
     assert len(pairs) == 1 + 8 + 56 and pairs[0].startswith("unit,")
+    examples = json.loads((run_dir / "examples.json").read_text())["examples"]
+    assert examples  # the server's page offers dev questions with their mined candidates
 
 
 def test_evaluate_predict_export_and_serve_a_positives_only_run(positives_run, tmp_path, capsys):

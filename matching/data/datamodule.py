@@ -10,7 +10,7 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ class PairDataModule(pl.LightningDataModule):
         whole_queries: training batches hold whole queries (QueryBatchSampler), for the ranking losses that compare
             a query's candidates (loss.kind=pairwise|listwise).
         run_dir: the run's folder, where negatives mined for `task.negatives` are kept (matching.data.negatives).
+        trained_logits: the logits of pairs under a trained run (its path), for task.negatives.method=ckpt.
     """
 
     def __init__(
@@ -86,6 +87,7 @@ class PairDataModule(pl.LightningDataModule):
         pad_to: int = 1,
         whole_queries: bool = False,
         run_dir: str | os.PathLike | None = None,
+        trained_logits: Callable[[str], Callable[[list[Pair]], np.ndarray]] | None = None,
     ):
         super().__init__()
         self.task, self.data_dir, self.cache_dir = task, data_dir, cache_dir
@@ -111,7 +113,8 @@ class PairDataModule(pl.LightningDataModule):
         if task.negatives is not None:
             static = isinstance(vectors, PretrainedVectors)
             lookup = self._mean_vectors if static else None
-            self.miner = NegativeMiner(task.negatives, task.labels, data_dir, run_dir, lookup)
+            corpus = resolve_path(task.negatives.corpus, data_dir) if task.negatives.corpus else None
+            self.miner = NegativeMiner(task.negatives, task.labels, corpus, run_dir, lookup, trained_logits)
 
     def _mean_vectors(self, texts: list[str]) -> np.ndarray:
         """Each text's mean pretrained word vector (words without one left out; zeros when none has one)."""
@@ -190,9 +193,7 @@ class PairDataModule(pl.LightningDataModule):
         built_vocab = self.vocab is None
         raw = {}
         for name in wanted:
-            pairs = read_split(self.task, name, self.data_dir, self.cache_dir)
-            if self.miner is not None:
-                pairs = self.miner.complete(name, pairs, self._split_key(name))
+            pairs = self.read_pairs(name)
             if name == "train" and self.task.train_questions == "answered":
                 pairs = keep_answered_questions(pairs, self.labels[1], f"{self.task.name} train")
             if not pairs:
@@ -216,6 +217,13 @@ class PairDataModule(pl.LightningDataModule):
             corpus_cache.save(entry, self.vocab.words if built_vocab else None, {k: self.splits[k] for k in wanted})
         self._attach_source(wanted)
 
+    def read_pairs(self, name: str) -> list[Pair]:
+        """A split's pairs as the run sees them: read, then completed with the negatives of `task.negatives`."""
+        pairs = read_split(self.task, name, self.data_dir, self.cache_dir)
+        if self.miner is not None:
+            pairs = self.miner.complete(name, pairs, self._split_key(name))
+        return pairs
+
     def _split_key(self, name: str) -> dict[str, Any]:
         """What a split's preparation depends on besides the source: its file, slice and text preparation (the key
         of what an embedding source caches for it)."""
@@ -231,7 +239,7 @@ class PairDataModule(pl.LightningDataModule):
 
     def _negatives_key(self) -> dict[str, Any]:
         """What mined negatives depend on (in the cache keys only when there are some: older keys stay valid)."""
-        return {"negatives": self.task.negatives.identity(self.data_dir)} if self.task.negatives else {}
+        return {"negatives": self.task.negatives.identity(self.miner.corpus)} if self.miner is not None else {}
 
     def _source_cache(self) -> Path:
         return Path(self.cache_dir if self.cache_dir is not None else "data/cache")

@@ -129,15 +129,14 @@ class Negatives:
                 "task.negatives.ckpt=<run dir or checkpoint>"
             )
 
-    def identity(self, data_dir: str | os.PathLike) -> dict[str, Any]:
-        """What the mined pairs depend on besides the split's file (part of every cache key)."""
-        from matching.data.sources import resolve_path
-
+    def identity(self, corpus: Path | None) -> dict[str, Any]:
+        """What the mined pairs depend on besides the split's file (part of every cache key); `corpus`: where
+        `self.corpus` was found."""
         settings = dict(self.__dict__)
         if self.ckpt:
             settings["ckpt"] = file_stamp(_checkpoint(self.ckpt)) or self.ckpt
-        if self.corpus:
-            settings["corpus"] = file_stamp(resolve_path(self.corpus, data_dir)) or self.corpus
+        if corpus is not None:
+            settings["corpus"] = file_stamp(corpus) or str(corpus)
         return settings
 
 
@@ -168,21 +167,17 @@ def vector_scorer(lookup: Callable[[list[str]], np.ndarray]) -> Scorer:
     return score
 
 
-def model_scorer(ckpt: str, pool: int) -> Scorer:
-    """A trained run's match margins over each query's BM25 top `pool` candidates (the others score -inf)."""
-    from matching.matcher import Matcher
-
-    matcher = Matcher.load(ckpt)
-    if matcher.kind != "rank":
-        raise ConfigError(f"task.negatives.ckpt={ckpt} is a {matcher.kind} model; mining needs a ranking run")
+def model_scorer(logits: Callable[[list[Pair]], np.ndarray], pool: int) -> Scorer:
+    """A trained run's match margins (`logits`: the run's (N, 2) logits of pairs) over each query's BM25 top `pool`
+    candidates (the others score -inf)."""
 
     def score(queries: list[str], texts: list[str]) -> np.ndarray:
         first = bm25_scorer(queries, texts)
         out = np.full(first.shape, -np.inf)
         for i, query in enumerate(queries):
             top = np.argsort(-first[i], kind="stable")[:pool]
-            logits = matcher.logits([(query, texts[j]) for j in top], "mining candidates")
-            out[i, top] = logits[:, 1] - logits[:, 0]
+            margins = logits([Pair(query, texts[j], "", None, n + 1) for n, j in enumerate(top.tolist())])
+            out[i, top] = margins[:, 1] - margins[:, 0]
         return out
 
     return score
@@ -247,19 +242,22 @@ def mine(
 
 class NegativeMiner:
     """Completes the splits of a task with `task.negatives` (see the module docstring); `folder` (the run's) holds
-    the cached mined pairs. `vectors_lookup`: each text's mean static word vector, for method=vectors."""
+    the cached mined pairs; `corpus`: where `settings.corpus` is. `vectors_lookup`: each text's mean static word
+    vector, for method=vectors; `trained_logits`: the logits of pairs under the run `settings.ckpt` names, for
+    method=ckpt (given by the caller, which can load a run)."""
 
     def __init__(
         self,
         settings: Negatives,
         labels: Sequence[str],
-        data_dir: str | os.PathLike,
+        corpus: Path | None,
         folder: str | os.PathLike | None,
         vectors_lookup: Callable[[list[str]], np.ndarray] | None = None,
+        trained_logits: Callable[[str], Callable[[list[Pair]], np.ndarray]] | None = None,
     ):
-        self.settings, self.labels, self.data_dir = settings, list(labels), data_dir
+        self.settings, self.labels, self.corpus = settings, list(labels), corpus
         self.folder = Path(folder) / FOLDER if folder is not None else None
-        self.vectors_lookup = vectors_lookup
+        self.vectors_lookup, self.trained_logits = vectors_lookup, trained_logits
         self._scorer: Scorer | None = None
 
     def scorer(self) -> Scorer:
@@ -275,16 +273,16 @@ class NegativeMiner:
                     )
                 self._scorer = vector_scorer(self.vectors_lookup)
             else:
-                self._scorer = model_scorer(str(self.settings.ckpt), self.settings.pool)
+                if self.trained_logits is None:
+                    raise ConfigError("task.negatives.method=ckpt needs a trained run to score with; none was given")
+                self._scorer = model_scorer(self.trained_logits(str(self.settings.ckpt)), self.settings.pool)
         return self._scorer
 
     def extra_texts(self) -> list[str]:
         if not self.settings.corpus:
             return []
-        from matching.data.sources import resolve_path
-
-        path = resolve_path(self.settings.corpus, self.data_dir)
-        if not path.is_file():
+        path = self.corpus
+        if path is None or not path.is_file():
             raise DataFormatError(
                 f"task.negatives.corpus={self.settings.corpus}: no such file ({path}); give a text file with one "
                 "candidate text a line, or leave it null to mine from the split's own texts"
@@ -299,7 +297,7 @@ class NegativeMiner:
             log.info("%s has labelled candidates: ranked as they are, no negatives mined", split)
             return pairs
         k = self.settings.k if split == "train" else self.settings.eval_k
-        identity = {"split": key, "k": k, "settings": self.settings.identity(self.data_dir)}
+        identity = {"split": key, "k": k, "settings": self.settings.identity(self.corpus)}
         cached = self._load(split, identity)
         how = "from the cache" if cached is not None else "mined"
         if cached is None:
