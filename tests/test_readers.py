@@ -102,7 +102,7 @@ def test_reader_options():
         for p in conf.glob("*.yaml")
     }
     inherited = {k for k, v in named.items() if v is None}  # a preset of another task (task=mrpc over task=pairs)
-    assert inherited == {"pairs_rank", "mrpc", "qqp", "paws"}
+    assert inherited == {"pairs_rank", "pairs_positives", "mrpc", "qqp", "paws"}
     assert set(named.values()) - {None} <= targets.keys()  # every other task config names a reader option
 
 
