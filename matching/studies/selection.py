@@ -18,6 +18,8 @@ def rule(spec: StudySpec) -> str:
     """The rule, as the page and selection.json state it."""
     seeds = ", ".join(map(str, spec.selection_seeds))
     budget = f"the first {spec.budget} settings of its grid" if spec.budget else "every setting of its grid"
+    if spec.budget == 1:
+        budget = "the first setting of its grid alone (budget 1: nothing is selected)"
     return (
         f"Each family with a grid is trained at {budget} (in the order written, the first values first) with "
         f"seed{'s' if len(spec.selection_seeds) > 1 else ''} {seeds}. The setting with the best mean of the task's "
