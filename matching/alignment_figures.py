@@ -23,9 +23,14 @@ def _plt():
 
 
 def _save(fig, out: Path, title: str) -> Path:
+    """Saves the figure with its title above the panels: the title's lines get their own band at the top, which
+    `tight_layout` keeps the panels out of (it does not count a suptitle, which overlapped the first row's
+    captions in a figure of several rows)."""
+    top = 1.0
     if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+        fig.suptitle(title, fontsize=10, y=0.998, va="top")
+        top = 1.0 - (0.2 * (title.count("\n") + 1) + 0.15) / fig.get_figheight()
+    fig.tight_layout(rect=(0.0, 0.0, 1.0, top))
     fig.savefig(out, dpi=120)
     _plt().close(fig)
     return out
