@@ -35,12 +35,13 @@ def _list(node: object, key: str) -> tuple[str, ...]:
 _NOT_REPRODUCING = ("train_runs", "figures")
 
 
-def study_node(cfg: DictConfig) -> DictConfig:
-    """The study to run: `study=<name>` (conf/study/<name>.yaml) or `study_file=<file.yaml>`, one of the two."""
+def study_node(cfg: DictConfig, chosen: str | None = None) -> DictConfig:
+    """The study to run: `study=<name>` (conf/study/<name>.yaml, `chosen`) or `study_file=<file.yaml>`, one of the
+    two; with a file, keys given on the command line as `+study.<key>=<value>` override the file's."""
     if not cfg.get("study_file"):
         return cfg.get("study") or OmegaConf.create()
-    if cfg.get("study"):
-        raise ConfigError("give study=<name> or study_file=<file.yaml>, not both")
+    if chosen:
+        raise ConfigError(f"give study={chosen} or study_file={cfg.study_file}, not both")
     path = Path(str(cfg.study_file)).expanduser()
     if not path.is_file():
         raise MissingFileError(f"study_file={cfg.study_file}: no such file ({path.absolute()})")
@@ -51,12 +52,13 @@ def study_node(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"study_file={cfg.study_file} is not a readable YAML mapping: {why}") from None
     if not isinstance(node, DictConfig):
         raise ConfigError(f"study_file={cfg.study_file} holds no mapping (a study's keys: name, tasks, families, ...)")
-    return node
+    return OmegaConf.merge(node, cfg.get("study") or {})
 
 
 def study_command(cfg: DictConfig) -> Path:
     """The `study` command on its composed config; returns the page."""
-    spec = read_spec(study_node(cfg), _list(cfg.tasks, "tasks") or None, _list(cfg.train, "train"))
+    chosen = HydraConfig.get().runtime.choices.get("study")
+    spec = read_spec(study_node(cfg, chosen), _list(cfg.tasks, "tasks") or None, _list(cfg.train, "train"))
     out = Path(str(cfg.out)) if cfg.out else Path(str(cfg.paths.output_root)) / "studies" / spec.name
     how = Launch(
         launcher=str(cfg.launcher), jobs=int(cfg.jobs) if cfg.jobs else None,

@@ -266,8 +266,9 @@ def test_a_study_through_submitit_local_processes_equals_the_basic_launchers(stu
     by side, give each run the numbers of the basic launcher's in-process runs."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     shutil.copy(study / "fixture_study.yaml", tmp_path / "fixture_study.yaml")
-    run_study(tmp_path, "launcher=submitit_local", "study.test=false")
+    run_study(tmp_path, "launcher=submitit_local", "+study.test=false")
     for metrics in (study / "study" / "runs").rglob("metrics.json"):
         twin = tmp_path / "study" / metrics.relative_to(study / "study")
         assert _metrics(twin.parent)["val/acc"] == _metrics(metrics.parent)["val/acc"], metrics.parent
     assert (tmp_path / "study" / "runs" / ".submitit").is_dir()
+    assert not (tmp_path / "study" / "test.json").exists()  # +study.test=false overrode the study file's key
