@@ -67,20 +67,20 @@ def study_command(cfg: DictConfig) -> Path:
         threads=int(cfg.threads) if cfg.threads else None,
     )  # fmt: skip
     check_plugins(how.hydra_overrides())  # a wrong launcher= or jobs=, or its missing extra, before anything runs
-    choices, results = run_study(spec, out, how, train=bool(cfg.train_runs))
-    complete, ok = results.pop("__complete__"), results.pop("__ok__")
+    outcome = run_study(spec, out, how, train=bool(cfg.train_runs))
+    results = outcome.results
     tested_file = out / "test.json"
     tested = json.loads(tested_file.read_text()) if tested_file.is_file() else None
     given = [o for o in HydraConfig.get().overrides.task if o.split("=", 1)[0] not in _NOT_REPRODUCING]
     typed = "python -m matching.study " + shlex.join(given)
-    page = write_page(spec, out, choices, list(results.values()), typed, tested, figures=bool(cfg.figures))
+    page = write_page(spec, out, outcome.choices, list(results.values()), typed, tested, figures=bool(cfg.figures))
     print(f"wrote {page} (and study.csv{', the figures' if cfg.figures else ''}) in {out}")
-    if not complete:
+    if not outcome.complete:
         missing = [r.planned.relative for r in results.values() if not r.finished]
         raise StudyIncomplete(
             f"the study is not complete: {len(missing)} run{'s' if len(missing) != 1 else ''} without results "
             f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}; "
-            + ("some failed: their errors are above and in their train.log" if not ok else "not trained")
+            + ("not trained" if outcome.launched_ok else "some failed: their errors are above and in their train.log")
             + "). The page shows what finished. Run the same command again to go on: finished runs are skipped, "
             "interrupted ones continue from their last checkpoint"
         )

@@ -46,12 +46,11 @@ def _value(x: float | None, digits: int = 2) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-def _per_seed(results: Sequence[RunResult], task: str, family: str, slug: str, key: str) -> str:
-    """The per-seed values of a metric, in %, in seed order ("63.18, 62.35, 62.71"; "–" for a missing one)."""
+def _per_seed(members: Sequence[RunResult], key: str) -> str:
+    """The per-seed values of a metric over one setting's runs, in %, in seed order ("63.18, 62.35, 62.71"; "–" for
+    a missing one)."""
     values = []
-    for r in sorted(results, key=lambda r: r.planned.seed):
-        if (r.planned.task, r.planned.family, r.planned.setting.slug) != (task, family, slug):
-            continue
+    for r in sorted(members, key=lambda r: r.planned.seed):
         metrics = {**(r.metrics or {}), **(r.test_metrics or {})}
         value = metrics.get(key)
         values.append("–" if value is None or math.isnan(value) else f"{100 * value:.2f}")
@@ -285,7 +284,7 @@ def _confirmed_table(
                        == (task, row.aligner, slug)]  # fmt: skip
             setting = next((r.planned.setting for r in members), None)
             key = metric_key("val" if split == "dev" else "test", metric)
-            per_seed = _per_seed(members, task, row.aligner, slug, key)
+            per_seed = _per_seed(members, key)
             by_seed = sorted(members, key=lambda r: r.planned.seed)
             epochs = ", ".join(str(r.best_epoch) if r.best_epoch else "–" for r in by_seed)
             minutes = _span([r.minutes for r in members if r.minutes is not None])

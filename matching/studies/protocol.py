@@ -110,9 +110,20 @@ def _sha256(data: object) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-def run_study(spec: StudySpec, study_dir: Path, how: Launch, train: bool = True) -> tuple[list[Choice], dict]:
-    """Runs the protocol (without training when `train` is False: the choices and test as the files stand);
-    returns the choices and every run's result, keyed by (task, family, setting slug, seed)."""
+@dataclass(frozen=True)
+class StudyOutcome:
+    """Where a study stands after `run_study`: its choices, every planned run's result (keyed by task, family,
+    setting slug and seed), whether every family is chosen and every run finished, and whether every launch
+    succeeded."""
+
+    choices: list[Choice]
+    results: dict[tuple[str, str, str, int], RunResult]
+    complete: bool
+    launched_ok: bool
+
+
+def run_study(spec: StudySpec, study_dir: Path, how: Launch, train: bool = True) -> StudyOutcome:
+    """Runs the protocol (without training when `train` is False: the choices and test as the files stand)."""
     runs_dir = study_dir / "runs"
     ok = True
     first = selection_runs(spec)
@@ -131,7 +142,7 @@ def run_study(spec: StudySpec, study_dir: Path, how: Launch, train: bool = True)
         chosen = {k: r for k, r in results.items() if kept[(r.planned.task, r.planned.family)] == r.planned.setting}
         test_once(spec, study_dir, selection, chosen, how)
         results = results_of(every, runs_dir)
-    return choices, results | {"__complete__": complete, "__ok__": ok}  # type: ignore[dict-item]
+    return StudyOutcome(choices, results, complete, ok)
 
 
 def has_test_split(result: RunResult) -> bool:
