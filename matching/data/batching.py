@@ -234,7 +234,6 @@ class QueryBatchSampler(BucketBatchSampler):
             split += how != "whole"
             cut += how == "cut"
             units += parts
-        self.units = units
         if split:
             log.info(
                 "%d of %d training queries have more candidates than one batch holds (data.batch_size=%d, "
