@@ -128,12 +128,17 @@ class BucketBatchSampler(Sampler[list[int]]):
         self._eval_cache: list[np.ndarray] | None = None
         self._resume: tuple[int, int] | None = None  # (epoch, batches of it already trained): see resume_at
         self.short = np.arange(len(lengths))
-        if self.budget and shuffle:
-            limit = self.budget.long_side(batch_size)
+        if shuffle:
+            self._prepare_training()
+
+    def _prepare_training(self) -> None:
+        """What every training epoch's batches are cut from, set once: the long pairs' own batches, by the budget."""
+        if self.budget:
+            sides, limit = self.sides, self.budget.long_side(self.batch_size)
             long = (sides[:, 0] > limit) | (sides[:, 1] > limit)
             self.short = np.flatnonzero(~long)
-            ordered = np.flatnonzero(long)[np.argsort(lengths[long], kind="stable")]
-            self.long_batches = self.budget.batches(ordered, sides, batch_size)
+            ordered = np.flatnonzero(long)[np.argsort(self.lengths[long], kind="stable")]
+            self.long_batches = self.budget.batches(ordered, sides, self.batch_size)
 
     @property
     def sampler(self) -> BucketBatchSampler:
@@ -217,8 +222,12 @@ class QueryBatchSampler(BucketBatchSampler):
     as for BucketBatchSampler."""
 
     def __init__(self, lengths: np.ndarray, batch_size: int, labels: np.ndarray, groups: np.ndarray, **kwargs):
+        self.labels = labels
         super().__init__(lengths, batch_size, shuffle=True, groups=groups, **kwargs)
-        self.short, self.long_batches = np.arange(0), []
+
+    def _prepare_training(self) -> None:
+        """The packed batches of whole queries (or of a long query's parts), set once."""
+        lengths, batch_size, labels, groups = self.lengths, self.batch_size, self.labels, self.groups
         sides = self.sides if self.sides is not None else np.stack([lengths, np.zeros_like(lengths)], 1)
         budget = self.budget or Budget()
         alone = np.flatnonzero(groups < 0)
