@@ -146,7 +146,10 @@ def write_page(
         lines += ["with the corpora under `paths.data_dir` (add `paths.data_dir=/path/to/corpora`, or set "
                   "`MATCHING_DATA_DIR`).", ""]  # fmt: skip
     lines += ["## Protocol", ""]
-    tasks = "; ".join(f"**{t}** (`{' '.join(o)}`)" for t, o in spec.tasks.items())
+    tasks = "; ".join(
+        f"**{t}** (`{' '.join(o)}`)" if o else f"**{t}** (each family names its task config)"
+        for t, o in spec.tasks.items()
+    )
     budget = f"the first {spec.budget} settings of each grid" if spec.budget else "every setting of each grid"
     if spec.budget == 1:
         budget = "the first setting of each grid (the values written first), so nothing is selected"
