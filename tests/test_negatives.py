@@ -198,3 +198,26 @@ def test_vectors_need_static_vectors(tmp_path):
     )  # fmt: skip
     with pytest.raises(ConfigError, match="static word vectors"):
         build_datamodule(cfg).prepare_splits(["train"])
+
+
+def test_every_run_keeps_and_logs_its_own_mined_lists_with_a_shared_cache(tmp_path, caplog):
+    """Two runs with the same settings and cache folder: the second mines again (or reads its own folder), keeps the
+    lists in its folder and logs them; a prepared corpus in the shared cache would have skipped all three."""
+    import logging
+
+    from matching.runs import build_datamodule
+
+    folders = []
+    for name in ("first", "second"):
+        cfg = compose_train(
+            tmp_path, "task=pairs_positives",
+            f"task.splits.train.path={POSITIVES / 'train.jsonl'}", f"task.splits.dev.path={POSITIVES / 'dev.jsonl'}",
+        )  # fmt: skip
+        run_dir = tmp_path / name
+        with caplog.at_level(logging.INFO, logger="matching.data.negatives"):
+            caplog.clear()
+            build_datamodule(cfg, run_dir=run_dir).setup("fit")
+        assert "train: 48 negatives mined by bm25" in caplog.text
+        folders.append(run_dir)
+    first, second = (_mined_file(f, "train") for f in folders)
+    assert first == second and first[0]["pairs"] == 48

@@ -273,8 +273,10 @@ class PairDataModule(pl.LightningDataModule):
         return Vocabulary(vocab.words + extra, self.oov_buckets)
 
     def _cache_entry(self, wanted: list[str]) -> Path | None:
-        """Where the prepared `wanted` splits are cached; None when caching is off or a split is not local."""
-        if not self.use_cache or self.cache_dir is None:
+        """Where the prepared `wanted` splits are cached; None when caching is off or a split is not local, and for a
+        task with mined negatives: each run keeps (or mines) its own lists in its folder and logs what they are, which
+        a run whose splits came from the shared cache would not."""
+        if not self.use_cache or self.cache_dir is None or self.miner is not None:
             return None
         splits = self.task.splits
         stamps = {n: file_stamp(resolve_path(splits[n].path, self.data_dir)) for n in wanted}
