@@ -34,10 +34,16 @@ from matching.data.vocab import Vocabulary
 from matching.errors import ConfigError, UserError
 from matching.files import write_atomic
 from matching.model import DecomposableAttention, MatchOutput
-from matching.sweeps import command_line_overrides
 from matching.system import MatchingSystem
 
 log = logging.getLogger(__name__)
+
+
+def command_line_overrides() -> list[str]:
+    """The overrides the run was started with (Hydra's), or none when the config was not composed by Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
 def build_task(cfg: DictConfig) -> Task:

@@ -116,17 +116,14 @@ def config_differences(saved: dict, current: dict, ignored: set[str]) -> list[st
     return differ
 
 
-def command_line_overrides() -> list[str]:
-    """The overrides the run was started with (Hydra's), or none when the config was not composed by Hydra."""
-    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-
-
 def newer_keys(saved: dict, current: dict, ignored: set[str]) -> set[str]:
     """The keys of the job's config that the saved one lacks and the job's overrides do not name: keys a newer
     version of matching added, at their defaults (which keep the earlier behaviour), so that a sweep or a study
     resumes across an upgrade. A key the job's command line sets is a difference like any other."""
     old = _flatten(saved)
-    given = {o.split("=", 1)[0].lstrip("+~") for o in command_line_overrides()}
+    given = set()
+    if HydraConfig.initialized():
+        given = {o.split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task}
     added = {k for k in _flatten(current) if k not in old and k not in ignored and not k.startswith(_LOCATION_KEYS)}
     return {k for k in added if not any(k == g or k.startswith(g + ".") for g in given)}
 
