@@ -294,7 +294,7 @@ class PairDataModule(pl.LightningDataModule):
                 "oov_buckets": self.oov_buckets,
                 "pretrained": self.vectors.identity() if self.builds_vocabulary and self.vectors else None,
                 "vocab": None if self.vocab is None else hashlib.sha256("\n".join(self.vocab.tokens).encode()).hexdigest(),  # noqa: E501
-            } | self._negatives_key()
+            }
         )  # fmt: skip
         return Path(self.cache_dir) / "corpora" / f"{self.task.name}-{key}.npz"
 
