@@ -148,7 +148,7 @@ def test_report_against_a_baseline_on_the_trained_sweep(multirun, tmp_path, caps
     coda = rows["coda"]
     assert float(coda["diff"]) == pytest.approx(float(coda["mean"]) - float(rows["softmax"]["mean"]), abs=0.02)
     assert float(coda["ci_low"]) <= float(coda["diff"]) <= float(coda["ci_high"]) and 0 < float(coda["p_value"]) <= 1
-    assert "vs baseline: Δ [95 % CI]" in capsys.readouterr().out
+    assert "| Δ [95 % CI, seeds and units] | p (Holm) | verdict (the method)" in capsys.readouterr().out
     assert (tmp_path / "disagreements.md").read_text().startswith("# Where the aligners disagree")
 
 
@@ -213,8 +213,9 @@ def test_controlled_rows_are_compared_with_the_baseline_of_the_same_score_functi
 
 
 def test_a_difference_in_noise_is_reported_as_not_resolved_with_what_would_be(tmp_path, capsys):
-    """CoDA +1 MAP point over softmax on 122 questions whose differences spread ±15 points: p is large, and the
-    report says 'not resolved at this size' with the difference this many questions could detect, never 'equal'."""
+    """CoDA +1 MAP point over softmax on 122 questions whose differences spread ±15 points, every seed alike: p is
+    large, and the report says 'not resolved' with the difference these seeds and questions could detect (here the
+    units' alone: Student's t on 121 degrees of freedom), that more seeds would not help, and never 'equal'."""
     questions = [f"Q{i}" for i in range(122)]
     base = {q: 0.6 for q in questions}
     coda = {q: 0.6 + 0.01 + 0.15 * (-1) ** i for i, q in enumerate(questions)}
@@ -225,9 +226,16 @@ def test_a_difference_in_noise_is_reported_as_not_resolved_with_what_would_be(tm
                      [f"aligner={aligner}", "aligner.projection=none", f"seed={seed}"], "none", units)  # fmt: skip
     rows = {(r.aligner, r.metric): r.comparison for r in report(tmp_path, "softmax")}
     row = rows[("coda", "map")]
-    assert row.verdict == "not resolved at this size" and row.p_value > 0.05
-    assert row.detectable == pytest.approx(100 * 2.8016 * 0.15 * (122 / 121) ** 0.5 / 122**0.5, abs=0.02)
-    assert f"| not resolved at this size; detectable: {row.detectable:.2f} |" in capsys.readouterr().out
+    from scipy import stats
+
+    assert row.verdict == "not resolved" and row.p_value > 0.05 and row.units_limit
+    t = stats.t.ppf(0.975, 121) + stats.t.ppf(0.8, 121)
+    assert row.detectable == pytest.approx(100 * t * 0.15 * (122 / 121) ** 0.5 / 122**0.5, abs=0.02)
+    printed = capsys.readouterr().out
+    assert (
+        f"| not resolved; detectable: {row.detectable:.2f}; more seeds would not detect it (the units limit it) |"
+        in printed
+    )
 
 
 def test_a_row_whose_same_f_baseline_has_not_finished_says_so(tmp_path):
@@ -313,10 +321,13 @@ def test_a_value_that_is_not_there_is_none_in_a_row_and_an_empty_cell_or_a_dash_
     header, line = to_csv([row]).splitlines()
     assert header.split(",") == ["task", "aligner", "variant", "split", "metric", "mean", "std", "n", "seeds",
                                  "paper_test", "planned", "missing", "baseline", "diff", "ci_low", "ci_high",
-                                 "p_value", "units", "detectable", "verdict", "note"]  # fmt: skip
-    assert line == "snli,conflict,,dev,acc,61.5,0.5,2,1 2,,3,seed 3 (not started),,,,,,,,,no softmax row for this task"
+                                 "p_value", "p_adjusted", "compared_with", "df", "seed_counts", "units", "detectable",
+                                 "verdict", "seeds_needed", "units_limit", "units_ci_low", "units_ci_high", "units_p",
+                                 "note"]  # fmt: skip
+    assert line == ("snli,conflict,,dev,acc,61.5,0.5,2,1 2,,3,seed 3 (not started),,,,,,,,,,,,,,False,,,,"
+                    "no softmax row for this task")  # fmt: skip
     assert (
-        "| snli | conflict | – | dev | acc | 61.50 ± 0.50 | 2 of 3 | – | no softmax row for this task | – | – "
+        "| snli | conflict | – | dev | acc | 61.50 ± 0.50 | 2 of 3 | – | no softmax row for this task | – | – | – "
         "| seed 3 (not started) |" in to_markdown([row])
     )
     assert to_csv([replace(row, comparison=None)]).splitlines()[0].endswith(",planned,missing")
@@ -330,7 +341,7 @@ def test_the_ranking_puts_the_largest_difference_first_and_marks_what_each_compa
         return Row("wikiqa", aligner, variant, "dev", "map", mean, 1.0, 3, (1, 2, 3), None, 3, {}, comparison)
 
     def tested(diff, p, detectable):
-        verdict = "resolved" if p < 0.05 else "not resolved at this size"
+        verdict = "resolved" if p < 0.05 else "not resolved"
         return Comparison("softmax F=none", diff, diff - 2, diff + 2, p, 122, detectable, verdict)
 
     rows = [

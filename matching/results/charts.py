@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -50,9 +51,8 @@ def write_chart(rows: list[Row], path: Path) -> list[str]:
             c = r.comparison or Comparison()
             note = f"n = {r.n}" + ("\nbaseline" if c.is_baseline else "")
             if c.tested:
-                verdict = str(c.verdict).replace(" at this size", "")
-                note = (f"Δ {points(c.diff)} vs\n{c.baseline}\np = {c.p_value:.2g}, {verdict}\n"
-                        f"detectable {c.detectable:.1f}\n" + note)  # fmt: skip
+                note = f"Δ {points(c.diff)} vs\n{c.baseline}\n{_p_text(c)}, {c.verdict}\n" + (
+                    "" if math.isnan(c.detectable) else f"detectable {c.detectable:.1f}\n") + note  # fmt: skip
             ax.text(i, top + 0.5, note, ha="center", va="bottom", fontsize=7)
         ax.set_xticks(list(x), ["\n".join(textwrap.wrap(r.label, 16)) for r in shown], fontsize=7)
         role = "held-out, final" if split.startswith("test") else "selection"
@@ -67,6 +67,18 @@ def write_chart(rows: list[Row], path: Path) -> list[str]:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return [f"{task}: {split} {metric}" for task, metric, split in sorted(panels)]
+
+
+def _p_text(c: Comparison) -> str:
+    """ "p = 0.012" (Holm-adjusted where the page adjusted it), or "too few seeds"."""
+    if math.isnan(c.p_value):
+        return "too few seeds"
+    adjusted = c.p_adjusted is not None and not math.isnan(c.p_adjusted) and (c.compared_with or 1) > 1
+    return f"p = {c.p_adjusted:.2g} (Holm)" if adjusted else f"p = {c.p_value:.2g}"
+
+
+def _finite(x: float, instead: float) -> float:
+    return instead if math.isnan(x) else x
 
 
 def _aligner_colours(rows: list[Row], plt) -> dict[str, tuple]:
@@ -91,8 +103,6 @@ def write_ranking(rows: list[Row], path: Path) -> list[str]:
     interval inside its band is a comparison too small to tell, whatever its sign. Colours as in `write_chart`.
     Returns the panels' titles; writes nothing when no row was tested."""
     require("matplotlib", "plots", "the report's ranking chart").use("Agg")
-    import math
-
     import matplotlib.pyplot as plt
 
     panels = ranked(rows)
@@ -110,15 +120,18 @@ def write_ranking(rows: list[Row], path: Path) -> list[str]:
                 ax.barh(y, 2 * band, left=-band, height=0.7, color="0.9", zorder=0)
             colour = colours[r.aligner]
             face = colour if c.verdict == "resolved" else "white"
-            ax.errorbar(c.diff, y, xerr=[[c.diff - c.ci_low], [c.ci_high - c.diff]], fmt="o", capsize=3,
+            low, high = (c.diff, c.diff) if math.isnan(c.ci_low) else (c.ci_low, c.ci_high)
+            ax.errorbar(c.diff, y, xerr=[[c.diff - low], [high - c.diff]], fmt="o", capsize=3,
                         color=colour, markerfacecolor=face, zorder=2)  # fmt: skip
-            ax.text(c.ci_high, y, f"  {points(c.diff)}, p = {c.p_value:.2g}", va="center", fontsize=7)
+            ax.text(high, y, f"  {points(c.diff)}, {_p_text(c)}", va="center", fontsize=7)
         ax.axvline(0.0, color="black", linewidth=0.8)
         ax.set_yticks(range(len(shown)), [f"{r.label.replace('aligner.', '')} ({r.mean:.2f})" for r in shown],
                       fontsize=7)  # fmt: skip
         ax.set_ylim(-0.6, len(shown) - 0.4)
-        lows = [min(r.comparison.ci_low, -band) for r, band in zip(shown, bands, strict=True)]
-        highs = [max(r.comparison.ci_high, band) for r, band in zip(shown, bands, strict=True)]
+        ends = [(_finite(r.comparison.ci_low, r.comparison.diff), _finite(r.comparison.ci_high, r.comparison.diff))
+                for r in shown]  # fmt: skip
+        lows = [min(low, -band) for (low, _), band in zip(ends, bands, strict=True)]
+        highs = [max(high, band) for (_, high), band in zip(ends, bands, strict=True)]
         span = max(highs) - min(lows)
         ax.set_xlim(min(lows) - 0.05 * span, max(highs) + 0.3 * span)  # room for the labels on the right
         role = "held-out, final" if split.startswith("test") else "selection"
@@ -126,8 +139,8 @@ def write_ranking(rows: list[Row], path: Path) -> list[str]:
                      and r.comparison.is_baseline), None)  # fmt: skip
         against = shown[0].comparison.baseline + (f" ({base.mean:.2f})" if base else "")
         ax.set_title(f"{task}: {split} {metric} ({role}), Δ vs {against}", fontsize=10)
-        ax.set_xlabel(f"Δ {metric} (points), 95 % interval; filled: resolved (p < 0.05); grey: ± detectable Δ "
-                      "(80 % power); each row: name (mean)", fontsize=7)  # fmt: skip
+        ax.set_xlabel(f"Δ {metric} (points), 95 % interval over seeds and units; filled: resolved (Holm-adjusted "
+                      "p < 0.05); grey: ± detectable Δ (80 % power); each row: name (mean)", fontsize=7)  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -12,19 +12,30 @@ BASELINE = "baseline"
 
 @dataclass(frozen=True)
 class Comparison:
-    """A row against its baseline's row: the paired test of `matching.results.significance` over the units
-    (questions or examples) both were scored on, each unit's score averaged over its seeds, in points and rounded
-    as the table shows them. A row that was not tested has only a `note`: why, or that it is the baseline."""
+    """A row against its baseline's row, in points and rounded as the table shows them. The verdict is about the
+    method: the test of `matching.results.significance.method_test`, whose unit of chance is the training run as
+    well as the question (or example), with its p adjusted for the page's many comparisons (Holm). The conditional
+    test over units ("these trained models", seeds averaged) is kept beside it (`units_*`). A row that was not tested
+    has only a `note`: why, or that it is the baseline."""
 
     baseline: str | None = None  # the label (aligner and variant) of the row compared with
     diff: float | None = None  # the mean difference
-    ci_low: float | None = None  # its 95 % interval (paired bootstrap)
+    ci_low: float | None = None  # its 95 % interval, seeds and units counted (NaN with one seed on a side)
     ci_high: float | None = None
-    p_value: float | None = None  # two-sided paired randomization test, three significant digits
-    units: int | None = None  # the questions (or examples) both rows were scored on
-    detectable: float | None = None  # the difference found with 80 % power (NaN with fewer than two units)
-    verdict: str | None = None  # "resolved" or "not resolved at this size"
+    p_value: float | None = None  # the method test's two-sided p, three significant digits (NaN: too few seeds)
+    units: int | None = None  # the questions (or examples) every seed of both rows was scored on
+    detectable: float | None = None  # the difference these seeds and units find with 80 % power (NaN: too few)
+    verdict: str | None = None  # "resolved", "not resolved" or "too few seeds", from the adjusted p
     note: str | None = None  # "baseline", why there is no test, or that only some seeds had scores
+    p_adjusted: float | None = None  # p after Holm's adjustment over the comparisons of its metric and split
+    compared_with: int | None = None  # m: how many comparisons that adjustment counted
+    seed_counts: str | None = None  # "3 vs 3": the seeds a side the test had
+    seeds_needed: int | None = None  # seeds a side that would find the observed Δ with 80 % power (unresolved only)
+    units_limit: bool = False  # no number of seeds would: the units' own spread is too large for this Δ
+    df: float | None = None  # Satterthwaite's degrees of freedom
+    units_ci_low: float | None = None  # the conditional test over units: 95 % paired-bootstrap interval
+    units_ci_high: float | None = None
+    units_p: float | None = None  # its paired randomization p
 
     @property
     def tested(self) -> bool:
@@ -33,6 +44,15 @@ class Comparison:
     @property
     def is_baseline(self) -> bool:
         return self.note == BASELINE
+
+    def seeds_text(self) -> str:
+        """What more seeds would do for an unresolved comparison: "n seeds a side would detect it", "more seeds
+        would not: more units would", or ""."""
+        if self.verdict != "not resolved":
+            return ""
+        if self.units_limit:
+            return "more seeds would not detect it (the units limit it)"
+        return f"{self.seeds_needed} seeds a side would detect it" if self.seeds_needed else ""
 
 
 @dataclass(frozen=True)

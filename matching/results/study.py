@@ -13,7 +13,15 @@ from matching.files import write_text_atomic
 from matching.results.charts import write_chart, write_ranking
 from matching.results.discovery import Run, find_runs, wiring_reason
 from matching.results.rows import Row
-from matching.results.tables import compare, disagreements, metric_key, summarise, to_csv, to_markdown
+from matching.results.tables import (
+    adjust_for_many,
+    compare,
+    disagreements,
+    metric_key,
+    summarise,
+    to_csv,
+    to_markdown,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +64,7 @@ def report(
                 f"baseline={baseline!r}: no run has the aligner {aligner!r}; the runs have "
                 f"{sorted({r.aligner for r in rows})}"
             )
-        rows = compare(rows, runs, baseline)
+        (rows,) = adjust_for_many([compare(rows, runs, baseline)])
     out = out or (paths[0] if paths[0].is_dir() else paths[0].parent)
     markdown = to_markdown(rows)
     write_text_atomic(out / "report.md", markdown)

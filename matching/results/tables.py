@@ -16,7 +16,7 @@ from dataclasses import replace
 from matching.results.discovery import Run
 from matching.results.rows import BASELINE, Comparison, Row
 from matching.results.scores import METRIC_COLUMNS, ranked_answers, unit_rows, unit_scores
-from matching.results.significance import paired_test, seed_mean
+from matching.results.significance import ALPHA, RESOLVED, holm, method_test, paired_test, seed_mean
 
 log = logging.getLogger(__name__)
 
@@ -115,9 +115,10 @@ def _baseline_row(row: Row, rows: list[Row], aligner: str, variant: str | None) 
 
 def compare(rows: list[Row], runs: list[Run], baseline: str) -> list[Row]:
     """Each row with its comparison with the baseline aligner's row (`baseline`: an aligner, optionally with a
-    variant, e.g. "softmax" or "softmax F=parikh"): mean difference in points, 95 % bootstrap interval and paired
-    randomization p over the units (questions or examples) both were scored on, each unit's score averaged over
-    its seeds (`matching.results.significance`), from the runs' `scores/` files."""
+    variant, e.g. "softmax" or "softmax F=parikh"), from the runs' `scores/` files: the method-level test over seeds
+    and units (difference in points, 95 % interval, p, detectable Δ, seeds needed) and the conditional test over
+    units beside it (`matching.results.significance`). The verdicts are those of the raw p; `adjust_for_many`
+    turns them into the page's family-wise ones."""
     aligner, _, named = baseline.strip().partition(" ")
     variant = named or None
     members: dict[tuple[str, str, str | None], list[Run]] = defaultdict(list)
@@ -125,11 +126,10 @@ def compare(rows: list[Row], runs: list[Run], baseline: str) -> list[Row]:
         if not run.missing:
             members[(run.task, run.aligner, run.variant)].append(run)
 
-    def units(row: Row) -> tuple[dict[str, float] | None, int]:
+    def units(row: Row) -> list[dict[str, float]]:
         prefix, name = _prefix_and_name(row.split, row.metric)
         per_seed = [unit_scores(r.path, prefix, name) for r in members[(row.task, row.aligner, row.variant)]]
-        have = [u for u in per_seed if u is not None]
-        return (seed_mean(have) if have else None), len(have)
+        return [u for u in per_seed if u is not None]
 
     compared = []
     for row in rows:
@@ -141,8 +141,8 @@ def compare(rows: list[Row], runs: list[Run], baseline: str) -> list[Row]:
             if base is None:
                 comparison = Comparison(note=why)
             else:
-                (mine, mine_seeds), (theirs, their_seeds) = units(row), units(base)
-                test = paired_test(mine, theirs) if mine is not None and theirs is not None else None
+                mine, theirs = units(row), units(base)
+                test = method_test(mine, theirs) if mine and theirs else None
                 if test is None:
                     comparison = Comparison(
                         baseline=base.label,
@@ -151,16 +151,58 @@ def compare(rows: list[Row], runs: list[Run], baseline: str) -> list[Row]:
                         else "no per-question scores (runs from before scores/ existed: evaluate their best.ckpt)",
                     )
                 else:
-                    partial = mine_seeds < row.n or their_seeds < base.n
+                    conditional = paired_test(seed_mean(mine), seed_mean(theirs))
+                    partial = len(mine) < row.n or len(theirs) < base.n
                     comparison = Comparison(
-                        baseline=base.label, diff=round(100 * test.difference, 2), ci_low=round(100 * test.low, 2),
-                        ci_high=round(100 * test.high, 2), p_value=float(f"{test.p_value:.3g}"), units=test.units,
-                        detectable=round(100 * test.detectable, 2), verdict=test.verdict,
-                        note=f"scores of {mine_seeds} of {row.n} and {their_seeds} of {base.n} seeds" if partial
+                        baseline=base.label, diff=round(100 * test.difference, 2), ci_low=_points(test.low),
+                        ci_high=_points(test.high), p_value=_p(test.p_value), units=test.units,
+                        detectable=_points(test.detectable), verdict=test.verdict(),
+                        note=f"scores of {len(mine)} of {row.n} and {len(theirs)} of {base.n} seeds" if partial
                         else None,
+                        seed_counts=f"{test.seeds[0]} vs {test.seeds[1]}", seeds_needed=test.seeds_needed,
+                        units_limit=test.units_limit, df=None if math.isnan(test.df) else round(test.df, 1),
+                        units_ci_low=_points(conditional.low), units_ci_high=_points(conditional.high),
+                        units_p=_p(conditional.p_value),
                     )  # fmt: skip
         compared.append(replace(row, comparison=comparison))
     return compared
+
+
+def _points(x: float) -> float:
+    return float("nan") if math.isnan(x) else round(100 * x, 2)
+
+
+def _p(p: float) -> float:
+    return float("nan") if math.isnan(p) else float(f"{p:.3g}")
+
+
+#: How a page with many comparisons keeps its family-wise error, as the page states it.
+MANY_RULE = (
+    "Holm's step-down adjustment over every comparison of one metric on one split on this page (m of them), so "
+    f"that the chance of any false 'resolved' among them stays at most {ALPHA:g}; the verdict uses the adjusted p"
+)
+
+
+def adjust_for_many(compared: list[list[Row]]) -> list[list[Row]]:
+    """The rows of one page (one list per baseline) with each comparison's p adjusted by Holm over every tested
+    comparison of the same split and metric (across tasks and baselines), and its verdict from the adjusted p."""
+    family: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
+    for i, rows in enumerate(compared):
+        for j, row in enumerate(rows):
+            c = row.comparison
+            if c is not None and c.tested and c.p_value is not None and not math.isnan(c.p_value):
+                family[(row.split, row.metric)].append((i, j))
+    out = [list(rows) for rows in compared]
+    for members in family.values():
+        adjusted = holm([compared[i][j].comparison.p_value for i, j in members])
+        for (i, j), p in zip(members, adjusted, strict=True):
+            c = compared[i][j].comparison
+            verdict = RESOLVED if p < ALPHA else "not resolved"
+            out[i][j] = replace(
+                compared[i][j],
+                comparison=replace(c, p_adjusted=float(f"{p:.3g}"), compared_with=len(members), verdict=verdict),
+            )
+    return out
 
 
 def _ours(r: Row) -> str:
@@ -175,25 +217,43 @@ def points(x: float) -> str:
     return "0.00" if text in ("+0.00", "-0.00") else text
 
 
-def _versus(c: Comparison) -> tuple[str, str, str]:
-    """(Δ [95 % CI], p, what the comparison resolves) of a row compared with its baseline."""
+def _nan(x: float | None) -> bool:
+    return x is None or math.isnan(x)
+
+
+def versus_cells(c: Comparison) -> tuple[str, str, str, str]:
+    """(Δ [95 % CI], p, the verdict about the method with what it could detect, the conditional test over units) of
+    a row compared with its baseline, as the report and a study's page show them."""
     if not c.tested:
-        return ("baseline", "–", "–") if c.is_baseline else (c.note or "–", "–", "–")
-    detectable = "" if math.isnan(c.detectable) else f"; detectable: {c.detectable:.2f}"
-    return (
-        f"{points(c.diff)} [{points(c.ci_low)}, {points(c.ci_high)}]",
-        f"{c.p_value:.3g}",
-        f"{c.verdict}{detectable}",
+        return ("baseline", "–", "–", "–") if c.is_baseline else (c.note or "–", "–", "–", "–")
+    conditional = (
+        "–" if _nan(c.units_p) else f"[{points(c.units_ci_low)}, {points(c.units_ci_high)}], p = {c.units_p:.3g}"
     )
+    if c.verdict == "too few seeds":
+        few = f"too few seeds ({c.seed_counts}): one seed says nothing about the method's spread"
+        return f"{points(c.diff)} [–]", "–", few, conditional
+    p = f"{c.p_value:.3g}"
+    if c.compared_with and c.compared_with > 1 and not _nan(c.p_adjusted):
+        p = f"{c.p_adjusted:.3g} (raw {c.p_value:.3g}, m = {c.compared_with})"
+    verdict = f"{c.verdict}; detectable: {c.detectable:.2f}" if not _nan(c.detectable) else str(c.verdict)
+    more = c.seeds_text()
+    return (f"{points(c.diff)} [{points(c.ci_low)}, {points(c.ci_high)}]", p, verdict + (f"; {more}" if more else ""),
+            conditional)  # fmt: skip
+
+
+#: The comparison columns' heads, as the report and a study's page write them.
+VERSUS_HEADS = ("Δ [95 % CI, seeds and units]", "p (Holm)", "verdict (the method); detectable Δ (80 % power)",
+                "these trained models only: units CI, p")  # fmt: skip
 
 
 def to_markdown(rows: list[Row]) -> str:
     """The table; a row short of seeds says so (`1 of 2`) and names the missing ones in its last column; with a
-    baseline, each row's difference from it (points, 95 % interval) and its p-value."""
+    baseline, each row's difference from it (points, 95 % interval counting seeds and units), its p (adjusted for
+    the table's many comparisons), the verdict about the method, and the conditional test over units."""
     compared = any(r.comparison is not None for r in rows)
     header = "| task | aligner | variant | split | metric | ours (mean ± std, %) | seeds | paper (test, %) |"
     if compared:
-        header += " vs baseline: Δ [95 % CI] | p | verdict; detectable Δ (80 % power) |"
+        header += "".join(f" {h} |" for h in VERSUS_HEADS)
     lines = [header + " missing |", "|---" * (header.count("|")) + "|"]
     for r in rows:
         seeds = f"{r.n} of {r.planned}" if r.missing else f"{r.n}"
@@ -202,8 +262,7 @@ def to_markdown(rows: list[Row]) -> str:
             f"| {seeds} | {r.paper_test if r.paper_test is not None else '–'} |"
         )
         if compared:
-            delta, p, verdict = _versus(r.comparison or Comparison())
-            line += f" {delta} | {p} | {verdict} |"
+            line += "".join(f" {cell} |" for cell in versus_cells(r.comparison or Comparison()))
         lines.append(line + f" {r.missing_text() or '–'} |")
     return "\n".join(lines) + "\n"
 
@@ -211,7 +270,9 @@ def to_markdown(rows: list[Row]) -> str:
 #: The columns of report.csv: a row's, then with a baseline its comparison's.
 ROW_COLUMNS = ("task", "aligner", "variant", "split", "metric", "mean", "std", "n", "seeds", "paper_test", "planned",
                "missing")  # fmt: skip
-COMPARISON_COLUMNS = ("baseline", "diff", "ci_low", "ci_high", "p_value", "units", "detectable", "verdict", "note")
+COMPARISON_COLUMNS = ("baseline", "diff", "ci_low", "ci_high", "p_value", "p_adjusted", "compared_with", "df",
+                      "seed_counts", "units", "detectable", "verdict", "seeds_needed", "units_limit", "units_ci_low",
+                      "units_ci_high", "units_p", "note")  # fmt: skip
 
 
 def to_csv(rows: list[Row]) -> str:

@@ -20,9 +20,17 @@ from matching.extras import MissingExtraError
 from matching.files import write_text_atomic
 from matching.results.charts import write_ranking
 from matching.results.discovery import Run
-from matching.results.rows import Row
+from matching.results.rows import Comparison, Row
 from matching.results.scores import ranked_answers, unit_rows
-from matching.results.tables import compare, metric_key, points, summarise
+from matching.results.tables import (
+    MANY_RULE,
+    VERSUS_HEADS,
+    adjust_for_many,
+    compare,
+    metric_key,
+    summarise,
+    versus_cells,
+)
 from matching.studies.results import RunResult
 from matching.studies.selection import Choice, rule
 from matching.studies.spec import StudySpec
@@ -62,18 +70,6 @@ def _span(values: list[float], digits: int = 1) -> str:
         return "–"
     low, high = min(values), max(values)
     return f"{low:.{digits}f}" if f"{low:.{digits}f}" == f"{high:.{digits}f}" else f"{low:.{digits}f}–{high:.{digits}f}"
-
-
-def _versus(row: Row) -> tuple[str, str, str]:
-    c = row.comparison
-    if c is None:
-        return "–", "–", "–"
-    if c.is_baseline:
-        return "baseline", "–", "–"
-    if not c.tested:
-        return c.note or "–", "–", "–"
-    detectable = "" if math.isnan(c.detectable) else f"; {c.detectable:.2f}"
-    return f"{points(c.diff)} [{points(c.ci_low)}, {points(c.ci_high)}]", f"{c.p_value:.3g}", f"{c.verdict}{detectable}"
 
 
 def pick_pair(spec: StudySpec, task: str, run: RunResult) -> tuple[str, str] | None:
@@ -134,7 +130,9 @@ def write_page(
     kept = {(c.task, c.family): c.chosen.slug for c in choices if c.chosen is not None}
     runs = _runs(results, kept)
     rows = summarise(runs) if runs else []
-    compared = {b: compare(rows, runs, b) for b in spec.baselines} if rows else {}
+    compared = dict(zip(spec.baselines, adjust_for_many([compare(rows, runs, b) for b in spec.baselines]), strict=True))
+    if not rows:
+        compared = {}
     finished = [r for r in results if r.finished]
     minutes = [r.minutes for r in finished if r.minutes is not None]
     lines = [f"# Study `{spec.name}`", ""]
@@ -163,9 +161,14 @@ def write_page(
         + ".",
         f"- Selection: {rule(spec)}",
         f"- Baselines: {', '.join(spec.families[b].label for b in spec.baselines) or 'none'}. Each row's Δ is its "
-        "difference from the baseline in points, with a 95 % paired-bootstrap interval and a paired randomization "
-        "p-value over the dev questions (or examples), each scored as the mean over its seeds; the verdict is "
-        "'resolved' at p < 0.05, and the detectable Δ is the difference those units would detect with 80 % power.",
+        "difference from the baseline in points. Its 95 % interval and p count the seeds and the questions (or "
+        "examples) together: the training run is a unit of chance like a question (a crossed seeds × units design, "
+        "Student's t on Satterthwaite's degrees of freedom; docs/comparing.md), so the verdict is about the method, "
+        "not the seeds drawn. The detectable Δ is the difference these seeds and units would find with 80 % power; "
+        "an unresolved row says how many seeds a side would find its Δ. With one seed on a side there is no verdict. "
+        "Beside it, the conditional test over units alone (these trained models, seeds averaged), which says "
+        "nothing about the method.",
+        f"- Many comparisons: {MANY_RULE}.",
         "- Held-out test: " + _test_text(spec, tested),
     ]
     numerics = _numerics(finished)
@@ -276,7 +279,10 @@ def _confirmed_table(
     metrics = list(dict.fromkeys(r.metric for r in task_rows))
     head = "| family | setting | metric | mean ± std (seeds " + seeds + ") | best epochs | minutes per run |"
     for b in spec.baselines:
-        head += f" Δ vs {spec.families[b].label} [95 % CI] | p | verdict; detectable Δ |"
+        head += (
+            f" Δ vs {spec.families[b].label} {VERSUS_HEADS[0].removeprefix('Δ ')} | {VERSUS_HEADS[1]} | "
+            f"{VERSUS_HEADS[2]} | {VERSUS_HEADS[3]} |"
+        )
     lines += [head, "|---" * (head.count("|") - 1) + "|"]
     order = {f: i for i, f in enumerate(spec.families)}
     for metric in metrics:
@@ -307,15 +313,18 @@ def _confirmed_table(
             for b in spec.baselines:
                 here = (task, row.aligner, split, metric)
                 mine = next(r for r in compared[b] if (r.task, r.aligner, r.split, r.metric) == here)
-                delta, p, verdict = _versus(mine)
-                line += f" {delta} | {p} | {verdict} |"
+                line += "".join(f" {cell} |" for cell in versus_cells(mine.comparison or Comparison()))
                 c = mine.comparison
                 record |= {
                     f"{b}_diff": c.diff if c else None,
                     f"{b}_ci": f"{c.ci_low} {c.ci_high}" if c and c.tested else "",
                     f"{b}_p": c.p_value if c else None,
+                    f"{b}_p_holm": c.p_adjusted if c else None,
                     f"{b}_detectable": c.detectable if c else None,
                     f"{b}_verdict": c.verdict if c else None,
+                    f"{b}_seeds_needed": c.seeds_needed if c else None,
+                    f"{b}_units_ci": f"{c.units_ci_low} {c.units_ci_high}" if c and c.tested else "",
+                    f"{b}_units_p": c.units_p if c else None,
                 }
             table_rows.append(record)
             lines.append(line)
