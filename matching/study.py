@@ -73,7 +73,8 @@ def study_command(cfg: DictConfig) -> Path:
     tested = json.loads(tested_file.read_text()) if tested_file.is_file() else None
     given = [o for o in HydraConfig.get().overrides.task if o.split("=", 1)[0] not in _NOT_REPRODUCING]
     typed = "python -m matching.study " + shlex.join(given)
-    page = write_page(spec, out, outcome.choices, list(results.values()), typed, tested, figures=bool(cfg.figures))
+    page = write_page(spec, out, outcome.choices, list(results.values()), typed, tested, figures=bool(cfg.figures),
+                      seeds=outcome.seeds)  # fmt: skip
     print(f"wrote {page} (and study.csv{', the figures' if cfg.figures else ''}) in {out}")
     if not outcome.complete:
         missing = [r.planned.relative for r in results.values() if not r.finished]

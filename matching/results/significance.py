@@ -208,7 +208,8 @@ class MethodTest:
         return RESOLVED if (self.p_value if p_adjusted is None else p_adjusted) < ALPHA else NOT_RESOLVED
 
 
-def _table(per_seed: Sequence[dict[str, float]], units: list[str]) -> np.ndarray:
+def unit_table(per_seed: Sequence[dict[str, float]], units: list[str]) -> np.ndarray:
+    """(seeds, units) scores of one system over `units`, one row per seed."""
     return np.array([[scores[u] for u in units] for scores in per_seed], dtype=np.float64)
 
 
@@ -224,7 +225,7 @@ def method_test(system: Sequence[dict[str, float]], baseline: Sequence[dict[str,
     units = common_units(system, baseline)
     if not units or not system or not baseline:
         return None
-    a, b = _table(system, units), _table(baseline, units)
+    a, b = unit_table(system, units), unit_table(baseline, units)
     seeds = (len(a), len(b))
     difference = float(a.mean() - b.mean())
     if min(seeds) < 2 or len(units) < 2:

@@ -30,12 +30,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from statistics import NormalDist
 
 import numpy as np
 
-from matching.results.sequential import looks, nominal_levels
-from matching.results.significance import ALPHA, POWER, t_p_value, variance_parts
+from matching.results.sequential import futile, looks, nominal_levels
+from matching.results.significance import ALPHA, t_p_value, variance_parts
 
 TESTS = ("method", "units", "seeds", "bootstrap")
 
@@ -148,7 +147,6 @@ def sequential_rejections(cell: Cell, studies: int, minimum: int, maximum: int, 
     Δ. Returns the share resolved, the mean seeds a side used, and the share that ran to the maximum."""
     schedule = looks(minimum, maximum, step)
     levels = nominal_levels(tuple(schedule))
-    z = NormalDist().inv_cdf(1 - ALPHA / 2) + NormalDist().inv_cdf(POWER)
     rng = np.random.default_rng(seed)
     big = Cell(**(asdict(cell) | {"seeds": maximum}))
     resolved = used = full = 0
@@ -166,10 +164,9 @@ def sequential_rejections(cell: Cell, studies: int, minimum: int, maximum: int, 
             stop_at[hit] = r
             decided |= hit
             if k < len(schedule) - 1:  # futility: even `maximum` seeds would not reach 80 % power for |Δ|
-                at_max = (parts.spread_a + parts.spread_b) / maximum + parts.unit_part
-                futile = ~decided & (z * np.sqrt(at_max) > 2 * np.abs(parts.difference))
-                stop_at[futile] = r
-                decided |= futile
+                hopeless = ~decided & futile(parts, maximum)
+                stop_at[hopeless] = r
+                decided |= hopeless
         used += int(stop_at.sum())
         full += int((stop_at == maximum).sum())
         done += n

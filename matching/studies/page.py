@@ -32,6 +32,8 @@ from matching.results.tables import (
     versus_cells,
 )
 from matching.studies.results import RunResult
+from matching.studies.seeds import RULE as SEEDS_RULE
+from matching.studies.seeds import SeedPlan
 from matching.studies.selection import Choice, rule
 from matching.studies.spec import StudySpec
 
@@ -125,8 +127,10 @@ def write_page(
     command: str,
     tested: dict | None,
     figures: bool = True,
+    seeds: SeedPlan | None = None,
 ) -> Path:
-    """Writes study.md, study.csv, ranking.png and alignments_<task>.png in `study_dir`; returns study.md."""
+    """Writes study.md, study.csv, ranking.png and alignments_<task>.png in `study_dir`; returns study.md. `seeds`:
+    an adaptive study's decisions (its verdicts on the monitored metric are those, not a test of all its seeds)."""
     kept = {(c.task, c.family): c.chosen.slug for c in choices if c.chosen is not None}
     runs = _runs(results, kept)
     rows = summarise(runs) if runs else []
@@ -154,7 +158,7 @@ def write_page(
     planned_total = len(results)
     lines += [
         f"- Tasks: {tasks}.",
-        f"- Every run: `{' '.join(spec.train) or '(the defaults)'}`; seeds {', '.join(map(str, spec.seeds))}; "
+        f"- Every run: `{' '.join(spec.train) or '(the defaults)'}`; seeds {_seeds_text(spec)}; "
         f"selection at seed{'s' if len(spec.selection_seeds) > 1 else ''} {', '.join(map(str, spec.selection_seeds))}.",
         f"- Budget: {budget}; {planned_total} runs planned, {len(finished)} finished"
         + (f", {sum(minutes):.0f} training minutes in all ({_span(minutes)} per run)" if minutes else "")
@@ -169,6 +173,14 @@ def write_page(
         "Beside it, the conditional test over units alone (these trained models, seeds averaged), which says "
         "nothing about the method.",
         f"- Many comparisons: {MANY_RULE}.",
+        *(
+            [
+                f"- Seeds: {SEEDS_RULE}. The verdicts on the monitored metric are these sequential decisions (section "
+                "'Seeds'); the other metrics' verdicts test every seed a family took and are descriptive."
+            ]
+            if spec.adaptive
+            else []
+        ),
         "- Held-out test: " + _test_text(spec, tested),
     ]
     numerics = _numerics(finished)
@@ -188,7 +200,10 @@ def write_page(
             if not task_rows:
                 continue
             lines += [f"### {title}", ""]
-            lines += _confirmed_table(spec, task, split, task_rows, compared, results, kept, table_rows)
+            lines += _confirmed_table(spec, task, split, task_rows, compared, results, kept, table_rows,
+                                      _sequential(seeds, task) if split == "dev" else {})  # fmt: skip
+        if seeds is not None:
+            lines += _seeds_section(spec, task, seeds)
         for c in choices:
             if c.task == task and c.chosen is None:
                 lines.append(f"- {spec.families[c.family].label}: not selected yet; missing {', '.join(c.missing)}.")
@@ -219,6 +234,42 @@ def write_page(
     page = write_text_atomic(study_dir / "study.md", "\n".join(lines).rstrip() + "\n")
     write_text_atomic(study_dir / "study.csv", _csv(table_rows))
     return page
+
+
+def _seeds_text(spec: StudySpec) -> str:
+    if not spec.adaptive:
+        return ", ".join(map(str, spec.seeds))
+    return (f"{len(spec.seeds)} to {spec.max_seeds} a family, {spec.seed_step} more at each look while its "
+            "comparisons are undecided")  # fmt: skip
+
+
+def _sequential(seeds: SeedPlan | None, task: str) -> dict[tuple[str, str, str], str]:
+    """{(family, baseline, metric): the sequential decision's text} of one task."""
+    if seeds is None:
+        return {}
+    return {(d.family, d.baseline, d.metric): d.text(seeds.schedule[-1]) for d in seeds.decisions if d.task == task}
+
+
+def _seeds_section(spec: StudySpec, task: str, seeds: SeedPlan) -> list[str]:
+    """How many seeds each family took and why it stopped, and every comparison's looks."""
+    mine = [d for d in seeds.decisions if d.task == task]
+    levels = ", ".join(f"{r} seeds: p < {level:.3g}" for r, level in zip(seeds.schedule, seeds.levels, strict=True))
+    lines = ["### Seeds: how many each family needed", "", f"Looks and their levels (after Holm): {levels}.", "",
+             "| family | seeds | why it stopped |", "|---|---|---|"]  # fmt: skip
+    for name, family in spec.families.items():
+        involved = [d for d in mine if name in (d.family, d.baseline)]
+        n = seeds.wanted.get((task, name), len(spec.seeds))
+        demanding = [d for d in involved if d.looks and d.looks[-1].seeds == n]
+        why = "; ".join(
+            f"vs {spec.families[d.baseline if d.family == name else d.family].label}: {d.status}" for d in demanding
+        )
+        lines.append(f"| {family.label} | {n} | {why or '–'} |")
+    lines += ["", "| comparison | metric | looks (seeds a side: Δ, raw p → Holm p) | decision |", "|---|---|---|---|"]
+    for d in mine:
+        looked = "; ".join(f"{k.seeds}: {k.difference:+.2f}, {k.p_value:.3g} → {k.p_adjusted:.3g}" for k in d.looks)
+        lines.append(f"| {spec.families[d.family].label} vs {spec.families[d.baseline].label} | {d.metric} | "
+                     f"{looked or '–'} | {d.text(seeds.schedule[-1])} |")  # fmt: skip
+    return [*lines, ""]
 
 
 def _test_text(spec: StudySpec, tested: dict | None) -> str:
@@ -273,9 +324,10 @@ def _confirmed_table(
     results: Sequence[RunResult],
     kept: dict[tuple[str, str], str],
     table_rows: list[dict[str, object]],
+    sequential: dict[tuple[str, str, str], str] | None = None,
 ) -> list[str]:
     lines = []
-    seeds = ", ".join(map(str, spec.seeds))
+    seeds = ", ".join(map(str, spec.seeds)) if not spec.adaptive else "as each family took them"
     metrics = list(dict.fromkeys(r.metric for r in task_rows))
     head = "| family | setting | metric | mean ± std (seeds " + seeds + ") | best epochs | minutes per run |"
     for b in spec.baselines:
@@ -313,7 +365,11 @@ def _confirmed_table(
             for b in spec.baselines:
                 here = (task, row.aligner, split, metric)
                 mine = next(r for r in compared[b] if (r.task, r.aligner, r.split, r.metric) == here)
-                line += "".join(f" {cell} |" for cell in versus_cells(mine.comparison or Comparison()))
+                cells = list(versus_cells(mine.comparison or Comparison()))
+                decided = (sequential or {}).get((row.aligner, b, metric))
+                if decided:
+                    cells[2] = decided
+                line += "".join(f" {cell} |" for cell in cells)
                 c = mine.comparison
                 record |= {
                     f"{b}_diff": c.diff if c else None,

@@ -4,7 +4,9 @@
    setting), in one sweep through the configured Hydra launcher (`hydra/sweeper=job_list`), so a study fills a
    machine (joblib) or a cluster (SLURM, Ray). Then the rule of `matching.studies.selection`, on dev only, written
    to `selection.json`.
-2. **Confirm.** The kept setting of every family with every seed, in a second sweep.
+2. **Confirm.** The kept setting of every family with every seed, in a second sweep. A study whose seeds are
+   `{min, max, step}` then adds seeds, a sweep per look, to the families whose comparisons are undecided
+   (`matching.studies.seeds`), until they are decided or the maximum is reached.
 3. **Test once** (`study.test=true`). Only after every family of every task is confirmed: the kept settings' best
    checkpoints on the test split(s), with `evaluate split=test` (eval_test.json and scores/test*.csv in each run).
    `test.json` records when, and the selection it followed (its sha256); a study whose selection changes after its
@@ -34,6 +36,7 @@ import yaml
 from matching.errors import ConfigError, UserError
 from matching.files import write_json, write_text_atomic
 from matching.studies.results import RunResult, read_result
+from matching.studies.seeds import SeedPlan, plan_seeds, write_record
 from matching.studies.selection import Choice, as_record, choose
 from matching.studies.spec import PlannedRun, StudySpec, confirmation_runs, selection_runs
 
@@ -120,6 +123,7 @@ class StudyOutcome:
     results: dict[tuple[str, str, str, int], RunResult]
     complete: bool
     launched_ok: bool
+    seeds: SeedPlan | None = None  # an adaptive study's decisions and the seeds each family took
 
 
 def run_study(spec: StudySpec, study_dir: Path, how: Launch, train: bool = True) -> StudyOutcome:
@@ -136,13 +140,47 @@ def run_study(spec: StudySpec, study_dir: Path, how: Launch, train: bool = True)
     if train:
         ok = launch([r for r in every if r not in first], spec, study_dir, how, "confirm") and ok
     results = results_of(every, runs_dir)
+    seeds = None
+    if spec.adaptive and all(c.chosen is not None for c in choices):
+        every, results, seeds, ok = add_seeds(spec, study_dir, how, choices, every, train, ok)
     complete = all(c.chosen is not None for c in choices) and all(r.finished for r in results.values())
+    if seeds is not None and not seeds.decided and train:
+        complete = False
     if spec.test and complete:
         kept = {(c.task, c.family): c.chosen for c in choices}
         chosen = {k: r for k, r in results.items() if kept[(r.planned.task, r.planned.family)] == r.planned.setting}
         test_once(spec, study_dir, selection, chosen, how)
         results = results_of(every, runs_dir)
-    return StudyOutcome(choices, results, complete, ok)
+    return StudyOutcome(choices, results, complete, ok, seeds)
+
+
+def add_seeds(
+    spec: StudySpec, study_dir: Path, how: Launch, choices: Sequence[Choice], every: list[PlannedRun], train: bool,
+    ok: bool,
+) -> tuple[list[PlannedRun], dict, SeedPlan, bool]:  # fmt: skip
+    """An adaptive study's looks: replays the decisions on the runs there are, trains the seeds they ask for (one
+    sweep per look), and again, until every comparison is decided or a launch fails. Returns every planned run,
+    their results, the seeds' plan and whether every launch succeeded."""
+    runs_dir = study_dir / "runs"
+    kept = {(c.task, c.family): c.chosen for c in choices}
+    slugs = {key: setting.slug for key, setting in kept.items()}
+    known = {r.relative for r in every}
+    while True:
+        results = results_of(every, runs_dir)
+        plan = plan_seeds(spec, results, slugs)
+        write_record(study_dir, plan)
+        needed = confirmation_runs(spec, kept, plan.wanted)
+        new = [r for r in needed if r.relative not in known]
+        every += new
+        known |= {r.relative for r in new}
+        results = results_of(every, runs_dir)
+        todo = [r for r in needed if not results[(r.task, r.family, r.setting.slug, r.seed)].finished]
+        if not todo and new:
+            continue  # runs of a look were there already (a resumed study): plan again with them
+        if not todo or not train or not ok:
+            return every, results, plan, ok
+        log.info("seeds: %d more runs (up to %d seeds a family)", len(todo), max(plan.wanted.values()))
+        ok = launch(todo, spec, study_dir, how, f"seeds{max(plan.wanted.values())}") and ok
 
 
 def has_test_split(result: RunResult) -> bool:

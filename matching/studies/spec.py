@@ -83,6 +83,13 @@ class StudySpec:
     budget: int | None
     test: bool
     heatmaps: dict[str, dict[str, str]] = field(default_factory=dict)  # task -> {a, b}: the pair drawn
+    max_seeds: int | None = None  # `seeds: {min, max, step}`: the study adds seeds up to this many a family
+    seed_step: int = 2  # seeds added at each look
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the study decides how many seeds it needs (`matching.studies.seeds`)."""
+        return self.max_seeds is not None and self.max_seeds > len(self.seeds)
 
 
 @dataclass(frozen=True)
@@ -156,6 +163,29 @@ def _seeds(node: object, where: str) -> tuple[int, ...]:
     return seeds
 
 
+def _seed_plan(node: object) -> tuple[tuple[int, ...], int | None, int]:
+    """`study.seeds`: a list (those seeds, every family) or {min, max, step} (seeds 1..min first; the study adds
+    `step` at a time, up to max, to the families whose comparisons are undecided). Returns (first seeds, max, step)."""
+    if not isinstance(node, Mapping):
+        return _seeds(node or [1, 2, 3], "study.seeds"), None, 2
+    unknown = set(node) - {"min", "max", "step"}
+    if unknown or "min" not in node or "max" not in node:
+        raise ConfigError(
+            f"study.seeds is a list of seeds or {{min: 3, max: 10, step: 2}} (the study adds seeds while its "
+            f"comparisons are undecided); got {dict(node)}"
+        )
+    values = {k: node[k] for k in ("min", "max", "step") if k in node}
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values.values()):
+        raise ConfigError(f"study.seeds: min, max and step are whole numbers; got {values}")
+    low, high, step = int(node["min"]), int(node["max"]), int(node.get("step", 2))
+    if not 2 <= low <= high or step < 1:
+        raise ConfigError(
+            f"study.seeds: need 2 <= min <= max and step >= 1 (a verdict about a method needs at least 2 seeds a "
+            f"side); got min={low}, max={high}, step={step}"
+        )
+    return tuple(range(1, low + 1)), high, step
+
+
 def read_spec(node: DictConfig | Mapping, tasks: Sequence[str] | None = None, train: Sequence[str] = ()) -> StudySpec:
     """The study of a composed `study` node (conf/study/<name>.yaml), on the `tasks` named (names of its tasks,
     or of a task config, `trecqa`, run as `task=trecqa`); all its tasks when None; `train`: overrides for every run
@@ -189,7 +219,7 @@ def read_spec(node: DictConfig | Mapping, tasks: Sequence[str] | None = None, tr
     for baseline in baselines:
         if baseline not in families:
             raise ConfigError(f"study.baselines: {baseline!r} is not one of the families ({', '.join(families)})")
-    seeds = _seeds(study.get("seeds") or [1, 2, 3], "study.seeds")
+    seeds, max_seeds, step = _seed_plan(study.get("seeds"))
     selection = _seeds(study.get("selection_seeds") or seeds[:1], "study.selection_seeds")
     if not set(selection) <= set(seeds):
         raise ConfigError(f"study.selection_seeds {list(selection)} must be among study.seeds {list(seeds)}")
@@ -204,7 +234,8 @@ def read_spec(node: DictConfig | Mapping, tasks: Sequence[str] | None = None, tr
     return StudySpec(
         name=name, about=str(study.get("about") or "").strip(), tasks=declared, families=families,
         train=(*_strings(study.get("train"), "study.train"), *train), seeds=seeds, selection_seeds=selection,
-        baselines=baselines, budget=budget, test=bool(study.get("test")), heatmaps=heatmaps,
+        baselines=baselines, budget=budget, test=bool(study.get("test")), heatmaps=heatmaps, max_seeds=max_seeds,
+        seed_step=step,
     )  # fmt: skip
 
 
@@ -220,10 +251,14 @@ def selection_runs(spec: StudySpec) -> list[PlannedRun]:
     return planned
 
 
-def confirmation_runs(spec: StudySpec, chosen: Mapping[tuple[str, str], Setting]) -> list[PlannedRun]:
-    """The second stage: the chosen setting of each (task, family) over every seed."""
+def confirmation_runs(
+    spec: StudySpec, chosen: Mapping[tuple[str, str], Setting], seeds: Mapping[tuple[str, str], int] | None = None
+) -> list[PlannedRun]:
+    """The second stage: the chosen setting of each (task, family) over every seed; in an adaptive study, over the
+    seeds 1..n its comparisons have asked for so far (`seeds`: (task, family) -> n; the first seeds otherwise)."""
     return [
         PlannedRun(task, family, setting, seed)
         for (task, family), setting in chosen.items()
-        for seed in spec.seeds
+        for seed in (range(1, (seeds or {}).get((task, family), 0) + 1) if (seeds or {}).get((task, family))
+                     else spec.seeds)
     ]  # fmt: skip

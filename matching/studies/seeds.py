@@ -1,0 +1,176 @@
+"""A study that decides how many seeds it needs (`study.seeds: {min: 3, max: 10, step: 2}`).
+
+Every family starts with seeds 1..min. At each look (min, min + step, ..., max seeds a side: `looks`), every
+comparison still undecided (a family against a baseline, on the task's monitored dev metric) is tested with the
+method-level test of `matching.results.significance` over the first r seeds of both sides, its p adjusted by Holm
+over the comparisons looked at together, and compared with the look's nominal level from the alpha-spending rule of
+`matching.results.sequential`:
+
+- below it: **resolved** at r seeds a side; the comparison takes no more seeds;
+- else, before the last look, when even the maximum seeds could not find its Δ (futility): **stopped**, not
+  resolved; stopping for futility never adds a false "resolved";
+- else it asks for the next look's seeds, for both of its families; at the last look it ends **not resolved**.
+
+A family trains as many seeds as its most demanding comparison asks for. The decisions are a function of the runs'
+own files alone (the first r seeds' `scores/` of each look), so a stopped study replays them and goes on where it
+was; `seeds.json` records them for the page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from matching.files import write_json
+from matching.results.scores import unit_scores
+from matching.results.sequential import futile, looks, nominal_levels
+from matching.results.significance import common_units, holm, t_p_value, unit_table, variance_parts
+from matching.studies.results import RunResult
+from matching.studies.spec import StudySpec
+
+SEEDS_FILE = "seeds.json"
+RESOLVED, STOPPED, AT_MAX, WAITING = "resolved", "stopped: futile", "not resolved at the maximum", "undecided"
+
+
+@dataclass(frozen=True)
+class Look:
+    seeds: int  # a side
+    difference: float  # points
+    p_value: float  # the method test's, raw
+    p_adjusted: float  # Holm over the comparisons of this look
+    level: float  # the look's nominal level
+
+
+@dataclass(frozen=True)
+class Decision:
+    task: str
+    family: str
+    baseline: str
+    metric: str  # the monitored dev metric's name (`acc`, `map`)
+    looks: tuple[Look, ...]
+    status: str  # RESOLVED, STOPPED, AT_MAX or WAITING
+
+    def text(self, maximum: int) -> str:
+        """The decision as the page states it."""
+        if not self.looks:
+            return "undecided: no look yet"
+        last = self.looks[-1]
+        p = f"Holm-adjusted p = {last.p_adjusted:.3g}"
+        if self.status == RESOLVED:
+            return f"resolved at {last.seeds} seeds a side ({p} < {last.level:.3g}, look {len(self.looks)})"
+        if self.status == STOPPED:
+            return (f"not resolved; stopped at {last.seeds} seeds a side: {maximum} seeds could not find its Δ "
+                    f"({points_text(last.difference)}; {p})")  # fmt: skip
+        if self.status == AT_MAX:
+            return f"not resolved at the maximum, {last.seeds} seeds a side ({p} ≥ {last.level:.3g})"
+        return f"undecided after {last.seeds} seeds a side ({p} ≥ {last.level:.3g}): more seeds asked for"
+
+
+def points_text(x: float) -> str:
+    return f"{x:+.2f}"
+
+
+@dataclass
+class SeedPlan:
+    """Where an adaptive study stands: every comparison's decision so far and the seeds each family needs now."""
+
+    schedule: list[int]
+    levels: tuple[float, ...]
+    decisions: list[Decision]
+    wanted: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    @property
+    def decided(self) -> bool:
+        return all(d.status != WAITING for d in self.decisions)
+
+    def record(self) -> dict:
+        return {
+            "rule": RULE,
+            "looks": self.schedule,
+            "nominal_levels": list(self.levels),
+            "seeds": {f"{task}/{family}": n for (task, family), n in sorted(self.wanted.items())},
+            "decisions": [asdict(d) for d in self.decisions],
+        }
+
+
+RULE = (
+    "Every family starts with the minimum seeds; at each look every undecided comparison (a family against a "
+    "baseline, on the task's monitored dev metric) is tested over the first seeds of both sides with the seed-aware "
+    "test, Holm-adjusted over the comparisons of the look, against the look's level from an O'Brien-Fleming-type "
+    "alpha-spending function (Lan & DeMets) over the seeds (information fraction: seeds / maximum); a comparison "
+    "below it is resolved, one whose Δ even the maximum seeds could not find stops (futility), the others ask for "
+    "the next look's seeds for both of their families"
+)
+
+
+def comparisons(spec: StudySpec) -> list[tuple[str, str, str]]:
+    """(task, family, baseline) of every comparison the seeds are added for."""
+    return [(t, f, b) for t in spec.tasks for b in spec.baselines for f in spec.families if f != b]
+
+
+def _scores(results: Mapping, kept: Mapping, task: str, family: str, seeds: int) -> list[dict[str, float]] | None:
+    """The first `seeds` seeds' per-unit scores of a family's kept setting on its monitored dev metric; None while a
+    run among them has not finished."""
+    slug = kept.get((task, family))
+    out = []
+    for seed in range(1, seeds + 1):
+        result: RunResult | None = results.get((task, family, slug, seed))
+        if result is None or not result.finished:
+            return None
+        prefix, name = result.monitor.split("/", 1)
+        scores = unit_scores(result.folder, prefix, name)
+        if scores is None:
+            return None
+        out.append(scores)
+    return out
+
+
+def plan_seeds(spec: StudySpec, results: Mapping[tuple[str, str, str, int], RunResult],
+               kept: Mapping[tuple[str, str], str]) -> SeedPlan:  # fmt: skip
+    """Replays the looks on the runs there are; returns the decisions and the seeds each family needs now."""
+    schedule = looks(len(spec.seeds), int(spec.max_seeds or len(spec.seeds)), spec.seed_step)
+    levels = nominal_levels(tuple(schedule))
+    pending = {c: [] for c in comparisons(spec)}
+    status = dict.fromkeys(pending, WAITING)
+    metric = {}
+    wanted = {(t, f): schedule[0] for t in spec.tasks for f in spec.families}
+    for k, r in enumerate(schedule):
+        open_ = [c for c in pending if status[c] == WAITING]
+        if not open_:
+            break
+        for task, family, baseline in open_:
+            wanted[(task, family)] = max(wanted[(task, family)], r)
+            wanted[(task, baseline)] = max(wanted[(task, baseline)], r)
+        tables = {}
+        for c in open_:
+            task, family, baseline = c
+            a, b = _scores(results, kept, task, family, r), _scores(results, kept, task, baseline, r)
+            if a is None or b is None:
+                break
+            units = common_units(a, b)
+            if len(units) < 2:
+                break
+            tables[c] = (unit_table(a, units), unit_table(b, units))
+            monitor = next(res.monitor for key, res in results.items() if key[:2] == (task, family) and res.config)
+            metric[c] = monitor.split("/", 1)[1]
+        if len(tables) < len(open_):
+            break  # runs of this look are missing: `wanted` says which
+        parts = {c: variance_parts(*tables[c]) for c in open_}
+        raw = {c: float(t_p_value(p.difference, p.variance, p.df)) for c, p in parts.items()}
+        adjusted = dict(zip(open_, holm([raw[c] for c in open_]), strict=True))
+        for c in open_:
+            pending[c].append(Look(r, 100 * float(parts[c].difference), raw[c], adjusted[c], levels[k]))
+            if adjusted[c] < levels[k]:
+                status[c] = RESOLVED
+            elif k == len(schedule) - 1:
+                status[c] = AT_MAX
+            elif bool(futile(parts[c], schedule[-1])):
+                status[c] = STOPPED
+    decisions = [Decision(t, f, b, metric.get((t, f, b), ""), tuple(pending[(t, f, b)]), status[(t, f, b)])
+                 for (t, f, b) in pending]  # fmt: skip
+    return SeedPlan(schedule, levels, decisions, wanted)
+
+
+def write_record(study_dir: Path, plan: SeedPlan) -> Path:
+    return write_json(study_dir / SEEDS_FILE, plan.record())
