@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shlex
 import subprocess
@@ -93,9 +94,11 @@ def dev_pairs(run_dir: Path) -> int:
 
 
 def comparison(rows: list[Row], n_dev: int) -> list[str]:
-    """What the table says and does not say: each aligner's dev accuracy and, against the first aligner, the paired
-    test's difference, interval and p over the `n_dev` dev pairs, whether that resolves which is better, and the
-    smallest difference this many pairs and seeds could resolve (see matching.results.significance)."""
+    """What the table says and does not say: each aligner's dev accuracy and, against the first aligner, the
+    method-level test's difference, interval and p over the `n_dev` dev pairs and the seeds (both counted: a verdict
+    about the aligner, not about the seeds drawn), what it could resolve and how many seeds would resolve the
+    difference seen; then the test over the pairs alone, which speaks only of these trained models
+    (see matching.results.significance)."""
     accuracy = {r.aligner: r for r in rows if r.metric == "acc" and r.split == "dev" and r.n}
     if len(accuracy) < 2:
         return []
@@ -106,17 +109,31 @@ def comparison(rows: list[Row], n_dev: int) -> list[str]:
         if not r.tested:
             continue
         c = r.comparison
-        seeds = f"{r.n} seed{'s' * (r.n > 1)}"
-        lines.append(
-            f"{name} − {c.baseline}: {c.diff:+.2f} points, 95 % CI [{c.ci_low:+.2f}, {c.ci_high:+.2f}], "
-            f"p = {c.p_value:.2g} over {n_dev:,} dev pairs and {seeds}: "
-            + (
-                "resolved on this sample, with these settings and seeds."
-                if c.verdict == "resolved"
-                else f"not resolved at this size (which is not the same as equal): these pairs and seeds can only "
-                f"resolve a difference of about {c.detectable:.1f} points (80 % power, α = 0.05)."
+        head = f"{name} − {c.baseline}: {c.diff:+.2f} points over {n_dev:,} dev pairs and {c.seed_counts} seeds"
+        if c.verdict == "too few seeds":
+            lines.append(f"{head}: one seed on a side says nothing about how much a method varies from seed to seed, "
+                         "so there is no verdict about the aligners; train more seeds (seeds=[1,2,3]).")  # fmt: skip
+            continue
+        said = (f"{head}: 95 % CI [{c.ci_low:+.2f}, {c.ci_high:+.2f}] counting both the seeds and the pairs, "
+                f"p = {c.p_value:.2g}: ")  # fmt: skip
+        if c.verdict == "resolved":
+            said += "resolved on this sample, with these settings, for the aligners (not just these seeds)."
+        else:
+            said += (f"not resolved (which is not the same as equal): these seeds and pairs can only resolve a "
+                     f"difference of about {c.detectable:.1f} points (80 % power, α = 0.05)")  # fmt: skip
+            if c.units_limit:
+                said += "; more seeds would not resolve it, more pairs would."
+            elif c.seeds_needed:
+                said += f"; about {c.seeds_needed} seeds a side would resolve {c.diff:+.2f} (seeds=[1,...])."
+            else:
+                said += "."
+        lines.append(said)
+        if c.units_p is not None and not math.isnan(c.units_p):
+            lines.append(
+                f"  Over the pairs alone, the seeds fixed: [{c.units_ci_low:+.2f}, {c.units_ci_high:+.2f}], "
+                f"p = {c.units_p:.2g}: whether these {c.seed_counts} trained models differ on these pairs, which says "
+                "nothing about the aligners."
             )
-        )
     lines.append("The CoDA paper compares them on the full corpus (test accuracy: softmax 84.61, CoDA 85.71).")
     return lines
 
@@ -146,7 +163,7 @@ def demo(cfg: DictConfig) -> Path:
     from matching.results.discovery import find_runs
     from matching.results.study import report
 
-    say("\n== 2. Comparison (matching.report: mean ± std over seeds, dev split; paired test against the first)\n")
+    say("\n== 2. Comparison (matching.report: mean ± std over seeds, dev split; a test counting seeds and pairs)\n")
     rows = report([sweep], out, baseline=aligners[0] if len(aligners) > 1 else None)
     runs = {r.aligner: r.path for r in find_runs([sweep]) if r.seed == seeds[0] and not r.missing}
     for line in comparison(rows, dev_pairs(runs[aligners[0]])):

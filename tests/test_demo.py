@@ -101,19 +101,32 @@ def _rows(**accuracies):
             for a, (m, s) in accuracies.items()]  # fmt: skip
 
 
-def test_the_comparison_says_what_the_paired_test_resolves():
-    """The demo's verdict is the report's paired test: 'not resolved at this size' with what 500 pairs and 2 seeds
-    could resolve, never 'equal'; 'resolved' only when p < 0.05."""
-    noise, real = _rows(softmax=(57.3, 0.4), coda=(58.5, 0.5)), _rows(softmax=(57.3, 0.4), coda=(66.0, 0.5))
-    noise[1] = replace(noise[1], comparison=Comparison("softmax F=none", 1.2, -1.9, 4.3, 0.45, 500, 4.4,
-                                                       "not resolved at this size"))  # fmt: skip
-    real[1] = replace(real[1], comparison=Comparison("softmax F=none", 8.7, 5.6, 11.8, 0.0001, 500, 4.1, "resolved"))
+def test_the_comparison_says_what_the_seed_aware_test_resolves():
+    """The demo's verdict is the report's method-level test: 'not resolved' with what 500 pairs and 2 seeds could
+    resolve and the seeds that would, never 'equal'; 'resolved' only when p < 0.05; the test over the pairs alone
+    is shown as what it is (these trained models); one seed a side gets no verdict."""
+    noise, real = _rows(softmax=(57.3, 0.4), coda=(64.2, 4.8)), _rows(softmax=(57.3, 0.4), coda=(66.0, 0.5))
+    noise[1] = replace(noise[1], comparison=Comparison("softmax F=none", 6.9, -20.1, 33.9, 0.29, 500, 31.0,
+                       "not resolved", seed_counts="2 vs 2", seeds_needed=9, units_ci_low=3.5, units_ci_high=10.3,
+                       units_p=0.0002))  # fmt: skip
+    real[1] = replace(real[1], comparison=Comparison("softmax F=none", 8.7, 5.6, 11.8, 0.004, 500, 4.1, "resolved",
+                                                     seed_counts="2 vs 2"))  # fmt: skip
     within = " ".join(comparison(noise, 500))
-    assert "Dev accuracy (mean ± std over seeds, the same F=none): softmax 57.30 ± 0.40, coda 58.50 ± 0.50" in within
-    assert "coda − softmax F=none: +1.20 points, 95 % CI [-1.90, +4.30], p = 0.45 over 500 dev pairs and 2 seeds: " \
-           "not resolved at this size (which is not the same as equal)" in within  # fmt: skip
-    assert "resolve a difference of about 4.4 points" in within
-    assert "resolved on this sample" in " ".join(comparison(real, 500))
+    assert "Dev accuracy (mean ± std over seeds, the same F=none): softmax 57.30 ± 0.40, coda 64.20 ± 4.80" in within
+    assert (
+        "coda − softmax F=none: +6.90 points over 500 dev pairs and 2 vs 2 seeds: 95 % CI [-20.10, +33.90] "
+        "counting both the seeds and the pairs, p = 0.29: not resolved (which is not the same as equal)" in within
+    )
+    assert (
+        "resolve a difference of about 31.0 points" in within and "about 9 seeds a side would resolve +6.90" in within
+    )
+    assert "Over the pairs alone, the seeds fixed: [+3.50, +10.30], p = 0.0002" in within
+    assert "resolved on this sample, with these settings, for the aligners" in " ".join(comparison(real, 500))
+    one = _rows(softmax=(57.3, 0.0), coda=(66.0, 0.0))
+    nan = float("nan")
+    one[1] = replace(one[1], comparison=Comparison("softmax F=none", 8.7, nan, nan, nan, 500, nan, "too few seeds",
+                                                   seed_counts="1 vs 1"))  # fmt: skip
+    assert "no verdict about the aligners" in " ".join(comparison(one, 500))
     assert comparison(_rows(softmax=(57.3, 0.4)), 500) == []
 
 
