@@ -178,30 +178,35 @@ def _p(p: float) -> float:
 
 #: How a page with many comparisons keeps its family-wise error, as the page states it.
 MANY_RULE = (
-    "Holm's step-down adjustment over every comparison of one metric on one split on this page (m of them), so "
+    "Holm's step-down adjustment over every comparison of one metric on one split on this page (m of them; A "
+    "against B and B against A count once), so "
     f"that the chance of any false 'resolved' among them stays at most {ALPHA:g}; the verdict uses the adjusted p"
 )
 
 
 def adjust_for_many(compared: list[list[Row]]) -> list[list[Row]]:
     """The rows of one page (one list per baseline) with each comparison's p adjusted by Holm over every tested
-    comparison of the same split and metric (across tasks and baselines), and its verdict from the adjusted p."""
-    family: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
+    comparison of the same split and metric (across tasks and baselines; A against B and B against A are one
+    comparison, counted once), and its verdict from the adjusted p."""
+    family: dict[tuple[str, str], dict[tuple, list[tuple[int, int]]]] = defaultdict(dict)
     for i, rows in enumerate(compared):
         for j, row in enumerate(rows):
             c = row.comparison
             if c is not None and c.tested and c.p_value is not None and not math.isnan(c.p_value):
-                family[(row.split, row.metric)].append((i, j))
+                pair = (row.task, frozenset((row.label, str(c.baseline))))
+                family[(row.split, row.metric)].setdefault(pair, []).append((i, j))
     out = [list(rows) for rows in compared]
-    for members in family.values():
-        adjusted = holm([compared[i][j].comparison.p_value for i, j in members])
-        for (i, j), p in zip(members, adjusted, strict=True):
-            c = compared[i][j].comparison
-            verdict = RESOLVED if p < ALPHA else "not resolved"
-            out[i][j] = replace(
-                compared[i][j],
-                comparison=replace(c, p_adjusted=float(f"{p:.3g}"), compared_with=len(members), verdict=verdict),
-            )
+    for pairs in family.values():
+        members = list(pairs.values())
+        adjusted = holm([compared[i][j].comparison.p_value for (i, j), *_ in members])
+        for places, p in zip(members, adjusted, strict=True):
+            for i, j in places:
+                c = compared[i][j].comparison
+                verdict = RESOLVED if p < ALPHA else "not resolved"
+                out[i][j] = replace(
+                    compared[i][j],
+                    comparison=replace(c, p_adjusted=float(f"{p:.3g}"), compared_with=len(members), verdict=verdict),
+                )
     return out
 
 
