@@ -397,3 +397,25 @@ def test_one_attention_family_beside_softmax_is_named_by_its_parts(tmp_path):
         ("attention", "aligner.distribution=sparsemax"),
         ("softmax", "F=none"),
     ]
+
+
+def test_many_comparisons_are_holm_adjusted_and_a_pair_counts_once():
+    """Three tested rows of one metric and split, one of them the same pair seen from both baselines: m = 2, the
+    smaller p doubled, the larger kept (step-down), each verdict from its adjusted p; another metric is its own
+    family."""
+    from matching.results.rows import Comparison, Row
+    from matching.results.tables import adjust_for_many
+
+    def row(aligner, metric, baseline, p):
+        c = Comparison(baseline, 3.0, 1.0, 5.0, p, 122, 2.0, "resolved" if p < 0.05 else "not resolved")
+        return Row("wikiqa", aligner, None, "dev", metric, 70.0, 1.0, 3, (1, 2, 3), None, 3, {}, c)
+
+    against_softmax = [row("coda", "map", "softmax", 0.03), row("conflict", "map", "softmax", 0.04),
+                       row("coda", "mrr", "softmax", 0.03)]  # fmt: skip
+    against_coda = [row("softmax", "map", "coda", 0.03)]  # the coda/softmax pair again
+    first, second = adjust_for_many([against_softmax, against_coda])
+    coda, conflict, mrr = (r.comparison for r in first)
+    assert (coda.p_adjusted, coda.compared_with, coda.verdict) == (0.06, 2, "not resolved")
+    assert (conflict.p_adjusted, conflict.verdict) == (0.06, "not resolved")
+    assert second[0].comparison.p_adjusted == 0.06
+    assert (mrr.p_adjusted, mrr.compared_with, mrr.verdict) == (0.03, 1, "resolved")
