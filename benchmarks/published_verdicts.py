@@ -105,12 +105,14 @@ def main() -> None:
             page = csv_path.parent / "study.md"
             text = page.read_text(encoding="utf-8")
             text = text.split(f"\n{MARK}")[0].rstrip() + "\n"
-            text += (f"\n{MARK}\n\nThis page's verdicts came from the test over units alone (each unit's score "
-                     "averaged over the seeds), which says nothing about the methods. Recomputed with the seed-aware "
-                     "test from this page's own per-seed values and units intervals (`python "
-                     "benchmarks/published_verdicts.py docs/studies`; the run folders were not kept, so the "
-                     "interaction term is not subtracted and these verdicts err towards 'not resolved'; "
-                     f"docs/comparing.md). {flips} of {len(found)} verdicts changed.\n\n" + "\n".join(lines) + "\n")
+            text += (
+                f"\n{MARK}\n\nThis page's verdicts came from the test over units alone (each unit's score "
+                "averaged over the seeds), which says nothing about the methods. Recomputed with the seed-aware "
+                "test from this page's own per-seed values and units intervals (`python "
+                "benchmarks/published_verdicts.py docs/studies`; the run folders were not kept, so the "
+                "interaction term is not subtracted and these verdicts err towards 'not resolved'; "
+                f"docs/comparing.md). {flips} of {len(found)} verdicts changed.\n\n" + "\n".join(lines) + "\n"
+            )
             page.write_text(text, encoding="utf-8")
     print(f"\n{changed} of {total} published verdicts changed")
 
