@@ -75,8 +75,8 @@ def main() -> None:
             ax.plot(values, [y] * len(values), "o", color="tab:blue", alpha=0.7, markersize=4)
             ax.plot([mean, mean], [y - 0.3, y + 0.3], color="black", linewidth=1.5)
             print(f"  {label}: {', '.join(f'{v:.2f}' for v in values)}; mean {mean:.2f}, std {std:.2f}")
-        ax.set_yticks(range(len(ordered)),
-                      [f"{label} (sd {statistics.stdev(v):.2f}, n={len(v)})" for label, v in ordered], fontsize=7)  # fmt: skip
+        names = [f"{label} (sd {statistics.stdev(v):.2f}, n={len(v)})" for label, v in ordered]
+        ax.set_yticks(range(len(ordered)), names, fontsize=7)
         ax.set_title(panel, fontsize=9)
         ax.set_xlabel("dev score per seed (%); bar: mean", fontsize=8)
         ax.grid(axis="x", color="0.9")

@@ -419,3 +419,25 @@ def test_many_comparisons_are_holm_adjusted_and_a_pair_counts_once():
     assert (conflict.p_adjusted, conflict.verdict) == (0.06, "not resolved")
     assert second[0].comparison.p_adjusted == 0.06
     assert (mrr.p_adjusted, mrr.compared_with, mrr.verdict) == (0.03, 1, "resolved")
+
+
+def test_report_does_not_call_two_groups_of_seeds_of_one_configuration_different(tmp_path, capsys):
+    """The issue's A/A case through `report`: 8 seeds of one configuration on 122 questions, whose seeds differ by
+    several MAP points, labelled as two aligners (seeds 1-4 and 5-8). The test over questions alone calls them
+    different; the verdict, which counts the seeds, does not."""
+    import numpy as np
+
+    rng = np.random.default_rng(12)
+    quality = rng.random(122)
+    shifts = rng.normal(0, 0.04, 8)  # each seed's luck: ±4 MAP points, as CoDA's at the demo's settings
+    for seed, shift in enumerate(shifts, start=1):
+        units = {f"Q{i}": float(np.clip(q + shift + rng.normal(0, 0.05), 0, 1)) for i, q in enumerate(quality)}
+        aligner = "coda" if seed <= 4 else "softmax"
+        mean = sum(units.values()) / len(units)
+        fake_run(tmp_path, f"{aligner}_{seed}", "wikiqa", aligner, seed, {"val/map": mean, "val/mrr": mean},
+                 [f"aligner={aligner}", "aligner.projection=none", f"seed={seed}"], "none", units)  # fmt: skip
+    rows = {(r.aligner, r.metric): r.comparison for r in report(tmp_path, "softmax")}
+    row = rows[("coda", "map")]
+    assert row.units_p < 0.01 and row.units_ci_high < 0  # these trained models do differ on these questions
+    assert row.verdict == "not resolved" and row.ci_low < 0 < row.ci_high and row.seed_counts == "4 vs 4"
+    assert "| not resolved; detectable: " in capsys.readouterr().out
