@@ -441,3 +441,20 @@ def test_report_does_not_call_two_groups_of_seeds_of_one_configuration_different
     assert row.units_p < 0.01 and row.units_ci_high < 0  # these trained models do differ on these questions
     assert row.verdict == "not resolved" and row.ci_low < 0 < row.ci_high and row.seed_counts == "4 vs 4"
     assert "| not resolved; detectable: " in capsys.readouterr().out
+
+
+def test_one_seed_a_side_gets_no_verdict_about_the_method_and_the_charts_still_draw(tmp_path, capsys):
+    """One seed per aligner: the difference is shown, with no interval and no p, and 'too few seeds'; the test over
+    questions alone is still there, and the ranking chart draws the row without an interval."""
+    base = {f"Q{i}": 0.5 for i in range(40)}
+    better = {q: 0.5 + 0.01 * (i % 7) for i, q in enumerate(base)}
+    for aligner, units in (("softmax", base), ("coda", better)):
+        mean = sum(units.values()) / len(units)
+        fake_run(tmp_path, aligner, "wikiqa", aligner, 1, {"val/map": mean, "val/mrr": mean},
+                 [f"aligner={aligner}", "aligner.projection=none", "seed=1"], "none", units)  # fmt: skip
+    rows = report(tmp_path, "softmax")
+    coda = next(r.comparison for r in rows if r.aligner == "coda" and r.metric == "map")
+    assert coda.verdict == "too few seeds" and coda.seed_counts == "1 vs 1" and coda.units_p < 0.05
+    printed = capsys.readouterr().out
+    assert "too few seeds (1 vs 1): one seed says nothing about the method's spread" in printed
+    assert (tmp_path / "out" / "ranking.png").read_bytes().startswith(b"\x89PNG")
