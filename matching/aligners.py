@@ -156,7 +156,12 @@ class CoDAAligner(Aligner):
     vectors, so E is a learned bilinear similarity of the words, near 0 for unrelated ones (the paper's Fig. 2;
     on WikiQA dev 30 % of the M cells are negative). "parikh" (the DecompAtt F, whose ReLU output makes
     E ≥ 0 and M ≥ 0: CoDA that can only add or delete) is kept for ablation. A projection with a bias of its
-    own is no cure: its constant ‖b‖² outweighs the token-dependent part of E, and M stays ≥ 0 in practice.
+    own is no cure: its constant ‖b‖² outweighs the token-dependent part of E, and M stays ≥ 0 in practice. The
+    model's own projection has such a bias too (a = P x + c): at initialisation ‖c‖² dominates E and no cell of M is
+    negative, and whether a seed learns to cancel it decides whether it aligns (docs/aligners.md, "How much each
+    aligner varies over seeds"). `center_tokens` scores F_E(x) minus the pair's mean F_E over its valid tokens of both
+    sides, which removes any constant offset, c included (N, a distance, does not change); `center_e` (eq. 6)
+    removes E's mean, the ‖c‖² part only.
     """
 
     GATES = ("center", "scale", "none")
@@ -175,6 +180,7 @@ class CoDAAligner(Aligner):
         center_e: bool = False,
         gate_projection: str = "shared",
         scale: bool = False,
+        center_tokens: bool = False,
     ):
         super().__init__(dim)
         if gate not in self.GATES:
@@ -186,6 +192,7 @@ class CoDAAligner(Aligner):
         self.phi_e = _activation(phi_e, "phi_e")
         self.phi_n = _activation(phi_n, "phi_n")
         self.alpha, self.beta, self.gate, self.center_e = alpha, beta, gate, center_e
+        self.center_tokens = center_tokens
         self.project_e, width = _projection(dim, hidden, dropout, projection)
         self.shared = gate_projection == "shared"
         self.project_n = self.project_e if self.shared else _projection(dim, hidden, dropout, projection)[0]
@@ -194,6 +201,12 @@ class CoDAAligner(Aligner):
     def forward(self, a, b, mask_a, mask_b, score_bias=None):
         self._check(a, b, mask_a, mask_b)
         fa, fb = per_token(self.project_e, a, b)
+        if self.center_tokens:  # F_E(x) − the pair's mean F_E: a constant offset (a projection's bias) leaves E
+            wide = torch.promote_types(fa.dtype, torch.float32)
+            weight_a, weight_b = mask_a.unsqueeze(-1).to(wide), mask_b.unsqueeze(-1).to(wide)
+            total = (fa.to(wide) * weight_a).sum(1, keepdim=True) + (fb.to(wide) * weight_b).sum(1, keepdim=True)
+            mean = total / (weight_a.sum(1, keepdim=True) + weight_b.sum(1, keepdim=True)).clamp_min(1.0)  # (B, 1, D)
+            fa, fb = fa - mean.to(fa.dtype), fb - mean.to(fb.dtype)
         e = torch.bmm(fa, fb.transpose(1, 2))  # (B, La, Lb)
         if self.alpha * self.scale != 1.0:
             e = e * (self.alpha * self.scale)

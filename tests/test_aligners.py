@@ -13,6 +13,7 @@ ALIGNERS = {
     "coda": partial(CoDAAligner, hidden=5),
     "coda_separate_scaled": partial(CoDAAligner, hidden=5, gate_projection="separate", center_e=True, scale=True),
     "coda_gate_scale": partial(CoDAAligner, hidden=5, gate="scale", phi_n="arctan"),
+    "coda_center_tokens": partial(CoDAAligner, hidden=5, center_tokens=True),
     "conflict": partial(ConflictAligner, hidden=5),
     "softmax_conflict": partial(SoftmaxConflictAligner, hidden=5),
 }
@@ -131,6 +132,24 @@ def test_coda_centering_uses_valid_positions_only():
     plain = aligner(A, B, mb, mb).matrices["M"]
     torch.testing.assert_close(padded[:, :2], plain)
     assert torch.all(padded[:, 2] == 0)
+
+
+def test_coda_center_tokens_removes_a_constant_offset_and_ignores_padding():
+    """The model's projection has a bias c: every token vector carries it. Scored as given, E gains ‖c‖² and
+    cᵀ(a_i + b_j) and M changes; with center_tokens it does not (F_E minus the pair's mean F_E over valid tokens),
+    and a padded token changes nothing."""
+    a, b, ma, mb = _inputs(batch=2, la=4, lb=3, seed=4)
+    offset = torch.full((1, 1, DIM), 0.7)
+    plain = CoDAAligner(DIM, projection="none").eval()
+    centred = CoDAAligner(DIM, projection="none", center_tokens=True).eval()
+    moved = (plain(a, b, ma, mb).matrices["M"] - plain(a + offset, b + offset, ma, mb).matrices["M"]).abs().max()
+    assert moved > 0.05
+    torch.testing.assert_close(
+        centred(a, b, ma, mb).matrices["M"], centred(a + offset, b + offset, ma, mb).matrices["M"]
+    )
+    a_pad = torch.cat([a, torch.full((2, 1, DIM), 9.0)], dim=1)
+    ma_pad = torch.cat([ma, torch.zeros(2, 1, dtype=torch.bool)], dim=1)
+    torch.testing.assert_close(centred(a_pad, b, ma_pad, mb).matrices["M"][:, :4], centred(a, b, ma, mb).matrices["M"])
 
 
 @pytest.mark.parametrize("gate", ["center", "scale", "none"])
