@@ -95,6 +95,8 @@ def main() -> None:
     args = parser.parse_args()
     total = changed = 0
     for csv_path in sorted(args.pages.glob("*/study.csv")):
+        if "_p_holm" in csv_path.read_text(encoding="utf-8").splitlines()[0]:
+            continue  # a page written with the seed-aware test already
         found = page_verdicts(csv_path)
         lines = table(found)
         flips = sum(f["before"].startswith("resolved") != (f.get("after") == "resolved") for f in found)
@@ -113,6 +115,13 @@ def main() -> None:
                 "interaction term is not subtracted and these verdicts err towards 'not resolved'; "
                 f"docs/comparing.md). {flips} of {len(found)} verdicts changed.\n\n" + "\n".join(lines) + "\n"
             )
+            if "aligner=coda" in csv_path.read_text(encoding="utf-8"):
+                text += (
+                    "\nThe CoDA rows of this page were trained before CoDA scored its tokens relative to the pair's "
+                    "mean (`aligner.center_tokens`, the default since 2026-11-26, which removes an offset the "
+                    "projection's bias put into E: docs/aligners.md); `aligner.center_tokens=false` in the "
+                    "command reproduces them.\n"
+                )
             page.write_text(text, encoding="utf-8")
     print(f"\n{changed} of {total} published verdicts changed")
 

@@ -161,7 +161,8 @@ class CoDAAligner(Aligner):
     negative, and whether a seed learns to cancel it decides whether it aligns (docs/aligners.md, "How much each
     aligner varies over seeds"). `center_tokens` scores F_E(x) minus the pair's mean F_E over its valid tokens of both
     sides, which removes any constant offset, c included (N, a distance, does not change); `center_e` (eq. 6)
-    removes E's mean, the ‖c‖² part only.
+    removes E's mean, the ‖c‖² part only. The config's default is `center_tokens: true`; the argument's default stays
+    False so that a run saved before it existed (its config has no such key) loads as it was trained.
     """
 
     GATES = ("center", "scale", "none")
