@@ -165,6 +165,7 @@ def add_seeds(
     kept = {(c.task, c.family): c.chosen for c in choices}
     slugs = {key: setting.slug for key, setting in kept.items()}
     known = {r.relative for r in every}
+    launched: set[str] = set()
     while True:
         results = results_of(every, runs_dir)
         plan = plan_seeds(spec, results, slugs)
@@ -177,8 +178,9 @@ def add_seeds(
         todo = [r for r in needed if not results[(r.task, r.family, r.setting.slug, r.seed)].finished]
         if not todo and new:
             continue  # runs of a look were there already (a resumed study): plan again with them
-        if not todo or not train or not ok:
-            return every, results, plan, ok
+        if not todo or not train or not ok or {r.relative for r in todo} <= launched:
+            return every, results, plan, ok  # decided, not training, or a launch left runs unfinished: stop here
+        launched |= {r.relative for r in todo}
         log.info("seeds: %d more runs (up to %d seeds a family)", len(todo), max(plan.wanted.values()))
         ok = launch(todo, spec, study_dir, how, f"seeds{max(plan.wanted.values())}") and ok
 
