@@ -8,6 +8,7 @@ from pathlib import Path
 
 from matching.extras import require
 from matching.results.rows import Comparison, Row
+from matching.results.significance import RESOLVED
 from matching.results.tables import points
 
 
@@ -119,7 +120,7 @@ def write_ranking(rows: list[Row], path: Path) -> list[str]:
             if band:
                 ax.barh(y, 2 * band, left=-band, height=0.7, color="0.9", zorder=0)
             colour = colours[r.aligner]
-            face = colour if c.verdict == "resolved" else "white"
+            face = colour if c.verdict == RESOLVED else "white"
             low, high = (c.diff, c.diff) if math.isnan(c.ci_low) else (c.ci_low, c.ci_high)
             ax.errorbar(c.diff, y, xerr=[[c.diff - low], [high - c.diff]], fmt="o", capsize=3,
                         color=colour, markerfacecolor=face, zorder=2)  # fmt: skip

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from matching.results.significance import NOT_RESOLVED
+
 #: The note of the baseline's own rows.
 BASELINE = "baseline"
 
@@ -48,7 +50,7 @@ class Comparison:
     def seeds_text(self) -> str:
         """What more seeds would do for an unresolved comparison: "n seeds a side would detect it", "more seeds
         would not: more units would", or ""."""
-        if self.verdict != "not resolved":
+        if self.verdict != NOT_RESOLVED:
             return ""
         if self.units_limit:
             return "more seeds would not detect it (the units limit it)"

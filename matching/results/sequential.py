@@ -24,7 +24,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from matching.results.significance import ALPHA, POWER, VarianceParts
+from matching.results.significance import ALPHA, POWER, VarianceParts, power_z
 
 PATHS = 400_000
 SEED = 0
@@ -40,7 +40,7 @@ def futile(parts: VarianceParts, maximum: int, alpha: float = ALPHA, power: floa
     """Whether `maximum` seeds a side could not find the observed Δ̂: the difference they would detect with 80 %
     power, (z_{1−α/2} + z_power) · √V(maximum), is more than twice |Δ̂| (lenient, so that a real difference that
     looks small at first is not dropped early). Elementwise for a batch of comparisons."""
-    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
+    z = power_z(alpha, power)
     at_max = (np.asarray(parts.spread_a) + np.asarray(parts.spread_b)) / maximum + np.asarray(parts.unit_part)
     return z * np.sqrt(at_max) > 2 * np.abs(np.asarray(parts.difference))
 

@@ -72,6 +72,12 @@ NOT_RESOLVED = "not resolved"
 TOO_FEW_SEEDS = "too few seeds"
 
 
+def power_z(alpha: float = ALPHA, power: float = POWER) -> float:
+    """z_{1−α/2} + z_power: a normal test finds a true difference of this many standard errors with probability
+    `power` at level `alpha` (two-sided)."""
+    return NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
+
+
 def _t():
     from scipy import stats  # here: a report that compares nothing never pays for scipy's import
 
@@ -155,8 +161,7 @@ def seeds_to_detect(parts: VarianceParts, difference: float, alpha: float = ALPH
     number up to MAX_SEEDS would (or the difference is 0)."""
     target = abs(float(difference))
     unit = float(parts.unit_part)
-    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
-    if target == 0 or z * math.sqrt(unit) >= target:
+    if target == 0 or power_z(alpha, power) * math.sqrt(unit) >= target:
         return None
     s2a, s2b = float(parts.spread_a), float(parts.spread_b)
     for r in range(2, MAX_SEEDS + 1):
@@ -192,10 +197,7 @@ class MethodTest:
     def units_limit(self) -> bool:
         """Whether no number of seeds would find the observed Δ̂ with 80 % power: the units' part of the variance
         alone is too large (more questions, or examples, would)."""
-        if self.too_few_seeds:
-            return False
-        z = NormalDist().inv_cdf(1 - ALPHA / 2) + NormalDist().inv_cdf(POWER)
-        return z * math.sqrt(self.unit_part) >= abs(self.difference)
+        return not self.too_few_seeds and power_z() * math.sqrt(self.unit_part) >= abs(self.difference)
 
     @property
     def standard_error(self) -> float:
@@ -274,8 +276,7 @@ def detectable_difference(d: np.ndarray, alpha: float = ALPHA, power: float = PO
     d = np.asarray(d, dtype=np.float64)
     if len(d) < 2:
         return float("nan")
-    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
-    return float(z * d.std(ddof=1) / np.sqrt(len(d)))
+    return float(power_z(alpha, power) * d.std(ddof=1) / np.sqrt(len(d)))
 
 
 def _flipped_means(d: np.ndarray, permutations: int, rng: np.random.Generator) -> np.ndarray:

@@ -16,7 +16,16 @@ from dataclasses import replace
 from matching.results.discovery import Run
 from matching.results.rows import BASELINE, Comparison, Row
 from matching.results.scores import METRIC_COLUMNS, ranked_answers, unit_rows, unit_scores
-from matching.results.significance import ALPHA, RESOLVED, holm, method_test, paired_test, seed_mean
+from matching.results.significance import (
+    ALPHA,
+    NOT_RESOLVED,
+    RESOLVED,
+    TOO_FEW_SEEDS,
+    holm,
+    method_test,
+    paired_test,
+    seed_mean,
+)
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +211,7 @@ def adjust_for_many(compared: list[list[Row]]) -> list[list[Row]]:
         for places, p in zip(members, adjusted, strict=True):
             for i, j in places:
                 c = compared[i][j].comparison
-                verdict = RESOLVED if p < ALPHA else "not resolved"
+                verdict = RESOLVED if p < ALPHA else NOT_RESOLVED
                 out[i][j] = replace(
                     compared[i][j],
                     comparison=replace(c, p_adjusted=float(f"{p:.3g}"), compared_with=len(members), verdict=verdict),
@@ -234,7 +243,7 @@ def versus_cells(c: Comparison) -> tuple[str, str, str, str]:
     conditional = (
         "–" if _nan(c.units_p) else f"[{points(c.units_ci_low)}, {points(c.units_ci_high)}], p = {c.units_p:.3g}"
     )
-    if c.verdict == "too few seeds":
+    if c.verdict == TOO_FEW_SEEDS:
         few = f"too few seeds ({c.seed_counts}): one seed says nothing about the method's spread"
         return f"{points(c.diff)} [–]", "–", few, conditional
     p = f"{c.p_value:.3g}"

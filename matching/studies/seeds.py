@@ -109,11 +109,13 @@ def comparisons(spec: StudySpec) -> list[tuple[str, str, str]]:
     return [(t, f, b) for t in spec.tasks for b in spec.baselines for f in spec.families if f != b]
 
 
-def _scores(results: Mapping, kept: Mapping, task: str, family: str, seeds: int) -> list[dict[str, float]] | None:
-    """The first `seeds` seeds' per-unit scores of a family's kept setting on its monitored dev metric; None while a
-    run among them has not finished."""
+def _scores(
+    results: Mapping, kept: Mapping, task: str, family: str, seeds: int
+) -> tuple[list[dict[str, float]], str] | None:
+    """The first `seeds` seeds' per-unit scores of a family's kept setting on its monitored dev metric, and that
+    metric's name; None while a run among them has not finished."""
     slug = kept.get((task, family))
-    out = []
+    out, name = [], ""
     for seed in range(1, seeds + 1):
         result: RunResult | None = results.get((task, family, slug, seed))
         if result is None or not result.finished:
@@ -123,7 +125,7 @@ def _scores(results: Mapping, kept: Mapping, task: str, family: str, seeds: int)
         if scores is None:
             return None
         out.append(scores)
-    return out
+    return out, name
 
 
 def plan_seeds(spec: StudySpec, results: Mapping[tuple[str, str, str, int], RunResult],
@@ -145,15 +147,14 @@ def plan_seeds(spec: StudySpec, results: Mapping[tuple[str, str, str, int], RunR
         tables = {}
         for c in open_:
             task, family, baseline = c
-            a, b = _scores(results, kept, task, family, r), _scores(results, kept, task, baseline, r)
-            if a is None or b is None:
+            mine, theirs = _scores(results, kept, task, family, r), _scores(results, kept, task, baseline, r)
+            if mine is None or theirs is None:
                 break
+            (a, metric[c]), (b, _) = mine, theirs
             units = common_units(a, b)
             if len(units) < 2:
                 break
             tables[c] = (unit_table(a, units), unit_table(b, units))
-            monitor = next(res.monitor for key, res in results.items() if key[:2] == (task, family) and res.config)
-            metric[c] = monitor.split("/", 1)[1]
         if len(tables) < len(open_):
             break  # runs of this look are missing: `wanted` says which
         parts = {c: variance_parts(*tables[c]) for c in open_}
