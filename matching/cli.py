@@ -116,13 +116,14 @@ def register_trained_run(argv: Sequence[str], required: bool) -> None:
     checkpoint = _checkpoint_argument(argv)
     if checkpoint is None and required and not any(a.split("=")[0] in _HYDRA_QUERIES for a in argv):
         raise UsageError(
-            "missing ckpt=<path to a .ckpt file>, e.g. ckpt=outputs/runs/snli/coda/<time>/checkpoints/best.ckpt "
-            "(--help lists the command's options)"
+            "missing ckpt=<a trained model>, e.g. ckpt=outputs/runs/snli/coda/<time> (a run directory; also its "
+            "checkpoints/ folder or a .ckpt file, a shared or exported folder, a hub id owner/name; --help lists the "
+            "command's options)"
         )
     if checkpoint is None:
         node = OmegaConf.create()
     else:
-        from matching.runs import saved_config  # here: commands that load no run (report) stay light to start
+        from matching.inference import saved_config  # here: commands that load no run (report) stay light to start
 
         node = saved_config(checkpoint)
     ConfigStore.instance().store(name="trained_run", node=node)

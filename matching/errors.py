@@ -41,6 +41,11 @@ class DataFormatError(UserError, ValueError):
     the 1-based line number where there is one, and what to do."""
 
 
+class RunError(UserError, ValueError):
+    """A trained model (a run directory, a checkpoint, a shared or exported folder) cannot be used, or not this
+    way; the message says what is wrong and what to do."""
+
+
 class UsageError(UserError, ValueError):
     """The command line cannot be used as given (a missing or repeated argument)."""
 

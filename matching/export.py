@@ -25,7 +25,7 @@ from hydra.utils import get_object
 from omegaconf import DictConfig
 
 from matching.cli import command
-from matching.matcher import REPO_ID
+from matching.inference import REPO_ID
 from matching.runs import RunError, load_trained
 from matching.serving.formats import check_format, export
 from matching.serving.sharing import push

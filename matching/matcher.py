@@ -17,25 +17,18 @@ The reference, with every option and answer, is docs/python-api.md.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from matching import precision
 from matching.data.pairs import Pair
-from matching.data.pipeline import PreparedPairs
+from matching.data.preparation import PreparedPairs
 from matching.data.tables import pair_of_mapping
 from matching.data.vocab import NULL
-from matching.errors import DataFormatError
-from matching.metrics import match_margin
-from matching.runs import RunError, TrainedRun, configured, find_checkpoint, load_trained, saved_config
-
-#: A Hugging Face hub repository id: `owner/name` (what `Matcher.load` downloads when no such path exists here).
-REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+from matching.errors import DataFormatError, RunError
+from matching.inference import Predictor, load
+from matching.inference.predictor import label_probabilities
 
 PairLike = tuple | list | dict | Pair
 
@@ -68,93 +61,81 @@ def as_pairs(
     return pairs
 
 
-def label_probabilities(logits: torch.Tensor, labels: Sequence[str]) -> list[tuple[str, dict[str, float]]]:
-    """Each row of (N, C) logits as its most probable label and every label's probability (the softmax): the
-    classification answer of `predict` and of the server."""
-    answers = []
-    for row in torch.softmax(logits, dim=-1).tolist():
-        best = max(range(len(labels)), key=row.__getitem__)
-        answers.append((labels[best], dict(zip(labels, row, strict=True))))
-    return answers
-
-
 class Matcher:
     """A trained model, ready to score new pairs (see the module docstring). Build one with `Matcher.load(path)`,
-    or around a run a command has loaded: `Matcher(load_trained(ckpt, cfg))`. `run` is the TrainedRun (config,
-    vocabulary, text preparation, model)."""
+    or around a `Predictor` (matching.inference) a command has loaded: `Matcher(predictor)`."""
 
-    def __init__(self, run: TrainedRun):
-        self.run = run
+    def __init__(self, predictor: Predictor):
+        self.predictor = predictor
 
     @classmethod
     def load(
         cls,
         path: str | os.PathLike,
         *,
+        backend: str = "auto",
+        quantize: str | None = None,
         device: str = "cpu",
         batch_tokens: int | None = None,
         batch_cells: int | None = None,
         dtype: str | None = None,
+        threads: int = 0,
         revision: str | None = None,
         overrides: dict[str, Any] | None = None,
     ) -> Matcher:
-        """The model at `path`: a run directory (its checkpoints/best.ckpt), a checkpoint file, a shared model folder
-        (`matching-export format=hub`) or a Hugging Face hub repository id `owner/name` of such a folder (downloaded
-        at `revision`, once, into the hub's cache). `device`: cpu, cuda (or cuda:N) or auto (the GPU when there is
-        one). `batch_tokens`, `batch_cells`: the memory budget of a batch (default: the run's `data.batch_tokens`,
-        `data.batch_cells`). `dtype`: the arithmetic, "fp32", "bf16" (faster on CPUs with AMX or AVX512-BF16; logits
-        within about 1 % of fp32's) or "auto"; default: the run's own `dtype` (see matching.precision).
+        """The model at `path`: a run directory (its checkpoints/best.ckpt), its checkpoints/ folder, a checkpoint
+        file, a shared model folder (`matching-export format=hub`), a Hugging Face hub repository id `owner/name` of
+        such a folder (downloaded at `revision`, once, into the hub's cache) or an exported ONNX folder
+        (`matching-export format=onnx`).
+        `backend`: torch (PyTorch eager), onnx (ONNX Runtime on the CPU; a run or shared folder is exported once
+        into a cache) or auto (onnx for an exported ONNX folder, else torch); `quantize="int8"`: ONNX Runtime with
+        int8 weights. `device`: cpu, cuda (or cuda:N) or auto (torch only). `batch_tokens`, `batch_cells`: the
+        memory budget of a batch (default: the run's `data.batch_tokens`, `data.batch_cells`). `dtype`: the
+        arithmetic of the torch backend, "fp32", "bf16" (faster on CPUs with AMX or AVX512-BF16; logits within
+        about 1 % of fp32's) or "auto"; default: the run's own `dtype` (see matching.precision). `threads`: intra-op
+        threads of every call (default 0: one for a small call, more for a big one while cores are free).
         `overrides`: other keys of the run's config, e.g. `{"data.max_length": 128}`.
         Offline, a shared folder or a run directory needs nothing else; a shared folder is read from safetensors
         and YAML only, never unpickled."""
-        from matching.serving import sharing  # safetensors and huggingface_hub only when a shared folder is used
-
-        if dtype is not None:
-            precision.check(dtype)  # before anything is read or downloaded
         settings = dict(overrides or {})
-        for key, value in (("data.batch_tokens", batch_tokens), ("data.batch_cells", batch_cells), ("dtype", dtype)):
+        for key, value in (("data.batch_tokens", batch_tokens), ("data.batch_cells", batch_cells)):
             if value is not None:
                 settings[key] = value
-        device = _device(device)
-        folder = Path(path).expanduser()
-        if not folder.exists() and REPO_ID.match(str(path)) and not str(path).startswith("."):
-            folder = sharing.download(str(path), revision)
-        if sharing.is_shared_folder(folder):
-            run = sharing.load_shared(folder, settings, device)
-        else:
-            checkpoint = find_checkpoint(folder)
-            cfg = saved_config(checkpoint)
-            run = load_trained(checkpoint, configured(cfg, settings))
-            run.source.on_device(device)
-        if device != "cpu":
-            run.system.to(device)
-        return cls(run)
+        predictor = load(path, backend=backend, quantize=quantize, device=device, dtype=dtype, revision=revision,
+                         overrides=settings, threads=threads)  # fmt: skip
+        return cls(predictor)
 
     # -- what the model is ---------------------------------------------------------------------------------------
     @property
     def kind(self) -> str:
         """ "classify" or "rank" (a pointwise ranking model: labels no-match, match)."""
-        return self.run.kind
+        return self.predictor.kind
 
     @property
     def labels(self) -> list[str]:
-        return list(self.run.labels)
+        return list(self.predictor.labels)
 
     @property
-    def device(self) -> torch.device:
-        return self.run.system.device
+    def backend(self) -> str:
+        """torch, onnx or onnx-int8."""
+        return self.predictor.backend.name
+
+    @property
+    def device(self):
+        return getattr(self.predictor.backend, "device", "cpu")
 
     def __repr__(self) -> str:
-        return f"Matcher({self.run.task.name}, {self.kind}, labels={self.labels}, from {self.run.checkpoint})"
+        p = self.predictor
+        return f"Matcher({p.task}, {self.kind}, labels={self.labels}, {self.backend}, from {p.origin})"
 
     # -- answers -------------------------------------------------------------------------------------------------
     def as_pairs(self, items: Iterable[PairLike], source: str = "pairs") -> list[Pair]:
         """`as_pairs` with this run's own column names (`task.columns`) for dicts."""
-        return as_pairs(items, source, self.run.columns)
+        return as_pairs(items, source, self.predictor.columns)
 
     def logits(self, pairs: Iterable[PairLike], source: str = "pairs") -> np.ndarray:
         """(N, classes) float32 logits of the pairs, in their order. `source` names the input in error messages."""
-        return self.run.logits(self.as_pairs(pairs, source), source).numpy()  # float32
+        return self.predictor.logits(self.as_pairs(pairs, source), source)
 
     def predict(self, pairs: Iterable[PairLike] | tuple[str, str], source: str = "pairs") -> list[dict] | dict:
         """One answer per pair, in their order: `{"label", "probs": {label: p}}` for a classification model,
@@ -162,22 +143,20 @@ class Matcher:
         but never saturates at 1.0). One pair `(a, b)` gives one answer."""
         if isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(t, str) for t in pairs):
             return self.predict([pairs], source)[0]
-        return self.answers(self.run.logits(self.as_pairs(pairs, source), source))
+        return self.answers(self.predictor.logits(self.as_pairs(pairs, source), source))
 
-    def answers(self, logits: torch.Tensor) -> list[dict]:
+    def answers(self, logits: np.ndarray) -> list[dict]:
         """`predict`'s answers from (N, classes) logits."""
-        if self.kind == "classify":
-            return [{"label": label, "probs": probs} for label, probs in label_probabilities(logits, self.labels)]
-        scores, p_match = match_margin(logits).tolist(), torch.softmax(logits.float(), dim=-1)[:, 1].tolist()
-        return [{"score": s, "p_match": p} for s, p in zip(scores, p_match, strict=True)]
+        return self.predictor.answers(np.asarray(logits, np.float32))
 
     def rank(self, query: str, candidates: Sequence[str], top_k: int | None = None) -> list[dict]:
         """The candidates best first (ties: in the order given), each `{"index", "candidate", "score", "p_match"}`
         (`index`: its position in `candidates`); the first `top_k` only when given. Ranking models only."""
         if self.kind != "rank":
             raise RunError(
-                f"this model classifies pairs into {self.labels} (task {self.run.task.name}); it does not rank. Use "
-                "predict(pairs), or load a model trained on a ranking task (wikiqa, trecqa, ubuntu)"
+                f"this model classifies pairs into {self.labels} (task {self.predictor.task}); it does not rank. Use "
+                "predict(pairs), or load a model trained on a ranking task (wikiqa, trecqa, ubuntu, pairs_rank, "
+                "pairs_positives)"
             )
         if isinstance(candidates, str):
             raise DataFormatError("candidates must be a list of texts, not one string; wrap it: [candidate]")
@@ -193,24 +172,20 @@ class Matcher:
         "probs"}`: both sides' tokens as the model sees them ("<null>" first when it uses the NULL token), every
         matrix the aligner used (intra-sentence ones named "intra_a/..." and "intra_b/...", square), and the
         prediction (a ranking model's also with its `score` and `p_match`, as `predict` gives them). What
-        `visualize` draws and the server's /align returns."""
-        return self.alignment(self.run.text.prepare(self.as_pairs([(a, b)], "align")))
+        `visualize` draws and the server's /align returns (PyTorch backend only)."""
+        return self.alignment(self.predictor.prepare(self.as_pairs([(a, b)], "align")))
 
     def alignment(self, prepared: PreparedPairs) -> dict:
         """`align` of one pair already prepared by the run's text pipeline (the server checks it first)."""
-        if not prepared.tokens.all():
-            raise RunError("both texts need at least one token to draw an alignment")
-        self.run.text.check(prepared, "input")
-        out = self.run.predict(self.run.text.batch(prepared))
+        out = self.predictor.alignment(prepared)
         tokens_a, tokens_b = prepared.words_a[0], prepared.words_b[0]
-        if self.run.model.null_token:
+        if self.predictor.null_token:
             tokens_a, tokens_b = [NULL, *tokens_a], [NULL, *tokens_b]
-        logits = out.logits.float().cpu()
-        ((label, probs),) = label_probabilities(logits, self.labels)
-        matrices = {name: m[0].float().cpu().numpy() for name, m in out.matrices.items()}
-        answer = {"a_tokens": tokens_a, "b_tokens": tokens_b, "matrices": matrices, "label": label, "probs": probs}
+        ((label, probs),) = label_probabilities(out["logits"], self.labels)
+        answer = {"a_tokens": tokens_a, "b_tokens": tokens_b, "matrices": out["matrices"], "label": label,
+                  "probs": probs}  # fmt: skip
         if self.kind == "rank":
-            answer.update(self.answers(logits)[0])
+            answer.update(self.answers(out["logits"])[0])
         return answer
 
 
@@ -218,13 +193,3 @@ def ranking(candidates: Sequence[str], answers: Sequence[dict]) -> list[dict]:
     """Ranking answers (`{"score", "p_match"}` per candidate) as `rank` returns them: best first, ties in order."""
     order = sorted(range(len(candidates)), key=lambda i: (-answers[i]["score"], i))
     return [{"index": i, "candidate": candidates[i], **answers[i]} for i in order]
-
-
-def _device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?|mps", device):
-        raise RunError(f"device must be cpu, cuda, cuda:N, mps or auto, got {device!r}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RunError(f"device={device}, but torch sees no CUDA GPU here; use device='cpu' (or 'auto')")
-    return device

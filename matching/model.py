@@ -10,8 +10,8 @@ aggregate v1 = Σ_i v1_i, v2 = Σ_j v2_j over real tokens;  logits = W·H([v1; v
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -20,6 +20,7 @@ from matching.aligners import Aligner
 from matching.data.vocab import NULL_ID, PAD_ID
 from matching.errors import ConfigError
 from matching.layers import FeedForward, split_sides
+from matching.precision import forward_in
 
 AlignerFactory = Callable[..., Aligner]  # called as factory(dim=...)
 
@@ -32,6 +33,13 @@ class MatchOutput(NamedTuple):
     matrices: dict[str, Tensor]  # cross alignment (B, La, Lb); intra ones prefixed "intra_a/", "intra_b/"
     mask_a: Tensor  # (B, La) bool: the real tokens the matrices' rows stand for (NULL first when the model uses it)
     mask_b: Tensor  # (B, Lb) bool
+
+
+def run_batch(model: nn.Module, batch: Mapping[str, Any], dtype: torch.dtype) -> MatchOutput:
+    """The model on a batch (ids `a`, `b` and whatever CONTEXT_INPUTS it carries), computed in `dtype` (see
+    matching.precision.forward_in): the one forward pass of training, evaluation and PyTorch inference."""
+    context = {k: batch[k] for k in CONTEXT_INPUTS if k in batch}
+    return forward_in(dtype, model, batch["a"], batch["b"], **context)
 
 
 class IntraAttention(nn.Module):

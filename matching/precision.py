@@ -74,17 +74,22 @@ def resolve(name: str, device: str | torch.device = "cpu") -> torch.dtype:
     return torch.bfloat16 if on_cpu and bf16_instructions() else torch.float32
 
 
+def short(dtype: torch.dtype) -> str:
+    """A computing dtype's name as `dtype=` spells it: bf16 or fp32."""
+    return "bf16" if dtype == torch.bfloat16 else "fp32"
+
+
 def describe(name: str, device: str | torch.device = "cpu") -> str:
     """What `dtype=name` computes in on `device`, for the run's log ("bf16 (auto: this CPU has amx_bf16)")."""
     dtype = resolve(name, device)
-    short = "bf16" if dtype == torch.bfloat16 else "fp32"
+    name_of = short(dtype)
     if name == "auto":
         found = bf16_instructions()
         why = f"this CPU has {found}" if found else "no bf16 arithmetic here"
-        return f"{short} (auto: {why})"
+        return f"{name_of} (auto: {why})"
     if dtype == torch.bfloat16 and torch.device(device).type == "cpu" and not bf16_instructions():
-        return f"{short} (this CPU has no bf16 arithmetic: slower than fp32 here)"
-    return short
+        return f"{name_of} (this CPU has no bf16 arithmetic: slower than fp32 here)"
+    return name_of
 
 
 @functools.cache

@@ -37,9 +37,9 @@ from omegaconf import DictConfig, OmegaConf
 from matching.cli import command
 from matching.data.pairs import Pair
 from matching.data.tables import TABLE_FORMATS, read_new_pairs
+from matching.errors import RunError
 from matching.files import existing
 from matching.matcher import Matcher, ranking
-from matching.runs import RunError, load_trained
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def predict(matcher: Matcher, pairs: Iterable[Pair], out: IO[str], batch_size: i
     # The pairs were checked as they were read (read_new_pairs): straight to the model, not through
     # Matcher.predict's check of a caller's pairs.
     chunks = iter(lambda: list(islice(stream, batch_size)), [])
-    batches = ((chunk, matcher.answers(matcher.run.logits(chunk, source))) for chunk in chunks)
+    batches = ((chunk, matcher.answers(matcher.predictor.logits(chunk, source))) for chunk in chunks)
 
     if matcher.kind == "classify":
         for batch, answers in batches:
@@ -94,17 +94,27 @@ def predict_command(cfg: DictConfig) -> int:
         raise RunError(
             f"input={source}: no such file (looked for {Path(source).absolute()}); give a file of pairs or -"
         )
-    matcher = Matcher(load_trained(cfg.ckpt, cfg))
+    matcher = Matcher(load_predictor(cfg))
     named = OmegaConf.to_container(cfg.columns) if cfg.get("columns") else {}
-    options = {"format": cfg.input_format, "header": cfg.header, "preferred": matcher.run.columns, "named": named}
+    options = {"format": cfg.input_format, "header": cfg.header, "preferred": matcher.predictor.columns,
+               "named": named}  # fmt: skip
     with ExitStack() as stack:
         pairs = read_new_pairs(sys.stdin.buffer if path is None else path, **options)
         out = sys.stdout if cfg.output == "-" else stack.enter_context(output_file(cfg.output))
         count = predict(matcher, pairs, out, int(cfg.batch_size), "<stdin>" if path is None else str(path))
-    run = matcher.run
-    cut = f"; {run.truncated} had a text cut to data.max_length={run.text.max_length} tokens" if run.truncated else ""
+    done = matcher.predictor
+    cut = f"; {done.truncated} had a text cut to data.max_length={done.max_length} tokens" if done.truncated else ""
     print(f"predicted {count} pair{'' if count == 1 else 's'}{cut}", file=sys.stderr)
     return count
+
+
+def load_predictor(cfg: DictConfig):
+    """The model of a command's `ckpt=` (any form matching.inference.load takes) on its `backend=`, `quantize=` and
+    `threads=`, with the command line's overrides of the run's config."""
+    from matching.inference import load
+
+    return load(cfg.ckpt, backend=str(cfg.get("backend") or "auto"), quantize=cfg.get("quantize"),
+                threads=int(cfg.get("threads") or 0), config=cfg if "task" in cfg else None)  # fmt: skip
 
 
 def output_file(name: str) -> IO[str]:

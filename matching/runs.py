@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import platform
@@ -23,6 +22,21 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from matching.assembly import (  # noqa: F401  (RunError and the checkpoint helpers: imported from here by commands)
+    RunError,
+    another_version,
+    build_model,
+    build_task,
+    check_checkpoint,
+    configured,
+    find_checkpoint,
+    find_run_dir,
+    read_checkpoint,
+    read_vocabulary,
+    saved_config,
+    trained_model,
+    with_dtype,
+)
 from matching.configs import build
 from matching.data.datamodule import PairDataModule, split_prefix
 from matching.data.embeddings import EmbeddingSource, embeddings_choice
@@ -31,7 +45,7 @@ from matching.data.pipeline import PreparedPairs, TextPipeline
 from matching.data.sources import labels_from_data
 from matching.data.tasks import Task
 from matching.data.vocab import Vocabulary
-from matching.errors import ConfigError, UserError
+from matching.errors import ConfigError
 from matching.files import write_atomic
 from matching.model import DecomposableAttention, MatchOutput
 from matching.system import MatchingSystem
@@ -44,16 +58,6 @@ def command_line_overrides() -> list[str]:
     from hydra.core.hydra_config import HydraConfig
 
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-
-
-def build_task(cfg: DictConfig) -> Task:
-    task = build(cfg.task)
-    if not isinstance(task, Task):
-        raise RunError(
-            f"the task config {cfg.task.get('name', '')!r} is not a Task node (_target_: matching.data.tasks.Task); "
-            "it was probably saved by an older version of matching: retrain, or start from conf/task/<name>.yaml"
-        )
-    return task
 
 
 def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None, run_dir: Path | None = None) -> PairDataModule:
@@ -85,25 +89,6 @@ def trained_logits(path: str) -> Callable[[list[Pair]], np.ndarray]:
     if run.data.task.kind != "rank":
         raise ConfigError(f"task.negatives.ckpt={path} is a {run.data.task.kind} model; mining needs a ranking run")
     return lambda pairs: run.logits(pairs, "mining candidates").numpy()
-
-
-def build_model(
-    cfg: DictConfig, vectors: torch.Tensor, num_classes: int, source: EmbeddingSource | None = None
-) -> DecomposableAttention:
-    """The model over a vector table (`vectors`) and what the embedding source adds (`source.model_arguments`;
-    None: a table of word vectors alone)."""
-    intra = instantiate(cfg.intra) if cfg.get("intra") else None
-    model = instantiate(
-        cfg.model,
-        vectors=vectors,
-        num_classes=num_classes,
-        aligner=instantiate(cfg.aligner),
-        intra_aligner=intra,
-        **(source.model_arguments() if source is not None else {}),
-    )
-    # What the source records about itself, saved in checkpoints (MatchingSystem.on_save_checkpoint)
-    model.source_record = source.checkpoint_record() if source is not None else None
-    return model
 
 
 def class_weights(cfg: DictConfig, dm: PairDataModule) -> list[float] | None:
@@ -165,10 +150,6 @@ def check_writable(folder: Path) -> None:
             f"cannot write to the output directory {folder} ({err.strerror or err}); choose a writable place with "
             f"paths.output_root=<dir> (runs go under it) or hydra.run.dir=<dir>"
         ) from err
-
-
-class RunError(UserError, ValueError):
-    """A checkpoint or run directory cannot be used; the message says what is wrong and what to do."""
 
 
 @dataclass
@@ -251,79 +232,6 @@ class TrainedRun:
         return self.system.predict_step(batch, 0)
 
 
-def find_run_dir(checkpoint: Path) -> Path:
-    for folder in (checkpoint.parent, checkpoint.parent.parent):
-        if (folder / "config.yaml").exists():
-            return folder
-    raise RunError(
-        f"no config.yaml beside {checkpoint} or in its parent folder: a checkpoint is used from inside its run "
-        f"directory (outputs/runs/<task>/<aligner>/<time>/checkpoints/best.ckpt), which holds config.yaml and vocab.txt"
-    )
-
-
-def check_checkpoint(checkpoint: str | os.PathLike) -> Path:
-    """The checkpoint file, or a RunError that lists the checkpoints of its folder."""
-    checkpoint = Path(checkpoint)
-    if not checkpoint.is_file():
-        hint = (
-            f"; checkpoints there: {sorted(p.name for p in checkpoint.parent.glob('*.ckpt'))}"
-            if checkpoint.parent.is_dir()
-            else ""
-        )
-        raise RunError(f"no checkpoint file at {checkpoint}{hint}")
-    return checkpoint
-
-
-def find_checkpoint(path: str | os.PathLike) -> Path:
-    """The checkpoint that `path` names: the file itself, or a run directory's checkpoints/best.ckpt."""
-    path = Path(path)
-    if path.is_dir():
-        best = path / "checkpoints" / "best.ckpt"
-        if best.is_file():
-            return best
-        found = sorted(p.name for p in (path / "checkpoints").glob("*.ckpt"))
-        raise RunError(
-            f"{path} is not a run directory with checkpoints/best.ckpt"
-            + (f" (checkpoints there: {found}; give one of them)" if found else "")
-            + ", nor a shared model folder (config.yaml, vocab.txt, model.safetensors); give a run directory, a "
-            "checkpoint file, a folder written by matching-export format=hub, or a hub repository id owner/name"
-        )
-    if not path.exists():
-        raise RunError(
-            f"no run directory, checkpoint or shared model folder at {path}; give a run directory "
-            "(outputs/runs/<task>/<aligner>/<time>), a checkpoint file, a folder written by matching-export "
-            "format=hub, or a hub repository id owner/name"
-        )
-    return check_checkpoint(path)
-
-
-def saved_config(checkpoint: str | os.PathLike) -> DictConfig:
-    """The saved config of the run a checkpoint belongs to; a run saved before the `dtype` key computed in fp32,
-    and is given that key, so that `dtype=bf16` overrides it as in any other run."""
-    return with_dtype(OmegaConf.load(find_run_dir(check_checkpoint(checkpoint)) / "config.yaml"))
-
-
-def with_dtype(cfg: DictConfig) -> DictConfig:
-    """`cfg` with a `dtype` key: a run saved before there was one computed in fp32 (matching.precision)."""
-    if "dtype" not in cfg:
-        cfg.dtype = "fp32"
-    return cfg
-
-
-def configured(cfg: DictConfig, settings: dict[str, Any]) -> DictConfig:
-    """A copy of a run's config with `settings` (dotted keys of the config: `{"data.batch_tokens": 4096}`) applied;
-    a key the config does not have is a RunError."""
-    cfg = with_dtype(copy.deepcopy(cfg))
-    for key, value in settings.items():
-        if OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
-            raise RunError(f"the run's config has no key {key!r} to set; its keys are in config.yaml beside the model")
-        OmegaConf.update(cfg, key, value)
-    return cfg
-
-
-_ABSENT = object()
-
-
 def load_trained(checkpoint: str | os.PathLike, cfg: DictConfig | None = None) -> TrainedRun:
     """Rebuild a trained run from its directory alone (no vectors file or training data needed). `cfg` is the
     run's config as a command composed it (the saved one with the command line's overrides); None reads the
@@ -331,70 +239,23 @@ def load_trained(checkpoint: str | os.PathLike, cfg: DictConfig | None = None) -
     checkpoint = check_checkpoint(checkpoint)
     run_dir = find_run_dir(checkpoint)
     cfg = OmegaConf.load(run_dir / "config.yaml") if cfg is None else cfg
-    vocab_file = run_dir / "vocab.txt"
-    if not vocab_file.exists():
-        raise RunError(f"{run_dir} has no vocab.txt; the run directory is incomplete (was training interrupted early?)")
-    vocab = Vocabulary.load(vocab_file)
-    try:
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
-        weights = state["state_dict"]
-    except Exception as err:  # truncated file, not a checkpoint, pickle garbage: same advice
-        raise RunError(
-            f"cannot read checkpoint {checkpoint} ({type(err).__name__}: {err}); the file is corrupt or not a "
-            f"checkpoint of matching. Use another one from {checkpoint.parent} (e.g. last.ckpt) or retrain."
-        ) from err
-    return assemble_run(run_dir, checkpoint, cfg, vocab, weights, state.get("matching", {}))
+    vocab = read_vocabulary(run_dir)
+    weights, meta = read_checkpoint(checkpoint)
+    return assemble_run(run_dir, checkpoint, cfg, vocab, weights, meta)
 
 
 def assemble_run(
     run_dir: Path, checkpoint: Path, cfg: DictConfig, vocab: Vocabulary, weights: dict[str, torch.Tensor], meta: dict
 ) -> TrainedRun:
-    """A TrainedRun from its parts, checked against each other: the config, the vocabulary, the `weights` (the
-    system's state dict: keys `model.*`) and what the checkpoint says about itself (`meta`: task, labels, kind,
-    encoder; see MatchingSystem.on_save_checkpoint). `checkpoint` names the weights' file in messages."""
-    vocab_file = run_dir / "vocab.txt"
+    """A TrainedRun from its parts (matching.assembly.trained_model checks them against each other), with the data
+    module and an evaluation-only MatchingSystem around the model: what evaluating a split and exporting need."""
+    trained = trained_model(cfg, run_dir, checkpoint, vocab, weights, meta)
     try:
         data = build_datamodule(cfg, vocab=vocab, run_dir=run_dir)
     except (InstantiationException, TypeError) as err:  # e.g. a config key this version no longer has
-        raise _another_version(run_dir, err) from err
-    labels = data.labels
-    if meta.get("task") not in (None, data.task.name):
-        raise RunError(
-            f"checkpoint {checkpoint} was trained on task {meta['task']!r} but its run config says "
-            f"{data.task.name!r}; the checkpoint does not belong to this run directory"
-        )
-    if meta.get("labels") is not None and list(meta["labels"]) != labels:
-        raise RunError(
-            f"label space mismatch: checkpoint {checkpoint} predicts {meta['labels']} but task.labels is {labels}; "
-            f"evaluate with the labels the model was trained on"
-        )
-    if meta.get("kind") not in (None, data.task.kind):
-        raise RunError(
-            f"checkpoint {checkpoint} is a {meta['kind']!r} model but task.kind is {data.task.kind!r}; a model is "
-            "evaluated as the kind of task it was trained on"
-        )
-    rows = weights.get("model.embedding.weight")
-    if rows is None:
-        raise RunError(f"checkpoint {checkpoint} holds no DecomposableAttention weights (model.embedding.weight)")
-    source = data.vectors
-    mismatch = source.check_trained(checkpoint, meta.get("encoder"), rows.shape[0], vocab)
-    if mismatch:
-        raise RunError(mismatch.replace("vocab.txt", str(vocab_file), 1))
-    try:
-        model = build_model(cfg, torch.zeros_like(rows), num_classes=len(labels), source=source)
-    except (InstantiationException, TypeError, ValueError) as err:  # e.g. an option this version no longer has
-        raise _another_version(run_dir, err) from err
-    model.load_state_dict({k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")})
-    system = MatchingSystem(model, None, labels, kind=meta.get("kind", data.task.kind), task=data.task.name,
+        raise another_version(run_dir, err) from err
+    system = MatchingSystem(trained.model, None, data.labels, kind=trained.kind, task=data.task.name,
                             val_prefixes=(), test_prefixes=(), compute_dtype=cfg.get("dtype", "fp32"),
                             positive_label=data.task.positive_label)  # fmt: skip
     system.eval()
     return TrainedRun(run_dir, checkpoint, cfg, data, system)
-
-
-def _another_version(run_dir: Path, err: Exception) -> RunError:
-    cause = err.__cause__ or err  # Hydra wraps the constructor's own error
-    return RunError(
-        f"cannot rebuild the model of {run_dir} from its config.yaml ({cause}); the run was probably made by "
-        f"another version of matching. Retrain it, or edit config.yaml to the current options (see conf/)."
-    )

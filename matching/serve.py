@@ -42,8 +42,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from matching.cli import command
+from matching.errors import RunError
 from matching.extras import require
-from matching.runs import RunError, find_checkpoint, load_trained, saved_config
+from matching.inference import load, saved_config
+from matching.inference.threads import cores
 
 
 @dataclass
@@ -146,12 +148,26 @@ def build_server(cfg: DictConfig) -> Server:
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
 
-    # (checkpoint, the run's config) of every run: the first composed by the command line, the others as saved
-    configs = [(str(cfg.ckpt), OmegaConf.to_container(cfg, resolve=True))]
+    backend, quantize = str(cfg.get("backend") or "auto"), cfg.get("quantize")
+    threads = int(cfg.threads)
+    if threads < 0:
+        raise RunError(f"threads must be a whole number >= 0 (0: chosen per call), got {threads}")
+    # (model, its config) of every run: the first composed by the command line, the others as saved
+    configs = [(str(cfg.ckpt), OmegaConf.to_container(cfg, resolve=True) if "task" in cfg else {})]
     for other in compare:
-        checkpoint = find_checkpoint(str(other))
-        configs.append((str(checkpoint), OmegaConf.to_container(saved_config(checkpoint), resolve=True)))
-    infos = [model_info(load_trained(ckpt, OmegaConf.create(config)), limits) for ckpt, config in configs]
+        configs.append((str(other), OmegaConf.to_container(saved_config(str(other)), resolve=True)))
+    predictors = [
+        load(
+            ckpt,
+            backend=backend,
+            quantize=quantize,
+            device=device,
+            config=OmegaConf.create(config) if "task" in config else None,
+        )  # fmt: skip
+        for ckpt, config in configs
+    ]
+    infos = [model_info(predictor, limits) for predictor in predictors]
+    del predictors  # each worker loads its own
     kinds = {info["kind"] for info in infos}
     if len(kinds) > 1:
         listed = ", ".join(
@@ -161,11 +177,18 @@ def build_server(cfg: DictConfig) -> Server:
                        f"with a server of their own")  # fmt: skip
     sock = _listen(cfg.host, port)
 
+    # The workers share the cores (the HTTP front keeps one when there are more than two): workers × threads never
+    # exceed them (matching.inference.threads).
+    cap = max(1, (cores() - (1 if cores() > 2 else 0)) // len(configs))
+    if threads > cap:
+        print(f"threads={threads} per model worker x {len(configs)} workers is more than this machine's {cores()} "
+              f"cores: each worker uses {cap}", file=sys.stderr)  # fmt: skip
+        threads = cap
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing of this process is inherited
     clients = []
     for name, (ckpt, config), info in zip(_run_names([i["aligner"] for i in infos]), configs, infos, strict=True):
-        spec = WorkerSpec(ckpt, config, limits, int(cfg.threads), max_batch_size, float(cfg.batch_timeout),
-                          float(cfg.timeout), device)  # fmt: skip
+        spec = WorkerSpec(ckpt, config, limits, threads, cap, max_batch_size, float(cfg.batch_timeout),
+                          float(cfg.timeout), device, backend, quantize)  # fmt: skip
         requests = context.Queue()
         answers, sending = context.Pipe(duplex=False)
         process = context.Process(target=work, args=(spec, requests, sending), name=f"matching-serve {name}",
@@ -174,7 +197,7 @@ def build_server(cfg: DictConfig) -> Server:
         sending.close()
         clients.append(ModelClient(name, info, process, requests, answers))
     server_info = {"max_batch_size": max_batch_size, "batch_timeout": float(cfg.batch_timeout),
-                   "timeout": float(cfg.timeout), "threads": int(cfg.threads), "accelerator": device,
+                   "timeout": float(cfg.timeout), "threads": threads, "threads_cap": cap, "accelerator": device,
                    "max_request_bytes": limits.max_request_bytes}  # fmt: skip
     server = Server(build_app(clients, limits, server_info), clients, sock, cfg)
     for client in clients:  # each worker says "ready" once its run is loaded, or why it could not load it

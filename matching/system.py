@@ -26,7 +26,7 @@ from matching.metrics import (
     match_margin,
     positive_index,
 )
-from matching.model import CONTEXT_INPUTS, MatchOutput
+from matching.model import MatchOutput, run_batch
 from matching.precision import check, forward_in, resolve
 
 log = logging.getLogger(__name__)
@@ -137,9 +137,7 @@ class MatchingSystem(pl.LightningModule):
     def predict_step(self, batch: dict[str, Any], batch_idx: int = 0, dataloader_idx: int = 0) -> MatchOutput:
         """Logits, alignment matrices and token masks of a batch: what evaluate, predict, visualize and export
         use (under a Trainer or called directly), computed in `compute_dtype`."""
-        a = batch["a"]
-        context = {k: batch[k] for k in CONTEXT_INPUTS if k in batch}
-        return forward_in(resolve(self.compute_dtype, a.device), self.model, a, batch["b"], **context)
+        return run_batch(self.model, batch, resolve(self.compute_dtype, batch["a"].device))
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         logits = self.predict_step(batch).logits

@@ -29,11 +29,13 @@ from omegaconf import DictConfig
 
 from matching.alignment_figures import draw_histograms, heatmap
 from matching.cli import command
+from matching.errors import RunError
 from matching.files import write_json
+from matching.inference import load
 from matching.matcher import Matcher
 from matching.matrices import describe
 from matching.results.discovery import option_name
-from matching.runs import RunError, TrainedRun, load_trained
+from matching.runs import TrainedRun, find_checkpoint, load_trained
 
 log = logging.getLogger(__name__)
 
@@ -78,17 +80,17 @@ def visualize(cfg: DictConfig) -> Path:
     compare = list(cfg.get("compare") or [])
     if compare and cfg.mode != "heatmap":
         raise RunError("compare= draws several runs' heat-maps of one pair: it needs mode=heatmap")
-    matcher = Matcher(load_trained(cfg.ckpt, cfg))
-    run = matcher.run
-    others = tuple(Matcher.load(path) for path in compare)  # each run as it was saved
-    aligner = option_name(run.cfg, "aligner")
+    others = tuple(Matcher.load(path, backend="torch") for path in compare)  # each run as it was saved
     if cfg.mode == "heatmap":
-        out = Path(cfg.out or run.run_dir / ("alignments.png" if others else "alignment.png"))
+        matcher = Matcher(load(cfg.ckpt, backend="torch", config=cfg))
+        out = Path(cfg.out or matcher.predictor.about["run_dir"] / ("alignments.png" if others else "alignment.png"))
         heatmap(matcher, str(cfg.a), str(cfg.b), out, cfg.show_intra, others)
-    else:
+    else:  # a split's matrices: the run's data module reads it
+        run = load_trained(find_checkpoint(cfg.ckpt), cfg)
         values = matrix_values(run, str(cfg.split), int(cfg.max_pairs))
         out = Path(cfg.out or run.run_dir / f"matrix_values_{cfg.split}.png")
         captions = {name: describe(name, run.cfg) for name in values}
+        aligner = option_name(run.cfg, "aligner")
         draw_histograms(values, out, title=f"{run.task.name} {cfg.split} · {aligner}", captions=captions)
         summary = value_summary(values)
         write_json(out.with_suffix(".json"), summary)

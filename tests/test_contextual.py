@@ -199,7 +199,7 @@ def test_contextual_run_predicts_and_visualizes_from_its_directory(contextual_ru
     from matching.matcher import Matcher
     from matching.visualize import matrix_values
 
-    aligned = Matcher(run).align("what is a cat", "a cat is an animal")
+    aligned = Matcher.load(run.checkpoint).align("what is a cat", "a cat is an animal")
     tokens_a, matrices = aligned["a_tokens"], aligned["matrices"]
     assert tokens_a[1:] == ["what", "is", "a", "cat"] and all(m.shape == (5, 6) for m in matrices.values())
     assert all(np.isfinite(v).all() for v in matrix_values(run, "dev", max_pairs=20).values())  # heat-map values
@@ -369,7 +369,7 @@ def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder, tmp_path
 
     ort = pytest.importorskip("onnxruntime")
     pairs = [("a cat sat", "the cat sat on the mat"), ("dogs", "a dog barks loudly at the small cat"), ("a", "b")]
-    expected = Matcher(run).logits(pairs)
+    expected = Matcher.load(run.checkpoint).logits(pairs)
     session = ort.InferenceSession(str(export(run, "onnx", tmp_path / "onnx")), providers=["CPUExecutionProvider"])
     _, logits = session.run(None, {k: v.numpy() for k, v in run.source.serving_inputs(run.text, pairs).items()})
     np.testing.assert_allclose(logits, expected, atol=1e-4)

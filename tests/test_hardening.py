@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from matching.data.batching import BatchTooLargeError, BucketBatchSampler, Budget
+from matching.data.batching import BucketBatchSampler
+from matching.data.preparation import BatchTooLargeError, Budget
 from matching.predict import main as predict_main
 
 # ------------------------------------------------------------------ family 1: memory bounded by the input

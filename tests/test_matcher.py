@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from matching import Matcher
-from matching.data.batching import BatchTooLargeError
 from matching.data.pairs import Pair
+from matching.data.preparation import BatchTooLargeError
 from matching.errors import DataFormatError
 from matching.predict import main as predict_main
 from matching.runs import RunError, load_trained
@@ -93,13 +93,13 @@ def test_the_batch_budget_is_the_runs_and_can_be_set(snli_run):
     pairs = [*NLI, (long, "A person makes music."), ("Kids.", long)]
     default = Matcher.load(snli_run[0])
     small = Matcher.load(snli_run[0], batch_tokens=64, batch_cells=1000)
-    assert small.run.data.budget.tokens == 64 and default.run.data.budget.tokens == 65_536
+    assert small.predictor.text.budget.tokens == 64 and default.predictor.text.budget.tokens == 65_536
     np.testing.assert_allclose(small.logits(pairs), default.logits(pairs), atol=1e-6)  # other batches, same scores
     with pytest.raises(BatchTooLargeError, match="pair 2 has 30 x 30 tokens"):
         Matcher.load(snli_run[0], batch_cells=500).predict([("a", "b"), (long, long)])
     cut = Matcher.load(snli_run[0], overrides={"data.max_length": 5})
     cut.predict([(long, "b")])
-    assert cut.run.truncated == 1
+    assert cut.predictor.truncated == 1
 
 
 def test_align_gives_tokens_matrices_and_the_prediction(wikiqa_run):

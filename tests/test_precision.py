@@ -30,7 +30,7 @@ def test_bf16_inference_is_fp32_within_the_tolerance(fixture, request):
     pairs = [Pair(a, b, "") for a, b in NLI]
     fp32 = Matcher.load(run_dir)
     bf16 = Matcher.load(run_dir, dtype="bf16")
-    assert fp32.run.system.compute_dtype == "fp32" and bf16.run.system.compute_dtype == "bf16"
+    assert fp32.predictor.backend.dtype == "fp32" and bf16.predictor.backend.dtype == "bf16"
     want, got = fp32.logits(pairs), bf16.logits(pairs)
     assert got.dtype == np.float32
     assert not np.array_equal(got, want)  # it did compute in bf16
@@ -55,7 +55,7 @@ def test_the_commands_take_dtype_and_an_old_run_is_fp32(wikiqa_run, tmp_path):
     try:
         config.write_text("".join(line for line in saved.splitlines(True) if not line.startswith("dtype:")))
         assert load_trained(ckpt).system.compute_dtype == "fp32"
-        assert Matcher.load(run_dir, dtype="bf16").run.system.compute_dtype == "bf16"
+        assert Matcher.load(run_dir, dtype="bf16").predictor.backend.dtype == "bf16"
         assert evaluate(ckpt, overrides=["dtype=bf16"], out=tmp_path / "old.json") == bf16
     finally:
         config.write_text(saved)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from matching.data.batching import Budget, QueryBatchSampler
+from matching.data.batching import QueryBatchSampler
+from matching.data.preparation import Budget
 from matching.errors import ConfigError
 from matching.losses import listwise_softmax, pairwise_hinge
 

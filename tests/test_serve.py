@@ -202,7 +202,7 @@ def test_a_served_answer_is_matchers_within_the_tolerance_of_its_dtype(wide_run,
 
     checkpoint = wide_run / "checkpoints" / "best.ckpt"
     matcher = Matcher.load(wide_run, dtype=dtype)
-    words = sorted(w for w in matcher.run.vocab.words if w.isalpha())
+    words = sorted(w for w in matcher.predictor.vocab.words if w.isalpha())
     rng = random.Random(0)
     pairs = [(" ".join(rng.choices(words, k=rng.randint(3, 12))), " ".join(rng.choices(words, k=rng.randint(3, 30))))
              for _ in range(300)]  # fmt: skip
@@ -210,8 +210,8 @@ def test_a_served_answer_is_matchers_within_the_tolerance_of_its_dtype(wide_run,
 
     served = compose_config("serve", [f"ckpt={checkpoint}", f"dtype={dtype}"])
     threads = torch.get_num_threads()
-    try:  # one torch thread, as the server's worker has by default (threads=1)
-        worker = Worker(WorkerSpec(str(checkpoint), OmegaConf.to_container(served, resolve=True), Limits(), 1, 32,
+    try:  # one torch thread, as the server's worker has by default (one thread on a 2-core machine)
+        worker = Worker(WorkerSpec(str(checkpoint), OmegaConf.to_container(served, resolve=True), Limits(), 1, 1, 32,
                                    0.0, 60.0, "cpu"))  # fmt: skip
         jobs = [Job(i, "classify", (pair,), time.monotonic()) for i, pair in enumerate(pairs)]
         alone = [answer for job in jobs for answer in worker.answer([job])]

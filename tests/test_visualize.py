@@ -35,8 +35,7 @@ def test_heatmap_for_softmax_labels_tokens_with_null(make_cfg, tmp_path):
 
     cfg = make_cfg("trainer.max_epochs=1", "model.null_token=true", "intra=softmax")
     train(cfg)
-    run = load_trained(f"{cfg.paths.output_dir}/checkpoints/best.ckpt")
-    aligned = Matcher(run).align("A dog runs.", "An animal moves")
+    aligned = Matcher.load(cfg.paths.output_dir).align("A dog runs.", "An animal moves")
     tokens_a, tokens_b, matrices = aligned["a_tokens"], aligned["b_tokens"], aligned["matrices"]
     assert tokens_a[0] == tokens_b[0] == "<null>" and tokens_a[1:] == ["a", "dog", "runs", "."]
     assert {"softmax_a", "softmax_b", "intra_a/softmax_a"} <= set(matrices)

@@ -1,13 +1,11 @@
-"""Batches: a split packed into flat tensors, the memory Budget every batch fits, the length-bucketed batch sampler
+"""Batches: a split packed into flat tensors, the length-bucketed batch sampler
 (resumable mid-epoch, distributed), and the collator that gathers and pads a batch."""
 
 from __future__ import annotations
 
 import logging
 import math
-import sys
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -15,74 +13,11 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from matching.data.embeddings import EmbeddingSource
-from matching.data.encoding import BadExampleError, EncodedSplit
+from matching.data.encoding import EncodedSplit
+from matching.data.preparation import Budget
 from matching.errors import ConfigError
 
 log = logging.getLogger(__name__)
-
-
-class BatchTooLargeError(BadExampleError):
-    """A pair that alone exceeds the batch budget; the message names it and the settings that fix it."""
-
-
-@dataclass(frozen=True)
-class Budget:
-    """What one batch may hold, whatever the input: at most `cells` alignment cells (B · La · Lb, the size of the
-    (B, La, Lb) matrices) and at most `tokens` padded tokens (B · (La + Lb), what every activation scales with).
-    None leaves a limit out. Batches are cut by these and by a pair count, so one long text cannot inflate its
-    batch; a pair that does not fit even alone is an error raised before anything is allocated."""
-
-    cells: int | None = None
-    tokens: int | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self.cells or self.tokens)
-
-    def fits(self, pairs: int, la: int, lb: int) -> bool:
-        return (not self.cells or pairs * la * lb <= self.cells) and (
-            not self.tokens or pairs * (la + lb) <= self.tokens
-        )
-
-    def long_side(self, batch_size: int) -> int:
-        """The longest side with which any `batch_size` pairs fit together."""
-        limits = [math.isqrt(self.cells // batch_size)] if self.cells else []
-        limits += [self.tokens // (2 * batch_size)] if self.tokens else []
-        return min(limits) if limits else sys.maxsize
-
-    def batches(self, order: np.ndarray, sides: np.ndarray, max_pairs: int) -> list[np.ndarray]:
-        """Consecutive runs of `order` with at most `max_pairs` pairs that fit. `sides`: (N, 2) lengths."""
-        batches, start, top_a, top_b = [], 0, 0, 0
-        for k, i in enumerate(order.tolist()):
-            la, lb = max(top_a, int(sides[i, 0])), max(top_b, int(sides[i, 1]))
-            if k > start and (k - start + 1 > max_pairs or not self.fits(k - start + 1, la, lb)):
-                batches.append(order[start:k])
-                start, la, lb = k, int(sides[i, 0]), int(sides[i, 1])
-            top_a, top_b = la, lb
-        if start < len(order):
-            batches.append(order[start:])
-        return batches
-
-    def check(self, sides: np.ndarray, where: str, lines: Sequence[int] | None = None) -> None:
-        """BatchTooLargeError naming the worst pair when a pair alone does not fit."""
-        if not self or not len(sides):
-            return
-        cells = sides[:, 0] * sides[:, 1]
-        too_big = np.zeros(len(sides), bool)  # the same test as fits(1, La, Lb), for every pair at once
-        if self.cells:
-            too_big |= cells > self.cells
-        if self.tokens:
-            too_big |= sides.sum(1) > self.tokens
-        over = np.flatnonzero(too_big)
-        if len(over):
-            worst = int(over[np.argmax(cells[over])])
-            la, lb = int(sides[worst, 0]), int(sides[worst, 1])
-            which = f"line {lines[worst]}" if lines is not None and lines[worst] else f"pair {worst + 1}"
-            raise BatchTooLargeError(
-                f"{where}: {len(over)} pair(s) are too long to align even alone: {which} has {la} x {lb} tokens "
-                f"({la * lb:,} alignment cells), over data.batch_cells={self.cells} / data.batch_tokens="
-                f"{self.tokens}. Truncate long texts with data.max_length=<tokens>, or raise the budget if memory "
-                "allows."
-            )
 
 
 class BucketBatchSampler(Sampler[list[int]]):

@@ -21,13 +21,14 @@ from torch.utils.data import DataLoader
 
 from matching.callbacks import batches_trained
 from matching.data import cache as corpus_cache
-from matching.data.batching import BucketBatchSampler, Budget, PadCollator, QueryBatchSampler, TrainLoader
+from matching.data.batching import BucketBatchSampler, PadCollator, QueryBatchSampler, TrainLoader
 from matching.data.cache import file_stamp
 from matching.data.embeddings import EmbeddingSource, PretrainedVectors
 from matching.data.encoding import EncodedSplit, encode_split, keep_answered_questions
 from matching.data.negatives import NegativeMiner
 from matching.data.pairs import Pair
 from matching.data.pipeline import TextPipeline
+from matching.data.preparation import Budget
 from matching.data.sources import read_split, resolve_path
 from matching.data.tasks import Task
 from matching.data.vocab import Tokenizer, Vocabulary

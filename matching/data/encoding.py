@@ -13,14 +13,11 @@ import torch
 from torch.utils.data import Dataset
 
 from matching.data.pairs import Pair
+from matching.data.preparation import BadExampleError, model_words, pair_sides
 from matching.data.vocab import Vocabulary
-from matching.errors import ConfigError, UserError
+from matching.errors import ConfigError
 
 log = logging.getLogger(__name__)
-
-
-class BadExampleError(UserError, ValueError):
-    """A pair that cannot be used; the message names its file and line and what to do."""
 
 
 class LabelError(BadExampleError):
@@ -76,14 +73,6 @@ class EncodedSplit(Dataset):
         return pair_sides(self.a, self.b)
 
 
-def pair_sides(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> np.ndarray:
-    """(N, 2) int64 token counts of the two texts of N pairs."""
-    out = np.empty((len(a), 2), np.int64)
-    out[:, 0] = np.fromiter(map(len, a), np.int64, len(a))
-    out[:, 1] = np.fromiter(map(len, b), np.int64, len(b))
-    return out
-
-
 def keep_answered_questions(pairs: Sequence[Pair], match_label: str, name: str = "train") -> list[Pair]:
     """The pairs of questions (groups) with at least one correct candidate (`task.train_questions=answered`).
 
@@ -99,21 +88,6 @@ def keep_answered_questions(pairs: Sequence[Pair], match_label: str, name: str =
         name, len(kept), len(answered), len(pairs) - len(kept), questions - len(answered),
     )  # fmt: skip
     return kept
-
-
-def model_words(
-    tokens: Sequence[tuple[list[str], list[str]]], max_length: int | None
-) -> tuple[list[list[str]], list[list[str]], int]:
-    """The words of both sides as the model sees them (cut to `max_length`), and how many pairs were cut."""
-    a, b, truncated = [], [], 0
-    for ta, tb in tokens:
-        if max_length and (len(ta) > max_length or len(tb) > max_length):
-            truncated += 1
-            ta, tb = ta[:max_length], tb[:max_length]
-        # An empty side would make the sentence all padding; an OOV word keeps it a (meaningless) one-token text.
-        a.append(ta or ["<empty>"])
-        b.append(tb or ["<empty>"])
-    return a, b, truncated
 
 
 def encode_split(

@@ -5,9 +5,9 @@ awaits its answer. The worker sleeps on the queue until a job comes, then takes 
 that arrived while its previous batch ran) and, for `batch_timeout` seconds, more, up to `max_batch_size` jobs.
 Each job's pairs are prepared once by the run's text pipeline (matching.data.pipeline), which gives both the checks
 (an empty text, a text over `limits.max_text_tokens`, counted by the run's own tokenizer) and the model's inputs.
-The pairs of a batch's /classify and /rank jobs run through one `TrainedRun.logits_of` call, which cuts them into
-model batches within the run's memory budget (`data.batch_tokens`, `data.batch_cells`), so one large request
-cannot exhaust memory; /align jobs run one pair at a time. A refused job answers for itself and
+The pairs of a batch's /classify and /rank jobs run through one `Predictor.logits_of` call (matching.inference),
+which cuts them into model batches within the run's memory budget (`data.batch_tokens`, `data.batch_cells`), so one
+large request cannot exhaust memory; /align jobs run one pair at a time. A refused job answers for itself and
 never fails the others of its batch. Answers leave the worker as finished HTTP bodies (JSON bytes), one message
 per batch on a pipe that the front reads in its event loop.
 
@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 from queue import Empty
 from typing import Any, NamedTuple
 
-from matching.data.pipeline import PreparedPairs
-from matching.runs import RunError
+from matching.data.preparation import PreparedPairs
+from matching.errors import RunError
 
 
 @dataclass(frozen=True)
@@ -66,11 +66,14 @@ class WorkerSpec:
     ckpt: str
     config: dict  # the run's config, resolved (the saved one with the command line's overrides)
     limits: Limits
-    threads: int  # torch threads (0: torch's default)
+    threads: int  # intra-op threads of every forward pass (0: chosen per call, at most `cap`)
+    cap: int  # threads a call may use at most: the cores shared among the workers
     max_batch_size: int  # jobs per batch
     batch_timeout: float  # seconds a batch waits for more jobs
     timeout: float  # seconds a job may wait in the queue before it is answered 504
     device: str  # cpu or cuda
+    backend: str = "auto"  # torch | onnx | auto (matching.inference.load)
+    quantize: str | None = None  # int8 (ONNX Runtime)
 
 
 class Rejected(NamedTuple):
@@ -89,25 +92,23 @@ class Worker:
     """A loaded run answering jobs (in the worker process; tests may build one in-process)."""
 
     def __init__(self, spec: WorkerSpec):
-        import torch
-        from omegaconf import OmegaConf
-
+        from matching.inference import load
         from matching.matcher import Matcher
-        from matching.matrices import describe, value_range
-        from matching.runs import load_trained
 
-        if spec.threads:
-            torch.set_num_threads(spec.threads)
         self.spec, self.limits = spec, spec.limits
-        self.matcher = Matcher(load_trained(spec.ckpt, OmegaConf.create(spec.config)))
-        self.run = self.matcher.run
-        if spec.device != "cpu":
-            self.run.system.to(spec.device)
-            self.run.source.on_device(spec.device)
+        config = spec.config if "task" in spec.config else None  # an exported ONNX folder has none to apply
+        if config is not None:
+            from omegaconf import OmegaConf
+
+            config = OmegaConf.create(config)
+        predictor = load(spec.ckpt, backend=spec.backend, quantize=spec.quantize, device=spec.device, config=config,
+                         threads=spec.threads)  # fmt: skip
+        predictor.backend.set_threads(spec.threads, spec.cap)
+        self.matcher = Matcher(predictor)
+        self.predictor = predictor
         # A word outside the vocabulary has no trained vector: it hashes to one of the OOV buckets' random vectors
-        # (unless the embedding source reads every word, as an encoder does: then none is marked).
-        self.marks_unknown = not self.run.source.reads_every_word
-        self.describe, self.value_range = describe, value_range
+        # (unless the model reads every word, as an encoder does: then none is marked).
+        self.marks_unknown = not predictor.reads_every_word
 
     # -- checks --------------------------------------------------------------------------------------------------
     def check_texts(self, fields: list[str], counts: list[int]) -> Rejected | None:
@@ -137,8 +138,12 @@ class Worker:
             pairs = [Pair(query, c, "", None, i) for i, c in enumerate(candidates)]
             fields = ["query", *(f"candidates[{i}]" for i in range(len(pairs)))]
         else:
+            if not hasattr(self.predictor.backend, "alignment"):
+                return Rejected(501, f"this server runs the model on {self.predictor.backend.name}, whose graph "
+                                     "returns the logits only: /align needs the PyTorch model (serve with "
+                                     "backend=torch)")  # fmt: skip
             pairs, fields = [Pair(*job.texts, "", None, 1)], ["a", "b"]
-        prepared = self.run.text.prepare(pairs)
+        prepared = self.predictor.prepare(pairs)
         counts = prepared.tokens.ravel().tolist()  # a0, b0, a1, b1, ...
         if job.kind == "rank":  # the query once, then each candidate
             counts = [counts[0], *counts[1::2]]
@@ -163,7 +168,7 @@ class Worker:
                    if job.kind != "align" and not isinstance(w, Rejected)]  # fmt: skip
         if batched:
             joined = PreparedPairs.join([work[i] for i in batched])
-            answers = self.matcher.answers(self.run.logits_of(joined, "request"))
+            answers = self.matcher.answers(self.predictor.logits_of(joined, "request"))
         else:
             answers = []
         ends = dict(zip(batched, itertools.accumulate(len(work[i]) for i in batched), strict=True))
@@ -183,12 +188,13 @@ class Worker:
     def align(self, prepared: PreparedPairs) -> dict:
         """`Matcher.align` as JSON, with what a reader of the matrices needs: which tokens are unknown words, what
         each matrix is (`describe`) and the range its values can take (None where not known)."""
+        from matching.matrices import describe, value_range
+
         aligned = self.matcher.alignment(prepared)
-        index = self.run.vocab.index
+        index, cfg = self.predictor.vocab.index, self.predictor.config
         aligned["unknown"] = {side: [self.marks_unknown and t != "<null>" and t not in index
                                      for t in aligned[f"{side}_tokens"]] for side in "ab"}  # fmt: skip
-        aligned["about"] = {name: {"caption": self.describe(name, self.run.cfg),
-                                   "range": self.value_range(name, self.run.cfg)}
+        aligned["about"] = {name: {"caption": describe(name, cfg), "range": value_range(name, cfg)}
                             for name in aligned["matrices"]}  # fmt: skip
         aligned["matrices"] = {name: m.astype("float64").round(6).tolist() for name, m in aligned["matrices"].items()}
         return aligned

@@ -100,11 +100,11 @@ def curated(task: str) -> list | None:
     return json.loads(CURATED.read_text(encoding="utf-8")).get(task)
 
 
-def page_examples(cfg: DictConfig, folder: Path, task: str, kind: str) -> tuple[list, str]:
+def page_examples(cfg: DictConfig | None, folder: Path, task: str, kind: str) -> tuple[list, str]:
     """What the page offers for a run, and where it comes from (the page says): its benchmark's curated examples
     (by the config option it was trained with, not the name a generic task takes from its file), else the run's
     own dev pairs, else those written for a task of the same kind."""
-    option = (cfg.get("choices") or {}).get("task") or task
+    option = ((cfg.get("choices") or {}) if cfg is not None else {}).get("task") or task
     if (chosen := curated(option)) is not None:
         return chosen, f"written for {option}"
     if (own := run_examples(folder)) is not None:

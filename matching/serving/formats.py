@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from matching.data.embeddings import EmbeddingSource, ServingInputs
+from matching.data.pipeline import TextPipeline
 from matching.data.vocab import hf_tokenizer
 from matching.files import write_json
 from matching.runs import RunError, TrainedRun
@@ -77,6 +78,17 @@ def check_format(fmt: str, source: type[EmbeddingSource], checkpoint: str) -> No
         raise RunError(refusal)
 
 
+def write_onnx(model: nn.Module, source: EmbeddingSource, text: TextPipeline, path: Path) -> None:
+    """The model as an ONNX graph at `path`: token ids in (and an encoder's word pieces, for a source with inputs
+    of its own), probabilities and logits out."""
+    _require_onnx()
+    own = source.serving_model(model, text)  # a model that takes more than token ids
+    batch, len_a, len_b = torch.export.Dim("batch"), torch.export.Dim("len_a"), torch.export.Dim("len_b")
+    ids = ServingInputs(ServingModel(model), example_inputs(len(text.vocab)), ["a", "b"],
+                        ({0: batch, 1: len_a}, {0: batch, 1: len_b}))  # fmt: skip
+    _write_onnx(own or ids, path)
+
+
 def _write_onnx(serving: ServingInputs, path: Path) -> None:
     """torch.onnx's dynamo exporter, every size dynamic, with our translation of cdist."""
     program = torch.onnx.export(
@@ -102,13 +114,8 @@ def export(
         return write_folder(run, out_dir, encoder, encoder_revision) / FORMATS[fmt]
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / FORMATS[fmt]
-    own = run.source.serving_model(run.model, run.text)  # a model that takes more than token ids
     if fmt == "onnx":
-        _require_onnx()
-        batch, len_a, len_b = torch.export.Dim("batch"), torch.export.Dim("len_a"), torch.export.Dim("len_b")
-        ids = ServingInputs(ServingModel(run.model), example_inputs(len(run.vocab)), ["a", "b"],
-                            ({0: batch, 1: len_a}, {0: batch, 1: len_b}))  # fmt: skip
-        _write_onnx(own or ids, path)
+        write_onnx(run.model, run.source, run.text, path)
     else:  # torchscript: the token-id model (check_format refused the sources that need more)
         serving, args = ServingModel(run.model), example_inputs(len(run.vocab))
         with torch.no_grad():

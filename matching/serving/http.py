@@ -25,9 +25,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from matching.data.tables import pair_of_mapping
 from matching.errors import DataFormatError
 from matching.files import file_sha256
+from matching.inference import Predictor
 from matching.provenance import embeddings_name, read_provenance
 from matching.results.discovery import option_name
-from matching.runs import TrainedRun
 from matching.serving.batcher import Job, Limits, error_body
 from matching.serving.examples import page_examples
 
@@ -241,38 +241,65 @@ def build_app(clients: list[ModelClient], limits: Limits, server: dict) -> FastA
     return app
 
 
-def model_info(run: TrainedRun, limits: Limits, examples: list | None = None) -> dict:
-    """What GET /info says about a served run (and the page shows): its task, labels, aligner, embeddings, the data
-    it was trained on, its checkpoint, the limits and example inputs (`examples`: see `page_examples`). It names no
-    path of the machine: files by name and sha256 (provenance.json, hashed at training; the checkpoint, hashed here,
-    once per server start), the run by `run_label`."""
-    cfg = run.cfg
-    provenance = read_provenance(run.run_dir)
-    data = provenance.get("data") or {}
+def model_info(predictor: Predictor, limits: Limits, examples: list | None = None) -> dict:
+    """What GET /info says about a served model (and the page shows): its task, labels, aligner, embeddings, the
+    data it was trained on, its weights, backend and arithmetic, the limits and example inputs (`examples`: see
+    `page_examples`). It names no path of the machine: files by name and sha256 (provenance.json, hashed at
+    training; the weights, hashed here, once per server start), the run by `run_label`."""
+    cfg, about = predictor.config, predictor.about
+    if cfg is None:  # an exported ONNX folder: what its serving.json recorded at export
+        exported = about.get("exported") or {}
+        folder = predictor.origin
+        info = {"aligner": exported.get("aligner"), "intra": exported.get("intra"),
+                "embeddings": exported.get("embeddings"), "data": {}, "provenance": {},
+                "checkpoint": f"{run_label(folder)}/{about.get('checkpoint') or 'model.onnx'}",
+                "checkpoint_sha256": about.get("checkpoint_sha256"), "run_dir": run_label(folder)}  # fmt: skip
+        run_dir = folder
+    else:
+        run_dir = Path(about["run_dir"])
+        provenance = read_provenance(run_dir)
+        data = provenance.get("data") or {}
+        weights = Path(about["weights"])
+        info = {
+            "aligner": option_name(cfg, "aligner"),
+            "intra": option_name(cfg, "intra") if cfg.get("intra") is not None else None,
+            "embeddings": embeddings_name(cfg, provenance),
+            "data": {split: record.get("file") or record.get("hub") for split, record in data.items()},
+            "provenance": provenance,
+            "checkpoint": weights_label(run_dir, weights),
+            "checkpoint_sha256": file_sha256(weights),
+            "run_dir": run_label(run_dir),
+        }
     info = {
-        "task": run.task.name,
-        "kind": run.kind,
-        "labels": run.labels,
-        "columns": {k: v for k, v in run.columns.items() if k in ("a", "b") and v},  # /classify's names for the texts
-        "aligner": option_name(cfg, "aligner"),
-        "intra": option_name(cfg, "intra") if cfg.get("intra") is not None else None,
-        "embeddings": embeddings_name(cfg, provenance),
-        "data": {split: record.get("file") or record.get("hub") for split, record in data.items()},
-        "provenance": provenance,
-        "null_token": bool(run.model.null_token),
-        "checkpoint": f"{run_label(run.run_dir)}/{run.checkpoint.name}",
-        "checkpoint_sha256": file_sha256(run.checkpoint),
-        "run_dir": run_label(run.run_dir),
-        "vocabulary_size": len(run.vocab),
-        "max_length": run.text.max_length,
-        "endpoints": ["/classify", "/rank", "/align"] if run.kind == "rank" else ["/classify", "/align"],
+        "task": predictor.task,
+        "kind": predictor.kind,
+        "labels": predictor.labels,
+        "columns": {k: v for k, v in predictor.columns.items() if k in ("a", "b") and v},  # /classify's names
+        **info,
+        "backend": predictor.backend.name,
+        "dtype": predictor.dtype,
+        "null_token": predictor.null_token,
+        "vocabulary_size": len(predictor.vocab),
+        "max_length": predictor.max_length,
+        "endpoints": (["/classify", "/rank"] if predictor.kind == "rank" else ["/classify"])
+        + (["/align"] if hasattr(predictor.backend, "alignment") else []),
         "limits": asdict(limits),
     }
     if examples is None:
-        info["examples"], info["examples_from"] = page_examples(cfg, run.run_dir, run.task.name, run.kind)
+        info["examples"], info["examples_from"] = page_examples(cfg, run_dir, predictor.task, predictor.kind)
     else:
         info["examples"], info["examples_from"] = examples, "given"
     return info
+
+
+def weights_label(run_dir: Path, weights: Path) -> str:
+    """The weights' file as /info names it: under its run's label (`<run>/checkpoints/best.ckpt`, a shared
+    folder's `<folder>/model.safetensors`)."""
+    try:
+        inside = weights.resolve().relative_to(run_dir.resolve()).as_posix()
+    except ValueError:
+        inside = weights.name
+    return f"{run_label(run_dir)}/{inside}"
 
 
 def run_label(folder: Path) -> str:

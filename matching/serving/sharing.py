@@ -16,7 +16,7 @@ A shared folder holds what a trained run needs for prediction, in formats that c
     README.md          the model card: task, aligner, dev metrics, the data, the training command, the vectors or
                        encoder; like every file here, it names no path of the training machine
 
-Loading (`load_shared`) reads YAML, text and safetensors only, never a pickle, and builds nothing that the
+Loading (`read_shared`) reads YAML, text and safetensors only, never a pickle, and builds nothing that the
 config names unless it is one of matching's own model and text components (`SHARED_TARGETS`): a config.yaml from
 someone else cannot make Hydra call an arbitrary function. What an embedding source loads from elsewhere (an
 encoder) is not in the folder: the config names it by hub id and revision, and the weights are checked against the
@@ -47,7 +47,7 @@ from matching.files import write_atomic, write_json, write_text_atomic
 from matching.model import DecomposableAttention
 from matching.provenance import PROVENANCE, describe_data, read_provenance
 from matching.results.discovery import option_name
-from matching.runs import RunError, TrainedRun, assemble_run, configured
+from matching.runs import RunError, TrainedRun, configured
 from matching.serving.examples import EXAMPLES, run_examples
 from matching.serving.spec import serving_spec
 
@@ -57,7 +57,7 @@ WEIGHTS = "model.safetensors"
 #: The files of a shared folder that loading reads (the others are for people and other clients).
 REQUIRED = ("config.yaml", "vocab.txt", WEIGHTS)
 #: The config nodes a shared folder keeps: what builds the model and prepares text, and the recorded choices.
-KEPT = ("task", "data", "embeddings", "model", "aligner", "intra", "choices", "seed")
+KEPT = ("task", "data", "embeddings", "model", "aligner", "intra", "choices", "seed", "dtype")
 #: What a shared folder's config may name as a `_target_`: matching's own model and text components.
 SHARED_CLASSES = (Task, PairDataModule, DecomposableAttention)  # and every Aligner and EmbeddingSource of matching
 
@@ -307,9 +307,12 @@ def _allowed(target: str) -> bool:
     return isinstance(obj, type) and (issubclass(obj, (Aligner, EmbeddingSource)) or obj in SHARED_CLASSES)
 
 
-def load_shared(folder: Path, settings: dict[str, Any] | None = None, device: str = "cpu") -> TrainedRun:
-    """The TrainedRun of a shared folder (offline once what its source loads, an encoder, is cached), from YAML,
-    text and safetensors only; `settings`: dotted config keys to override (see Matcher.load)."""
+def read_shared(
+    folder: Path, settings: dict[str, Any] | None = None, config: DictConfig | None = None
+) -> tuple[DictConfig, Path, Vocabulary, dict, dict]:
+    """A shared folder's config, weights file, vocabulary, weights and metadata (what matching.assembly.trained_model
+    builds the model from), read from YAML, text and safetensors only; `settings`: dotted config keys to override
+    (see matching.inference.load); `config`: the folder's config as a command composed it (checked all the same)."""
     safetensors = require("safetensors", "hub", "loading a shared model folder (safetensors)")
     missing = [name for name in REQUIRED if not (folder / name).is_file()]
     if missing:
@@ -321,7 +324,9 @@ def load_shared(folder: Path, settings: dict[str, Any] | None = None, device: st
     if not isinstance(cfg, DictConfig) or any(k not in cfg for k in ("task", "data", "embeddings", "model")):
         raise RunError(f"{folder / 'config.yaml'} is not the config of a shared model (task, data, embeddings, model)")
     check_targets(cfg, folder)
-    cfg = configured(cfg, settings or {})
+    if config is not None:
+        check_targets(config, folder)
+    cfg = configured(cfg if config is None else config, settings or {})
     weights_file = folder / WEIGHTS
     try:
         with safetensors.safe_open(str(weights_file), framework="pt") as f:
@@ -335,6 +340,4 @@ def load_shared(folder: Path, settings: dict[str, Any] | None = None, device: st
     encoder = meta.get("encoder")
     if encoder is not None and not re.fullmatch(r"[0-9a-f]{64}", str(encoder.get("weights_sha256", ""))):
         raise RunError(f"{weights_file}: its metadata names no encoder weights sha256; export the folder again")
-    run = assemble_run(folder, weights_file, cfg, Vocabulary.load(folder / "vocab.txt"), weights, meta)
-    run.source.on_device(device)
-    return run
+    return cfg, weights_file, Vocabulary.load(folder / "vocab.txt"), weights, meta

@@ -1,0 +1,221 @@
+"""A trained model's parts from its config and files, for training and inference alike: the task, the embedding
+source, the text pipeline, the model (with its trained weights, checked against the config), and where a saved run
+keeps them. Nothing here imports Lightning: training (matching.runs) adds the data module and the LightningModule
+around these parts; inference (matching.inference) uses them alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from matching.configs import build
+from matching.data.embeddings import EmbeddingSource
+from matching.data.pipeline import TextPipeline
+from matching.data.preparation import Budget
+from matching.data.tasks import Task
+from matching.data.vocab import Tokenizer, Vocabulary
+from matching.errors import RunError
+from matching.model import DecomposableAttention
+
+
+def build_task(cfg: DictConfig) -> Task:
+    task = build(cfg.task)
+    if not isinstance(task, Task):
+        raise RunError(
+            f"the task config {cfg.task.get('name', '')!r} is not a Task node (_target_: matching.data.tasks.Task); "
+            "it was probably saved by an older version of matching: retrain, or start from conf/task/<name>.yaml"
+        )
+    return task
+
+
+def build_model(
+    cfg: DictConfig, vectors: torch.Tensor, num_classes: int, source: EmbeddingSource | None = None
+) -> DecomposableAttention:
+    """The model over a vector table (`vectors`) and what the embedding source adds (`source.model_arguments`;
+    None: a table of word vectors alone)."""
+    intra = instantiate(cfg.intra) if cfg.get("intra") else None
+    model = instantiate(
+        cfg.model,
+        vectors=vectors,
+        num_classes=num_classes,
+        aligner=instantiate(cfg.aligner),
+        intra_aligner=intra,
+        **(source.model_arguments() if source is not None else {}),
+    )
+    # What the source records about itself, saved in checkpoints (MatchingSystem.on_save_checkpoint)
+    model.source_record = source.checkpoint_record() if source is not None else None
+    return model
+
+
+def find_run_dir(checkpoint: Path) -> Path:
+    for folder in (checkpoint.parent, checkpoint.parent.parent):
+        if (folder / "config.yaml").exists():
+            return folder
+    raise RunError(
+        f"no config.yaml beside {checkpoint} or in its parent folder: a checkpoint is used from inside its run "
+        f"directory (outputs/runs/<task>/<aligner>/<time>/checkpoints/best.ckpt), which holds config.yaml and vocab.txt"
+    )
+
+
+def check_checkpoint(checkpoint: str | os.PathLike) -> Path:
+    """The checkpoint file, or a RunError that lists the checkpoints of its folder."""
+    checkpoint = Path(checkpoint)
+    if not checkpoint.is_file():
+        hint = (
+            f"; checkpoints there: {sorted(p.name for p in checkpoint.parent.glob('*.ckpt'))}"
+            if checkpoint.parent.is_dir()
+            else ""
+        )
+        raise RunError(f"no checkpoint file at {checkpoint}{hint}")
+    return checkpoint
+
+
+def find_checkpoint(path: str | os.PathLike) -> Path:
+    """The checkpoint that `path` names: the file itself, or a run directory's checkpoints/best.ckpt."""
+    path = Path(path)
+    if path.is_dir() and path.name == "checkpoints" and (path / "best.ckpt").is_file():  # a run's checkpoints/
+        return path / "best.ckpt"
+    if path.is_dir():
+        best = path / "checkpoints" / "best.ckpt"
+        if best.is_file():
+            return best
+        found = sorted(p.name for p in (path / "checkpoints").glob("*.ckpt"))
+        raise RunError(
+            f"{path} is not a run directory with checkpoints/best.ckpt"
+            + (f" (checkpoints there: {found}; give one of them)" if found else "")
+            + ", nor a shared model folder (config.yaml, vocab.txt, model.safetensors) or an exported ONNX folder "
+            "(model.onnx, serving.json); give a run directory, its checkpoints/ folder, a checkpoint file, a folder "
+            "written by matching-export format=hub or format=onnx, or a hub repository id owner/name"
+        )
+    if not path.exists():
+        raise RunError(
+            f"no run directory, checkpoint or shared model folder at {path}; give a run directory "
+            "(outputs/runs/<task>/<aligner>/<time>), a checkpoint file, a folder written by matching-export "
+            "format=hub, or a hub repository id owner/name"
+        )
+    return check_checkpoint(path)
+
+
+def saved_config(checkpoint: str | os.PathLike) -> DictConfig:
+    """The saved config of the run a checkpoint belongs to; a run saved before the `dtype` key computed in fp32,
+    and is given that key, so that `dtype=bf16` overrides it as in any other run."""
+    return with_dtype(OmegaConf.load(find_run_dir(check_checkpoint(checkpoint)) / "config.yaml"))
+
+
+def with_dtype(cfg: DictConfig) -> DictConfig:
+    """`cfg` with a `dtype` key: a run saved before there was one computed in fp32 (matching.precision)."""
+    if "dtype" not in cfg:
+        cfg.dtype = "fp32"
+    return cfg
+
+
+def configured(cfg: DictConfig, settings: dict[str, Any]) -> DictConfig:
+    """A copy of a run's config with `settings` (dotted keys of the config: `{"data.batch_tokens": 4096}`) applied;
+    a key the config does not have is a RunError."""
+    cfg = with_dtype(copy.deepcopy(cfg))
+    for key, value in settings.items():
+        if OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
+            raise RunError(f"the run's config has no key {key!r} to set; its keys are in config.yaml beside the model")
+        OmegaConf.update(cfg, key, value)
+    return cfg
+
+
+_ABSENT = object()
+
+
+def text_pipeline(
+    cfg: DictConfig, task: Task, source: EmbeddingSource | None, vocab: Vocabulary | None
+) -> TextPipeline:
+    """How the run prepares text (`data.lowercase`, `data.max_length`, `data.batch_cells`, `data.batch_tokens`, the
+    task's kept tokens and trim), with the vocabulary once there is one."""
+    data = cfg.data
+    tokenizer = Tokenizer(data.get("lowercase", True), keep_tokens=task.keep_tokens)
+    budget = Budget(data.get("batch_cells", 16_777_216), data.get("batch_tokens", 65_536))
+    return TextPipeline(task, tokenizer, data.get("max_length"), budget, source, vocab)
+
+
+class TrainedModel(NamedTuple):
+    """A trained model and what prepares its input: the parts every use of a saved run starts from."""
+
+    model: DecomposableAttention
+    task: Task
+    source: EmbeddingSource
+    text: TextPipeline
+    kind: str
+
+
+def trained_model(
+    cfg: DictConfig, run_dir: Path, weights_file: Path, vocab: Vocabulary, weights: dict[str, torch.Tensor], meta: dict
+) -> TrainedModel:
+    """The model of a saved run from its parts, checked against each other: the config, the vocabulary, the
+    `weights` (keys `model.*`) and what the checkpoint says about itself (`meta`: task, labels, kind, encoder; see
+    MatchingSystem.on_save_checkpoint). `weights_file` names the weights in messages."""
+    try:
+        task = build_task(cfg)
+        source = build(cfg.embeddings)
+    except (InstantiationException, TypeError) as err:  # e.g. a config key this version no longer has
+        raise another_version(run_dir, err) from err
+    labels = list(task.labels)
+    if meta.get("task") not in (None, task.name):
+        raise RunError(
+            f"checkpoint {weights_file} was trained on task {meta['task']!r} but its run config says "
+            f"{task.name!r}; the checkpoint does not belong to this run directory"
+        )
+    if meta.get("labels") is not None and list(meta["labels"]) != labels:
+        raise RunError(
+            f"label space mismatch: checkpoint {weights_file} predicts {meta['labels']} but task.labels is {labels}; "
+            f"evaluate with the labels the model was trained on"
+        )
+    if meta.get("kind") not in (None, task.kind):
+        raise RunError(
+            f"checkpoint {weights_file} is a {meta['kind']!r} model but task.kind is {task.kind!r}; a model is "
+            "evaluated as the kind of task it was trained on"
+        )
+    rows = weights.get("model.embedding.weight")
+    if rows is None:
+        raise RunError(f"checkpoint {weights_file} holds no DecomposableAttention weights (model.embedding.weight)")
+    mismatch = source.check_trained(weights_file, meta.get("encoder"), rows.shape[0], vocab)
+    if mismatch:
+        raise RunError(mismatch.replace("vocab.txt", str(run_dir / "vocab.txt"), 1))
+    try:
+        model = build_model(cfg, torch.zeros_like(rows), num_classes=len(labels), source=source)
+    except (InstantiationException, TypeError, ValueError) as err:  # e.g. an option this version no longer has
+        raise another_version(run_dir, err) from err
+    model.load_state_dict({k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")})
+    model.eval()
+    return TrainedModel(model, task, source, text_pipeline(cfg, task, source, vocab), meta.get("kind", task.kind))
+
+
+def read_checkpoint(checkpoint: Path) -> tuple[dict[str, torch.Tensor], dict]:
+    """A checkpoint's weights (the system's state dict) and what it says about itself (`matching`)."""
+    try:
+        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        return state["state_dict"], state.get("matching", {})
+    except Exception as err:  # truncated file, not a checkpoint, pickle garbage: same advice
+        raise RunError(
+            f"cannot read checkpoint {checkpoint} ({type(err).__name__}: {err}); the file is corrupt or not a "
+            f"checkpoint of matching. Use another one from {checkpoint.parent} (e.g. last.ckpt) or retrain."
+        ) from err
+
+
+def read_vocabulary(run_dir: Path) -> Vocabulary:
+    vocab_file = run_dir / "vocab.txt"
+    if not vocab_file.exists():
+        raise RunError(f"{run_dir} has no vocab.txt; the run directory is incomplete (was training interrupted early?)")
+    return Vocabulary.load(vocab_file)
+
+
+def another_version(run_dir: Path, err: Exception) -> RunError:
+    cause = err.__cause__ or err  # Hydra wraps the constructor's own error
+    return RunError(
+        f"cannot rebuild the model of {run_dir} from its config.yaml ({cause}); the run was probably made by "
+        f"another version of matching. Retrain it, or edit config.yaml to the current options (see conf/)."
+    )

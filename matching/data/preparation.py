@@ -1,0 +1,215 @@
+"""A pair's texts as a model reads them, without torch: tokens (the tokenizer, then the task's trim of the first
+text), the model's words (cut to `max_length`), ids (the vocabulary) and batches of similar length within one
+memory `Budget`.
+
+`TextPreparation` is the part of the text pipeline that every backend shares: training's data module and PyTorch
+inference extend it with tensors (matching.data.pipeline.TextPipeline); an ONNX Runtime model is fed from it alone
+(matching.inference), which is why nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from matching.data.pairs import Pair
+from matching.data.tasks import Task
+from matching.data.vocab import Tokenizer, Vocabulary
+from matching.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+class BadExampleError(UserError, ValueError):
+    """A pair that cannot be used; the message names its file and line and what to do."""
+
+
+class BatchTooLargeError(BadExampleError):
+    """A pair that alone exceeds the batch budget; the message names it and the settings that fix it."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one batch may hold, whatever the input: at most `cells` alignment cells (B · La · Lb, the size of the
+    (B, La, Lb) matrices) and at most `tokens` padded tokens (B · (La + Lb), what every activation scales with).
+    None leaves a limit out. Batches are cut by these and by a pair count, so one long text cannot inflate its
+    batch; a pair that does not fit even alone is an error raised before anything is allocated."""
+
+    cells: int | None = None
+    tokens: int | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.cells or self.tokens)
+
+    def fits(self, pairs: int, la: int, lb: int) -> bool:
+        return (not self.cells or pairs * la * lb <= self.cells) and (
+            not self.tokens or pairs * (la + lb) <= self.tokens
+        )
+
+    def long_side(self, batch_size: int) -> int:
+        """The longest side with which any `batch_size` pairs fit together."""
+        limits = [math.isqrt(self.cells // batch_size)] if self.cells else []
+        limits += [self.tokens // (2 * batch_size)] if self.tokens else []
+        return min(limits) if limits else sys.maxsize
+
+    def batches(self, order: np.ndarray, sides: np.ndarray, max_pairs: int) -> list[np.ndarray]:
+        """Consecutive runs of `order` with at most `max_pairs` pairs that fit. `sides`: (N, 2) lengths."""
+        batches, start, top_a, top_b = [], 0, 0, 0
+        for k, i in enumerate(order.tolist()):
+            la, lb = max(top_a, int(sides[i, 0])), max(top_b, int(sides[i, 1]))
+            if k > start and (k - start + 1 > max_pairs or not self.fits(k - start + 1, la, lb)):
+                batches.append(order[start:k])
+                start, la, lb = k, int(sides[i, 0]), int(sides[i, 1])
+            top_a, top_b = la, lb
+        if start < len(order):
+            batches.append(order[start:])
+        return batches
+
+    def check(self, sides: np.ndarray, where: str, lines: Sequence[int] | None = None) -> None:
+        """BatchTooLargeError naming the worst pair when a pair alone does not fit."""
+        if not self or not len(sides):
+            return
+        cells = sides[:, 0] * sides[:, 1]
+        too_big = np.zeros(len(sides), bool)  # the same test as fits(1, La, Lb), for every pair at once
+        if self.cells:
+            too_big |= cells > self.cells
+        if self.tokens:
+            too_big |= sides.sum(1) > self.tokens
+        over = np.flatnonzero(too_big)
+        if len(over):
+            worst = int(over[np.argmax(cells[over])])
+            la, lb = int(sides[worst, 0]), int(sides[worst, 1])
+            which = f"line {lines[worst]}" if lines is not None and lines[worst] else f"pair {worst + 1}"
+            raise BatchTooLargeError(
+                f"{where}: {len(over)} pair(s) are too long to align even alone: {which} has {la} x {lb} tokens "
+                f"({la * lb:,} alignment cells), over data.batch_cells={self.cells} / data.batch_tokens="
+                f"{self.tokens}. Truncate long texts with data.max_length=<tokens>, or raise the budget if memory "
+                "allows."
+            )
+
+
+def pair_sides(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> np.ndarray:
+    """(N, 2) int64 token counts of the two texts of N pairs."""
+    out = np.empty((len(a), 2), np.int64)
+    out[:, 0] = np.fromiter(map(len, a), np.int64, len(a))
+    out[:, 1] = np.fromiter(map(len, b), np.int64, len(b))
+    return out
+
+
+def model_words(
+    tokens: Sequence[tuple[list[str], list[str]]], max_length: int | None
+) -> tuple[list[list[str]], list[list[str]], int]:
+    """The words of both sides as the model sees them (cut to `max_length`), and how many pairs were cut."""
+    a, b, truncated = [], [], 0
+    for ta, tb in tokens:
+        if max_length and (len(ta) > max_length or len(tb) > max_length):
+            truncated += 1
+            ta, tb = ta[:max_length], tb[:max_length]
+        # An empty side would make the sentence all padding; an OOV word keeps it a (meaningless) one-token text.
+        a.append(ta or ["<empty>"])
+        b.append(tb or ["<empty>"])
+    return a, b, truncated
+
+
+def pad_ids(seqs: Sequence[np.ndarray]) -> np.ndarray:
+    """(B, max length) int64 ids, 0-padded on the right."""
+    out = np.zeros((len(seqs), max(len(s) for s in seqs)), dtype=np.int64)
+    for row, s in zip(out, seqs, strict=True):
+        row[: len(s)] = s
+    return out
+
+
+@dataclass
+class PreparedPairs:
+    """New pairs as the model sees them: each side's words (cut to `max_length`; an empty side is one unknown
+    token), their ids, each pair's token counts before the cut (`tokens`, (N, 2): 0 for a side without a token),
+    how many pairs were cut, and each pair's line in its input (0: none)."""
+
+    words_a: list[list[str]]
+    words_b: list[list[str]]
+    a: list[np.ndarray]
+    b: list[np.ndarray]
+    tokens: np.ndarray
+    cut: int
+    lines: list[int]
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+    def sides(self) -> np.ndarray:
+        """(N, 2) the model's token counts of both texts."""
+        return pair_sides(self.a, self.b)
+
+    @classmethod
+    def join(cls, parts: Sequence[PreparedPairs]) -> PreparedPairs:
+        """The pairs of `parts`, one after another (e.g. the requests of one server batch)."""
+        return cls(
+            [w for p in parts for w in p.words_a],
+            [w for p in parts for w in p.words_b],
+            [x for p in parts for x in p.a],
+            [x for p in parts for x in p.b],
+            np.concatenate([p.tokens for p in parts]),
+            sum(p.cut for p in parts),
+            [line for p in parts for line in p.lines],
+        )
+
+
+class TextPreparation:
+    """Tokenise, trim, cut and encode pairs as a run does, and order them into batches within its `budget`.
+    `vocab` is None until a training run's data module has built it from the training split."""
+
+    def __init__(self, task: Task, tokenizer: Tokenizer, max_length: int | None, budget: Budget,
+                 vocab: Vocabulary | None = None):  # fmt: skip
+        self.task, self.tokenizer, self.max_length, self.budget, self.vocab = task, tokenizer, max_length, budget, vocab
+
+    def tokenize(self, name: str, pairs: Sequence[Pair], quiet: bool = False) -> list[tuple[list[str], list[str]]]:
+        """Both texts' tokens, the first one trimmed by the task (e.g. a dialogue's most recent turns)."""
+        tok = self.tokenizer
+        if quiet or len(pairs) < 50_000:
+            tokens = [(tok(p.a), tok(p.b)) for p in pairs]
+        else:
+            from tqdm.auto import tqdm
+
+            tokens = [(tok(p.a), tok(p.b)) for p in tqdm(pairs, desc=f"tokenising {self.task.name} {name}",
+                                                         unit=" pairs")]  # fmt: skip
+        trim = self.task.trim_a
+        if trim is not None:
+            cut = 0
+            for i, (ta, tb) in enumerate(tokens):
+                kept = trim(ta)
+                if len(kept) < len(ta):
+                    tokens[i] = (kept, tb)
+                    cut += 1
+            if not quiet:
+                log.info("%s %s: %d first texts trimmed by task.trim_a", self.task.name, name, cut)
+        return tokens
+
+    def prepare(self, pairs: Sequence[Pair]) -> PreparedPairs:
+        """New pairs, prepared exactly as the training data was (needs the vocabulary)."""
+        if self.vocab is None:
+            raise RuntimeError("preparing new pairs needs the run's vocabulary: set up the training split first")
+        tokens = self.tokenize("input", pairs, quiet=True)
+        counts = np.array([(len(ta), len(tb)) for ta, tb in tokens], np.int64).reshape(len(tokens), 2)
+        words_a, words_b, cut = model_words(tokens, self.max_length)
+        a, b = [self.vocab.encode(t) for t in words_a], [self.vocab.encode(t) for t in words_b]
+        return PreparedPairs(words_a, words_b, a, b, counts, cut, [p.line for p in pairs])
+
+    def check(self, prepared: PreparedPairs, source: str) -> None:
+        """BatchTooLargeError naming the line of a pair that does not fit the budget even alone."""
+        self.budget.check(prepared.sides(), source, prepared.lines)
+
+    def order(self, prepared: PreparedPairs) -> Iterator[np.ndarray]:
+        """The pairs' indices in batches of similar length that fit the budget, so that one long text cannot
+        inflate a batch (a pair too long to fit alone: `check` first)."""
+        sides = prepared.sides()
+        order = np.argsort(sides.sum(1), kind="stable")
+        yield from self.budget.batches(order, sides, len(prepared)) if self.budget else [order]
+
+    def ids(self, prepared: PreparedPairs, index: np.ndarray) -> dict[str, np.ndarray]:
+        """The token ids of the pairs `index` of `prepared`: `a` and `b`, (B, longest) int64, 0-padded."""
+        return {"a": pad_ids([prepared.a[i] for i in index]), "b": pad_ids([prepared.b[i] for i in index])}

@@ -1,0 +1,275 @@
+"""`load`: a `Predictor` from any form a trained model is saved in, on the backend asked for.
+
+    a run directory               outputs/runs/wikiqa/coda/<time>        (its checkpoints/best.ckpt)
+    its checkpoints/ folder       outputs/runs/wikiqa/coda/<time>/checkpoints
+    a checkpoint file             .../checkpoints/last.ckpt
+    a shared model folder         written by matching-export format=hub (safetensors, never unpickled)
+    a hub repository id           owner/name of such a folder (downloaded once into the hub's cache)
+    an exported ONNX folder       written by matching-export format=onnx (or its model.onnx): ONNX Runtime only
+
+`backend`: torch (PyTorch eager), onnx (ONNX Runtime, CPU) or auto (onnx for an exported ONNX folder, else torch).
+A run or a shared folder asked for onnx is exported once into a cache folder beside its weights' hash
+(`$MATCHING_CACHE`, default ~/.cache/matching/onnx/<sha256 of the weights>/), `quantize=int8` then quantizes it
+once. An exported ONNX folder loads with neither torch nor Hydra imported: what its text preparation needs is in
+its serving.json and vocab.txt.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from matching.data.preparation import Budget, PreparedPairs, TextPreparation
+from matching.data.tasks import Task, keep_recent_turns
+from matching.data.vocab import Tokenizer, Vocabulary
+from matching.errors import RunError
+from matching.inference.onnx_backend import QUANTIZE, OnnxBackend, quantized
+from matching.inference.predictor import Predictor
+
+log = logging.getLogger(__name__)
+
+#: A Hugging Face hub repository id: `owner/name` (what `load` downloads when no such path exists here).
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+BACKENDS = ("auto", "torch", "onnx")
+#: The files of a shared folder that loading reads (matching.serving.sharing.REQUIRED).
+SHARED_FILES = ("config.yaml", "vocab.txt", "model.safetensors")
+#: What the saved forms are called in messages.
+FORMS = (
+    "a run directory, its checkpoints/ folder, a checkpoint file, a folder written by matching-export format=hub or "
+    "format=onnx, or a hub repository id owner/name"
+)
+
+
+def locate(path: str | os.PathLike, revision: str | None = None) -> tuple[str, Path]:
+    """Which saved form `path` is: ("run", its checkpoint file), ("shared", the folder) or ("onnx", the .onnx
+    file); a hub id is downloaded first. Nothing is loaded yet."""
+    folder = Path(path).expanduser()
+    if not folder.exists() and REPO_ID.match(str(path)) and not str(path).startswith("."):
+        from matching.serving.sharing import download  # huggingface_hub, only for a hub id
+
+        return "shared", download(str(path), revision)
+    if folder.is_file() and folder.suffix == ".onnx":
+        return "onnx", folder
+    if folder.is_dir() and (folder / "model.onnx").is_file() and (folder / "serving.json").is_file():
+        return "onnx", folder / "model.onnx"
+    if folder.is_dir() and all((folder / name).is_file() for name in SHARED_FILES):
+        return "shared", folder
+    if not folder.exists() and folder.suffix == ".ckpt":  # a checkpoint by name: say which its folder has
+        from matching.assembly import check_checkpoint
+
+        check_checkpoint(folder)
+    if not folder.exists():
+        raise RunError(f"no run directory, checkpoint or shared model folder at {folder}; give {FORMS}")
+    from matching.assembly import find_checkpoint
+
+    return "run", find_checkpoint(folder)
+
+
+def saved_config(path: str | os.PathLike):
+    """The config a command composes its own under for the model at `path` (the run's saved config; a shared
+    folder's; an exported ONNX folder's config.yaml, or none)."""
+    from omegaconf import OmegaConf
+
+    from matching.assembly import saved_config as run_config
+    from matching.assembly import with_dtype
+
+    form, where = locate(path)
+    if form == "run":
+        return run_config(where)
+    config = where.parent / "config.yaml" if form == "onnx" else where / "config.yaml"
+    if not config.is_file():
+        return OmegaConf.create()
+    try:
+        return with_dtype(OmegaConf.load(config))
+    except Exception as err:
+        raise RunError(f"cannot read {config} ({type(err).__name__}: {err})") from None
+
+
+def load(
+    path: str | os.PathLike,
+    *,
+    backend: str = "auto",
+    quantize: str | None = None,
+    reduce_range: bool | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    revision: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    config: Any = None,
+    threads: int = 0,
+) -> Predictor:
+    """The `Predictor` of the model at `path` (see the module docstring). `device`: cpu, cuda[:N] or auto (torch
+    only); `dtype`: fp32, bf16 or auto, default the run's own (torch only); `overrides`: dotted config keys, e.g.
+    `{"data.batch_tokens": 4096}`; `config`: the run's config as a command composed it (else the saved one);
+    `threads`: intra-op threads of every call (0: chosen per call, matching.inference.threads); `quantize`: int8
+    (ONNX Runtime; `reduce_range`: None picks it from the CPU)."""
+    if backend not in BACKENDS:
+        raise RunError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if quantize not in QUANTIZE:
+        raise RunError(f"quantize must be int8 or none, got {quantize!r}")
+    if quantize and backend == "torch":
+        raise RunError("quantize=int8 runs on ONNX Runtime: give backend=onnx (or leave backend=auto)")
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
+        raise RunError(f"threads must be a whole number >= 0 (0: chosen per call), got {threads!r}")
+    if dtype is not None:  # before anything is read or downloaded
+        from matching.precision import check
+
+        check(dtype)
+    form, where = locate(path, revision)
+    if form == "onnx":
+        if backend == "torch":
+            raise RunError(
+                f"{where.parent} is an exported ONNX model: it runs on ONNX Runtime only (backend=onnx). For "
+                "PyTorch, load the run directory or shared folder it was exported from"
+            )
+        if dtype not in (None, "fp32") or device not in ("cpu", "auto"):
+            raise RunError("an exported ONNX model runs in float32 on the CPU (or int8 with quantize=int8)")
+        return from_export(where, quantize, reduce_range, overrides or {}, threads)
+    backend = "onnx" if backend == "auto" and quantize else ("torch" if backend == "auto" else backend)
+    return from_weights(form, where, backend, quantize, reduce_range, device, dtype, overrides or {}, config, threads)
+
+
+# -- a run or a shared folder: the PyTorch model --------------------------------------------------------------------
+def from_weights(form: str, where: Path, backend: str, quantize: str | None, reduce_range: bool | None, device: str,
+                 dtype: str | None, overrides: dict, config: Any, threads: int) -> Predictor:  # fmt: skip
+    from matching import precision
+    from matching.assembly import configured, find_run_dir, read_checkpoint, read_vocabulary, trained_model
+    from matching.inference.torch_backend import TorchBackend, device_name
+
+    settings = dict(overrides)
+    if dtype is not None:
+        settings["dtype"] = precision.check(dtype)
+    device = device_name(device)
+    if form == "run":
+        run_dir = find_run_dir(where)
+        from matching.assembly import saved_config as run_config
+
+        cfg = configured(config if config is not None else run_config(where), settings)
+        vocab, (weights, meta) = read_vocabulary(run_dir), read_checkpoint(where)
+        weights_file = where
+    else:
+        from matching.serving.sharing import read_shared
+
+        run_dir = where
+        cfg, weights_file, vocab, weights, meta = read_shared(where, settings, config)
+    parts = trained_model(cfg, run_dir, weights_file, vocab, weights, meta)
+    columns = {k: None if v is None else str(v) for k, v in (cfg.task.get("columns") or {}).items()}
+    common = dict(labels=list(parts.task.labels), kind=parts.kind, task=parts.task.name, columns=columns,
+                  origin=run_dir if form == "shared" else where, config=cfg, null_token=bool(parts.model.null_token),
+                  reads_every_word=parts.source.reads_every_word)  # fmt: skip
+    about = {"run_dir": run_dir, "weights": weights_file, "trained_dtype": str(cfg.get("dtype", "fp32"))}
+    if backend == "torch":
+        torch_backend = TorchBackend(parts.model, parts.text, str(cfg.get("dtype", "fp32")), device, threads)
+        return Predictor(parts.text, torch_backend, dtype=precision.short(torch_backend.compute), about=about,
+                         **common)  # fmt: skip
+    if device != "cpu":
+        raise RunError("backend=onnx runs on the CPU here (ONNX Runtime's CPU provider); give device=cpu")
+    graph = exported_graph(parts, weights_file)
+    if quantize:
+        graph = quantized(graph, reduce_range)
+    inputs = contextual_inputs(parts) if parts.source.reads_every_word else ids_inputs(parts.text)
+    cost = "contextual" if parts.source.reads_every_word else "static"
+    onnx = OnnxBackend(graph, inputs, "onnx-int8" if quantize else "onnx", cost, threads)
+    return Predictor(parts.text, onnx, dtype="int8" if quantize else "fp32", about=about | {"graph": graph},
+                     **common)  # fmt: skip
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("MATCHING_CACHE") or Path.home() / ".cache" / "matching").expanduser() / "onnx"
+
+
+def exported_graph(parts, weights_file: Path) -> Path:
+    """The ONNX graph of a trained model, exported once into the cache under its weights' sha256."""
+    from matching.files import file_sha256
+    from matching.serving.formats import write_onnx
+
+    folder = cache_root() / file_sha256(weights_file)[:32]
+    graph = folder / "model.onnx"
+    if graph.is_file():
+        return graph
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunError(
+            f"cannot create the ONNX cache folder {folder} ({err.strerror or err}); set MATCHING_CACHE=<a writable "
+            "folder>, or export the model once with matching-export format=onnx and load that folder"
+        ) from None
+    tmp = folder / f"model.{os.getpid()}.onnx"
+    write_onnx(parts.model, parts.source, parts.text, tmp)
+    tmp.replace(graph)
+    log.warning("exported the model to ONNX once, for backend=onnx: %s (MATCHING_CACHE= moves it)", graph)
+    return graph
+
+
+def ids_inputs(text: TextPreparation):
+    """The exported token-id model's inputs: `a` and `b`."""
+    return text.ids
+
+
+def contextual_inputs(parts):
+    """The exported contextual model's inputs: the ids, and each side's word pieces in windows (made by the run's
+    encoder tokenizer, as the PyTorch model makes them)."""
+    from matching.data.contextual import PIECE_INPUTS
+
+    source, text = parts.source, parts.text
+
+    def inputs(prepared: PreparedPairs, index: np.ndarray) -> dict[str, np.ndarray]:
+        feed = text.ids(prepared, index)
+        for side, words in (("a", prepared.words_a), ("b", prepared.words_b)):
+            pieces = source.pieces([words[i] for i in index])
+            for name, key in zip(PIECE_INPUTS, ("ids", "mask", "word", "row"), strict=True):
+                feed[f"{side}_{name}"] = pieces[key].numpy()
+        return feed
+
+    return inputs
+
+
+# -- an exported ONNX folder: no torch --------------------------------------------------------------------------------
+def from_export(graph: Path, quantize: str | None, reduce_range: bool | None, overrides: dict,
+                threads: int) -> Predictor:  # fmt: skip
+    folder = graph.parent
+    spec_file = folder / "serving.json"
+    try:
+        spec = json.loads(spec_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise RunError(f"cannot read {spec_file} ({err}); export the model again (matching-export "
+                             "format=onnx)") from None  # fmt: skip
+    if spec.get("contextual"):
+        raise RunError(
+            f"{folder} is an exported contextual model: its encoder's word pieces are made by the run's encoder "
+            "tokenizer, which an exported folder does not load here yet. Load the run directory or shared folder "
+            "with backend=onnx instead (the same graph, exported once)"
+        )
+    unknown = set(overrides) - {"data.batch_tokens", "data.batch_cells"}
+    if unknown:
+        raise RunError(f"an exported ONNX model takes no {', '.join(sorted(unknown))}: its text preparation "
+                             "is fixed in serving.json")  # fmt: skip
+    tokenizer = spec["tokenizer"]
+    trim = spec.get("trim_a_arguments")
+    if spec.get("trim_a") and trim is None:
+        raise RunError(f"{spec_file}: the first text's trim ({spec['trim_a']}) is not described in a form this "
+                             "version reads; export the model again")  # fmt: skip
+    task = Task(name=spec["task"], kind=spec["kind"], labels=list(spec["labels"]), splits={}, eval_splits=[],
+                keep_tokens=list(tokenizer.get("keep_tokens") or []),
+                trim_a=functools.partial(keep_recent_turns, **trim) if trim else None)  # fmt: skip
+    budget = spec.get("budget") or {}
+    budget = Budget(overrides.get("data.batch_cells", budget.get("cells", 16_777_216)),
+                    overrides.get("data.batch_tokens", budget.get("tokens", 65_536)))  # fmt: skip
+    vocab = Vocabulary.load(folder / "vocab.txt")
+    text = TextPreparation(task, Tokenizer(bool(tokenizer["lowercase"]), keep_tokens=task.keep_tokens),
+                           spec.get("max_length"), budget, vocab)  # fmt: skip
+    if quantize:
+        graph = quantized(graph, reduce_range)
+    backend = OnnxBackend(graph, ids_inputs(text), "onnx-int8" if quantize else "onnx", "static", threads)
+    about = {"exported": spec.get("about") or {}, "checkpoint": spec.get("checkpoint"),
+             "checkpoint_sha256": spec.get("checkpoint_sha256"), "trained_dtype": spec.get("dtype")}  # fmt: skip
+    return Predictor(text, backend, labels=list(spec["labels"]), kind=spec["kind"], task=spec["task"],
+                     columns=spec.get("columns") or {}, dtype="int8" if quantize else "fp32", origin=folder,
+                     about=about, null_token=bool((spec.get("about") or {}).get("null_token")))  # fmt: skip

@@ -1,0 +1,86 @@
+"""ONNX Runtime: the exported graph (`matching-export format=onnx`, or exported on the fly by matching.inference.load)
+answering prepared pairs on the CPU, in float32 or with int8 weights (dynamic quantization). Imports no torch.
+
+int8: ONNX Runtime's dynamic quantization (weights int8 once, activations quantized per call). On x86-64 CPUs
+without VNNI instructions its u8×s8 products can saturate; ONNX Runtime's documentation advises `reduce_range`
+(7-bit weights) there, which is what `reduce_range=None` picks from the CPU's flags.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from matching.data.preparation import PreparedPairs
+from matching.extras import require
+from matching.inference.threads import call_tokens, thread_count
+
+log = logging.getLogger(__name__)
+
+#: What `quantize=` takes: None (the float32 graph) or int8 (dynamic quantization of the weights).
+QUANTIZE = (None, "int8")
+
+Inputs = Callable[[PreparedPairs, np.ndarray], dict[str, np.ndarray]]
+
+
+def vnni() -> bool:
+    """Whether this CPU has the VNNI instructions int8 products use (x86-64: avx512_vnni or avx_vnni)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_vnni", "avx_vnni"})
+    except OSError:
+        pass
+    return False
+
+
+def quantized(model_file: Path, reduce_range: bool | None = None) -> Path:
+    """`model_file` with int8 weights beside it (`model.int8.onnx`, or `model.int8-7bit.onnx` with `reduce_range`),
+    written once. `reduce_range`: None picks it for CPUs without VNNI (see the module docstring)."""
+    reduce_range = (not vnni()) if reduce_range is None else reduce_range
+    out = model_file.with_name(model_file.stem + (".int8-7bit" if reduce_range else ".int8") + ".onnx")
+    if out.is_file() and out.stat().st_mtime >= model_file.stat().st_mtime:
+        return out
+    quantization = require("onnxruntime.quantization", "export", "int8 quantization (ONNX Runtime)")
+    tmp = out.with_name(out.name + ".tmp")
+    quantization.quantize_dynamic(str(model_file), str(tmp), weight_type=quantization.QuantType.QInt8,
+                                  reduce_range=reduce_range)  # fmt: skip
+    tmp.replace(out)
+    log.info("int8 weights (dynamic quantization%s): %s", ", reduce_range" if reduce_range else "", out)
+    return out
+
+
+class OnnxBackend:
+    """An ONNX Runtime session over `model_file`, fed by `inputs` (the ids; an encoder's word pieces), one session
+    per thread count used (ONNX Runtime fixes its intra-op threads when a session is made)."""
+
+    def __init__(self, model_file: Path, inputs: Inputs, name: str = "onnx", cost: str = "static",
+                 threads: int = 0, cap: int | None = None):  # fmt: skip
+        self.ort = require("onnxruntime", "export", "running a model on ONNX Runtime (backend=onnx)")
+        self.model_file, self.inputs, self.name, self.cost = model_file, inputs, name, cost
+        self.threads, self.cap = threads, cap
+        self.sessions: dict[int, object] = {}
+        self.session(1)  # a broken file fails here, at load, not at the first request
+
+    def set_threads(self, threads: int, cap: int | None = None) -> None:
+        self.threads, self.cap = threads, cap
+
+    def session(self, threads: int):
+        if threads not in self.sessions:
+            options = self.ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            options.log_severity_level = 3  # errors only: no warnings about unused initializers
+            self.sessions[threads] = self.ort.InferenceSession(str(self.model_file), options,
+                                                               providers=["CPUExecutionProvider"])  # fmt: skip
+        return self.sessions[threads]
+
+    def logits(self, prepared: PreparedPairs, index: np.ndarray) -> np.ndarray:
+        feed = self.inputs(prepared, index)
+        threads = thread_count(self.threads, call_tokens(prepared.sides()[index]), self.cost, self.cap)
+        return np.asarray(self.session(threads).run(["logits"], feed)[0], np.float32)

@@ -1,0 +1,132 @@
+"""`Predictor`: a trained model ready to answer, whatever runs it.
+
+It holds what answering needs and nothing of training: the text preparation (matching.data.preparation), a backend
+that turns prepared pairs into logits (PyTorch eager, matching.inference.torch_backend, or ONNX Runtime,
+matching.inference.onnx_backend), the labels, the kind of task, the run's own column names, the arithmetic and
+where the model was loaded from. This module imports no torch, so that an ONNX Runtime predictor (and the server
+over it) runs where torch is not installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from matching.data.pairs import Pair
+from matching.data.preparation import PreparedPairs, TextPreparation
+from matching.errors import RunError
+
+
+class Backend(Protocol):
+    """What runs the model: (B, classes) float32 logits of the pairs `index` of `prepared`."""
+
+    name: str  # "torch", "onnx" or "onnx-int8"
+    threads: int  # intra-op threads of every call (0: chosen per call, matching.inference.threads)
+
+    def logits(self, prepared: PreparedPairs, index: np.ndarray) -> np.ndarray: ...
+
+    def set_threads(self, threads: int, cap: int | None = None) -> None: ...
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax in float64 (then float32), stable for any logit size."""
+    shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+    e = np.exp(shifted)
+    return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+def match_margin(logits: np.ndarray) -> np.ndarray:
+    """Ranking score of a 2-class (no match, match) model: logit[match] − logit[no match] (matching.metrics's
+    `match_margin`, on NumPy): it orders as P(match) but never saturates at 1.0."""
+    logits = np.asarray(logits, np.float32)
+    return logits[:, 1] - logits[:, 0]
+
+
+def label_probabilities(logits: np.ndarray, labels: Sequence[str]) -> list[tuple[str, dict[str, float]]]:
+    """Each row of (N, C) logits as its most probable label and every label's probability: the classification
+    answer of `predict` and of the server."""
+    answers = []
+    for row in softmax(np.asarray(logits)).tolist():
+        best = max(range(len(labels)), key=row.__getitem__)
+        answers.append((labels[best], dict(zip(labels, row, strict=True))))
+    return answers
+
+
+@dataclass
+class Predictor:
+    """A trained model ready to answer (see the module docstring); built by matching.inference.load.
+
+    `about` describes it for people (the server's /info, the page, `repr`): aligner, embeddings, what it was
+    loaded from (a name, never a path of the machine), the checkpoint's sha256, the dtype it was trained in.
+    `config` is the run's config when the model came with one (a run, a shared folder), else None."""
+
+    text: TextPreparation
+    backend: Backend
+    labels: list[str]
+    kind: str  # "classify" or "rank"
+    task: str
+    columns: dict[str, str | None]
+    dtype: str  # what the arithmetic is: fp32, bf16, int8 (weights) ...
+    origin: Path  # the folder or file it was loaded from
+    about: dict[str, Any] = field(default_factory=dict)
+    config: Any = None
+    null_token: bool = False
+    reads_every_word: bool = False  # an encoder reads every word; a table's unknown words hash to OOV buckets
+    truncated: int = 0  # pairs cut to max_length by `logits_of`
+
+    def __repr__(self) -> str:
+        return f"Predictor({self.task}, {self.kind}, labels={self.labels}, {self.backend.name}, from {self.origin})"
+
+    @property
+    def vocab(self):
+        return self.text.vocab
+
+    @property
+    def max_length(self) -> int | None:
+        return self.text.max_length
+
+    # -- answers -------------------------------------------------------------------------------------------------
+    def prepare(self, pairs: Sequence[Pair]) -> PreparedPairs:
+        return self.text.prepare(pairs)
+
+    def logits(self, pairs: Sequence[Pair], source: str = "input") -> np.ndarray:
+        """(N, C) float32 logits of new pairs, in their order (see `logits_of`)."""
+        return self.logits_of(self.text.prepare(pairs), source)
+
+    def logits_of(self, prepared: PreparedPairs, source: str = "input") -> np.ndarray:
+        """(N, C) float32 logits of prepared pairs, in their order. The pairs are run in batches of similar length
+        that fit the run's memory budget (`data.batch_cells`, `data.batch_tokens`), so one long text cannot inflate
+        a batch; a pair too long to fit alone is an error naming its line, raised before anything runs.
+        `truncated` counts the pairs cut to `max_length`."""
+        self.truncated += prepared.cut
+        self.text.check(prepared, source)
+        out = np.empty((len(prepared), len(self.labels)), np.float32)
+        for index in self.text.order(prepared):
+            out[index] = self.backend.logits(prepared, index)
+        return out
+
+    def answers(self, logits: np.ndarray) -> list[dict]:
+        """One answer per row of (N, classes) logits: `{"label", "probs"}` for a classification model, `{"score",
+        "p_match"}` for a ranking model (score: the logit margin, see `match_margin`)."""
+        if self.kind == "classify":
+            return [{"label": label, "probs": probs} for label, probs in label_probabilities(logits, self.labels)]
+        scores, p_match = match_margin(logits).tolist(), softmax(np.asarray(logits))[:, 1].tolist()
+        return [{"score": s, "p_match": p} for s, p in zip(scores, p_match, strict=True)]
+
+    def alignment(self, prepared: PreparedPairs) -> dict:
+        """One prepared pair's alignment (`Matcher.align`); only a backend that keeps the matrices has it."""
+        align = getattr(self.backend, "alignment", None)
+        if align is None:
+            raise RunError(
+                f"this model runs on {self.backend.name}, whose exported graph returns the logits only: alignments "
+                "need the PyTorch model. Load the run directory or shared folder with backend=torch to draw them"
+            )
+        if not prepared.tokens.all():
+            raise RunError("both texts need at least one token to draw an alignment")
+        self.text.check(prepared, "input")
+        logits, matrices = align(prepared)
+        return {"logits": logits, "matrices": matrices}

@@ -1,0 +1,83 @@
+"""PyTorch eager: the trained `DecomposableAttention` answering prepared pairs, in the run's arithmetic, on a CPU or a
+GPU. No LightningModule: the model and the forward pass that training uses (matching.model.run_batch)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from matching.data.pipeline import TextPipeline
+from matching.data.preparation import PreparedPairs
+from matching.inference.threads import call_tokens, thread_count
+from matching.model import DecomposableAttention, run_batch
+from matching.precision import resolve
+
+
+def device_name(device: str) -> str:
+    """`device` checked: cpu, cuda, cuda:N, mps, or auto (the GPU when there is one)."""
+    import re
+
+    from matching.errors import RunError
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?|mps", device):
+        raise RunError(f"device must be cpu, cuda, cuda:N, mps or auto, got {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RunError(f"device={device}, but torch sees no CUDA GPU here; use device='cpu' (or 'auto')")
+    return device
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """A batch (tensors, nested in dicts: a fine-tuned encoder's word pieces) on `device`."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+class TorchBackend:
+    """The model in eval mode on `device`, computing in `dtype` (fp32, bf16 or auto: matching.precision); `pipeline`
+    makes its batches (ids, and what the embedding source adds: an encoder's word states)."""
+
+    name = "torch"
+
+    def __init__(self, model: DecomposableAttention, pipeline: TextPipeline, dtype: str, device: str = "cpu",
+                 threads: int = 0, cap: int | None = None):  # fmt: skip
+        self.model, self.pipeline = model.eval(), pipeline
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.compute = resolve(dtype, self.device)
+        self.threads, self.cap = threads, cap
+        self.cost = "contextual" if pipeline.source is not None and pipeline.source.reads_every_word else "static"
+        if self.device.type != "cpu":
+            self.model.to(self.device)
+        if pipeline.source is not None:
+            pipeline.source.on_device(str(self.device))
+
+    def set_threads(self, threads: int, cap: int | None = None) -> None:
+        self.threads, self.cap = threads, cap
+
+    @torch.inference_mode()
+    def outputs(self, prepared: PreparedPairs, index: np.ndarray):
+        batch = self.pipeline.batch(prepared, index)
+        if self.device.type != "cpu":
+            batch = to_device(batch, self.device)
+        return run_batch(self.model, batch, self.compute)
+
+    def logits(self, prepared: PreparedPairs, index: np.ndarray) -> np.ndarray:
+        if self.device.type == "cpu":
+            sides = prepared.sides()[index]
+            wanted = thread_count(self.threads, call_tokens(sides), self.cost, self.cap)
+            if torch.get_num_threads() != wanted:
+                torch.set_num_threads(wanted)
+        return self.outputs(prepared, index).logits.float().cpu().numpy()
+
+    def alignment(self, prepared: PreparedPairs) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The first pair's logits (1, C) and every alignment matrix the model used, (len a, len b) each."""
+        out = self.outputs(prepared, np.arange(1))
+        matrices = {name: m[0].float().cpu().numpy() for name, m in out.matrices.items()}
+        return out.logits.float().cpu().numpy(), matrices
