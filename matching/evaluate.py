@@ -27,7 +27,7 @@ from matching.data.tasks import Task
 from matching.errors import MissingFileError
 from matching.files import existing, write_json
 from matching.results.scores import write_recorded
-from matching.runs import RunError, TrainedRun, load_trained
+from matching.runs import RunError, TrainedRun, find_checkpoint, load_trained
 from matching.system import MatchingSystem
 
 log = logging.getLogger(__name__)
@@ -94,8 +94,8 @@ def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None) ->
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """The `evaluate` command on a composed config (conf/evaluate.yaml over the run's saved config)."""
     if cfg.get("input"):
-        return evaluate_run(load_trained(cfg.ckpt, with_input_split(cfg)), INPUT_SPLIT, cfg.out)
-    return evaluate_run(load_trained(cfg.ckpt, cfg), str(cfg.split), cfg.out)
+        return evaluate_run(load_trained(find_checkpoint(cfg.ckpt), with_input_split(cfg)), INPUT_SPLIT, cfg.out)
+    return evaluate_run(load_trained(find_checkpoint(cfg.ckpt), cfg), str(cfg.split), cfg.out)
 
 
 #: The split a labelled file of one's own (`evaluate input=<file>`) is evaluated as; its metrics are `input/<name>`.

@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 
 from matching.cli import command
 from matching.inference import REPO_ID
-from matching.runs import RunError, load_trained
+from matching.runs import RunError, find_checkpoint, load_trained
 from matching.serving.formats import check_format, export
 from matching.serving.sharing import push
 
@@ -40,7 +40,7 @@ def export_command(cfg: DictConfig) -> Path:
             "push_to_hub=true uploads a shared folder: give format=hub and repo_id=<owner/name> (your user or "
             f"organisation on huggingface.co, then the model's name); got format={fmt} repo_id={cfg.repo_id}"
         )
-    run = load_trained(cfg.ckpt, cfg)
+    run = load_trained(find_checkpoint(cfg.ckpt), cfg)
     out = Path(cfg.out or run.run_dir / ("hub" if fmt == "hub" else "export"))
     path = export(run, str(fmt), out, cfg.encoder, cfg.encoder_revision)
     if fmt == "hub":

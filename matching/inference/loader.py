@@ -256,8 +256,8 @@ def from_export(graph: Path, quantize: str | None, reduce_range: bool | None, ov
     if spec.get("trim_a") and trim is None:
         raise RunError(f"{spec_file}: the first text's trim ({spec['trim_a']}) is not described in a form this "
                              "version reads; export the model again")  # fmt: skip
-    task = Task(name=spec["task"], kind=spec["kind"], labels=list(spec["labels"]), splits={}, eval_splits=[],
-                keep_tokens=list(tokenizer.get("keep_tokens") or []),
+    task = Task(name=spec["task"], kind=spec["kind"], reader=None, labels=list(spec["labels"]), splits={},
+                eval_splits=[], keep_tokens=list(tokenizer.get("keep_tokens") or []),
                 trim_a=functools.partial(keep_recent_turns, **trim) if trim else None)  # fmt: skip
     budget = spec.get("budget") or {}
     budget = Budget(overrides.get("data.batch_cells", budget.get("cells", 16_777_216)),

@@ -14,14 +14,15 @@ import shutil
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 from torch import Tensor, nn
 
 from matching.data.embeddings import EmbeddingSource, ServingInputs
 from matching.data.pipeline import TextPipeline
 from matching.data.vocab import hf_tokenizer
-from matching.files import write_json
+from matching.files import write_json, write_text_atomic
 from matching.runs import RunError, TrainedRun
-from matching.serving.sharing import write_folder
+from matching.serving.sharing import shared_config, write_folder
 from matching.serving.spec import serving_spec
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,9 @@ def export(
     shutil.copyfile(run.run_dir / "vocab.txt", out_dir / "vocab.txt")  # the mode of a new file (umask)
     hf_tokenizer(run.text.tokenizer, run.vocab).save(str(out_dir / "tokenizer.json"))
     write_json(out_dir / "serving.json", serving_spec(run, fmt, path.name))
+    if not run.source.reads_every_word:  # the run's config, reduced and path-free as a shared folder's (the
+        write_text_atomic(out_dir / "config.yaml", OmegaConf.to_yaml(shared_config(run)))  # commands compose theirs
+        # over it); a contextual model's names its encoder by hub id only in a shared folder (format=hub)
     return path
 
 

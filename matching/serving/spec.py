@@ -3,9 +3,18 @@ model file, its inputs and outputs, the labels and every step of the text prepar
 
 from __future__ import annotations
 
-from matching.data.tasks import describe
+from matching.data.tasks import describe, keep_recent_turns
 from matching.files import file_sha256
+from matching.results.discovery import option_name
 from matching.runs import TrainedRun
+
+
+def trim_arguments(trim) -> dict | None:
+    """The keyword arguments of the task's trim of the first text when it is `keep_recent_turns` (a dialogue's most
+    recent turns: the only trim of matching's tasks), else None."""
+    if trim is None or getattr(trim, "func", None) is not keep_recent_turns:
+        return None
+    return dict(trim.keywords)
 
 
 def serving_spec(run: TrainedRun, fmt: str, model_file: str, encoder: dict | None = None) -> dict:
@@ -40,6 +49,17 @@ def serving_spec(run: TrainedRun, fmt: str, model_file: str, encoder: dict | Non
         "max_length_rule": "each text's ids are cut to the first max_length (null: no cut)",
         "trim_a": describe(run.task.trim_a),
         "trim_a_rule": "applied to the first text's tokens before ids (see matching.data.tasks); null: none",
+        # What matching.inference.load reads to run an exported model without torch (and a reader to know it)
+        "trim_a_arguments": trim_arguments(run.task.trim_a),
+        "columns": {k: None if v is None else str(v) for k, v in (cfg.task.get("columns") or {}).items()},
+        "budget": {"cells": cfg.data.get("batch_cells"), "tokens": cfg.data.get("batch_tokens")},
+        "dtype": str(cfg.get("dtype", "fp32")),
+        "about": {
+            "aligner": option_name(cfg, "aligner"),
+            "intra": option_name(cfg, "intra") if cfg.get("intra") is not None else None,
+            "embeddings": (cfg.get("choices") or {}).get("embeddings"),
+            "null_token": bool(run.model.null_token),
+        },
     }
     if fmt == "hub":  # weights for matching itself (Matcher.load), not a model a runtime runs
         spec["inputs"] = spec["outputs"] = None
