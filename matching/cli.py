@@ -19,7 +19,6 @@ import logging
 import os
 import re
 import sys
-import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue
 
 from matching.configs import CONF
-from matching.errors import BUG_REPORT, UsageError, UserError, environment_error
+from matching.errors import UsageError, UserError, environment_error, report_bug, report_error
 
 log = logging.getLogger(__name__)
 
@@ -214,21 +213,6 @@ def sweep_job_error(err: Exception) -> SweepJobError:
         f"a sweep job failed: {why}.{logs} Fix it and relaunch the same command: complete runs are skipped, "
         "interrupted ones continue"
     )
-
-
-def report_error(err: BaseException) -> int:
-    """Print a user's mistake as one paragraph on stderr; the exit status is 2."""
-    if os.environ.get("MATCHING_DEBUG"):
-        raise err
-    print(f"error: {err}", file=sys.stderr)
-    return 2
-
-
-def report_bug(err: BaseException) -> int:
-    """Print a bug of ours: its traceback, then a line that says it is a bug and where to report it; status 1."""
-    traceback.print_exception(err, file=sys.stderr)
-    print(f"\n{BUG_REPORT}", file=sys.stderr)
-    return 1
 
 
 def _raised_by_hydra(err: BaseException) -> bool:

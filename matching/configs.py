@@ -5,30 +5,15 @@ from __future__ import annotations
 
 import inspect
 import json
-from pathlib import Path
 from typing import Any
 
 import torch
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from matching import config_dir
 from matching.errors import ConfigError
 from matching.precision import check
-
-
-def config_dir() -> Path:
-    """The config folder, found through the package, never the working directory: `matching/conf/` in an installed
-    wheel (pyproject.toml maps the repository's `conf/` there), `conf/` beside the package in a source checkout or
-    an editable install. An absolute path: Hydra would resolve a relative one against the calling module."""
-    package = Path(__file__).resolve().parent
-    for folder in (package / "conf", package.parent / "conf"):
-        if (folder / "train.yaml").is_file():
-            return folder
-    raise RuntimeError(  # a broken installation, not a user's mistake: the traceback says where we looked
-        f"matching's configs are missing: neither {package / 'conf'} nor {package.parent / 'conf'} holds train.yaml; "
-        "reinstall the package (pip install --force-reinstall matching)"
-    )
-
 
 CONF = config_dir()
 

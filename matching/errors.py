@@ -13,6 +13,9 @@ The subclasses keep the built-in exception they refine (`ConfigError` is a `Valu
 from __future__ import annotations
 
 import errno
+import os
+import sys
+import traceback
 
 #: What the commands print under the traceback of a bug.
 BUG_REPORT = (
@@ -95,3 +98,18 @@ def environment_error(err: OSError) -> UserError | None:
         f"{err.strerror or err}{where}; {advice}. Nothing already written was removed (checkpoints and metrics of "
         "finished epochs are kept)"
     )
+
+
+def report_error(err: BaseException) -> int:
+    """Print a user's mistake as one paragraph on stderr; the exit status is 2."""
+    if os.environ.get("MATCHING_DEBUG"):
+        raise err
+    print(f"error: {err}", file=sys.stderr)
+    return 2
+
+
+def report_bug(err: BaseException) -> int:
+    """Print a bug of ours: its traceback, then a line that says it is a bug and where to report it; status 1."""
+    traceback.print_exception(err, file=sys.stderr)
+    print(f"\n{BUG_REPORT}", file=sys.stderr)
+    return 1

@@ -56,25 +56,32 @@ def evaluation_trainer(cfg: DictConfig) -> pl.Trainer:
     )  # fmt: skip
 
 
-def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None) -> dict[str, float]:
+def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None, backend: str = "torch",
+                 quantize: str | None = None) -> dict[str, float]:  # fmt: skip
     names = splits_for(split, run.task)
+    scorer = onnx_scorer(run, quantize) if backend == "onnx" or quantize else None  # before the splits are read
     run.data.prepare_splits(names)
     prefixes = [split_prefix(s) for s in names]
     system = MatchingSystem(run.model, None, run.labels, kind=run.kind, val_prefixes=prefixes, test_prefixes=(),
                             compute_dtype=run.system.compute_dtype, positive_label=run.task.positive_label)  # fmt: skip
     system.record_predictions = True
+    system.score_batch = scorer
     metrics: dict[str, float] = {}
     loaders = [run.data.loader(s) for s in names]
     for result in evaluation_trainer(run.cfg).validate(system, dataloaders=loaders, verbose=False):
         metrics |= {k: float(v) for k, v in result.items()}
-    scores = write_recorded(run.run_dir, system.recorded, run.data, run.labels, run.kind)
+    # Another backend's scores go beside the run's own (<run>/onnx-int8/scores/), never over them: a study and
+    # `report` compare the scores of <run>/scores/, the model's on PyTorch.
+    tag = "" if scorer is None else ("onnx-int8" if quantize else "onnx")
+    scores = write_recorded(run.run_dir / tag, system.recorded, run.data, run.labels, run.kind)
     named = Path(run.task.splits[INPUT_SPLIT].path).name.split(".")[0] if split == INPUT_SPLIT else split
-    path = Path(out) if out else run.run_dir / f"eval_{named}.json"
+    path = Path(out) if out else run.run_dir / f"eval_{named}{'_' + tag if tag else ''}.json"
     record = {
         "checkpoint": str(run.checkpoint),
         "split": split,
         **({"input": run.task.splits[INPUT_SPLIT].path} if split == INPUT_SPLIT else {}),
         "pairs": {s: len(run.data.splits[s]) for s in names},
+        "backend": tag or "torch",
         "metrics": metrics,
     }
     positive = system.positive if run.kind == "classify" else None
@@ -82,7 +89,7 @@ def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None) ->
         record["positive_label"] = run.labels[positive]
     write_json(path, record)
     width = max(len(k) for k in metrics)
-    print(f"{run.task.name} · {run.checkpoint}")
+    print(f"{run.task.name} · {run.checkpoint}" + ("" if scorer is None else f" · {record['backend']}"))
     if positive is not None:
         print(f"  (f1, precision, recall, ap, auroc: of the positive label {run.labels[positive]!r})")
     for key in sorted(metrics):
@@ -91,11 +98,40 @@ def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None) ->
     return metrics
 
 
+def onnx_scorer(run: TrainedRun, quantize: str | None):
+    """The logits of an evaluation batch from the run's ONNX Runtime graph (float32, or int8 weights): the same
+    splits, batches and metrics as the PyTorch evaluation, another backend."""
+    import numpy as np
+    import torch
+
+    from matching.inference import load
+
+    if run.source.reads_every_word:
+        raise RunError(
+            "evaluate backend=onnx takes a model over static word vectors; a contextual run's evaluation batches carry "
+            "the encoder's cached word states, which its ONNX graph does not take. Evaluate it with backend=torch, or "
+            "score a file with matching-predict backend=onnx"
+        )
+    backend = load(run.checkpoint, backend="onnx", quantize=quantize, config=run.cfg).backend
+
+    def score(batch: dict) -> torch.Tensor:
+        a, b = batch["a"].numpy(), batch["b"].numpy()
+        tokens = int(np.count_nonzero(a) + np.count_nonzero(b))
+        return torch.from_numpy(backend.run({"a": a, "b": b}, tokens))
+
+    return score
+
+
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """The `evaluate` command on a composed config (conf/evaluate.yaml over the run's saved config)."""
+    backend, quantize = str(cfg.get("backend") or "torch"), cfg.get("quantize")
+    if backend not in ("torch", "onnx") or quantize not in (None, "int8"):
+        raise RunError(f"evaluate takes backend=torch|onnx and quantize=int8 or null, got backend={backend} "
+                       f"quantize={quantize}")  # fmt: skip
     if cfg.get("input"):
-        return evaluate_run(load_trained(find_checkpoint(cfg.ckpt), with_input_split(cfg)), INPUT_SPLIT, cfg.out)
-    return evaluate_run(load_trained(find_checkpoint(cfg.ckpt), cfg), str(cfg.split), cfg.out)
+        run = load_trained(find_checkpoint(cfg.ckpt), with_input_split(cfg))
+        return evaluate_run(run, INPUT_SPLIT, cfg.out, backend, quantize)
+    return evaluate_run(load_trained(find_checkpoint(cfg.ckpt), cfg), str(cfg.split), cfg.out, backend, quantize)
 
 
 #: The split a labelled file of one's own (`evaluate input=<file>`) is evaluated as; its metrics are `input/<name>`.

@@ -25,6 +25,7 @@ per text, bytes per request) are `limits.*` in conf/serve.yaml.
 from __future__ import annotations
 
 import gc
+import json
 import multiprocessing
 import os
 import signal
@@ -37,11 +38,11 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from matching.cli import command
 from matching.errors import RunError
 from matching.extras import require
 from matching.inference import load, saved_config
@@ -143,10 +144,13 @@ def build_server(cfg: DictConfig) -> Server:
     if not isinstance(compare, list) and not OmegaConf.is_list(compare):
         raise RunError(f"compare must be a list of runs, e.g. compare=[outputs/runs/snli/coda/<time>], got {compare!r}")
     device = cfg.accelerator
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "auto":  # torch, when there is one to ask (an ONNX Runtime server runs on the CPU)
+        try:
+            import torch
+        except ImportError:
+            device = "cpu"
+        else:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
 
     backend, quantize = str(cfg.get("backend") or "auto"), cfg.get("quantize")
     threads = int(cfg.threads)
@@ -213,8 +217,10 @@ def build_server(cfg: DictConfig) -> Server:
 
 def serve(cfg: DictConfig) -> None:
     server = build_server(cfg)
-    names = ", ".join(f"{c.name} ({c.info['task']}, {c.info['checkpoint']})" for c in server.clients)
-    print(f"serving {names} on http://{cfg.host}:{cfg.port} (the page at /; POST /classify /rank /align, GET /health "
+    names = ", ".join(f"{c.name} ({c.info['task']}, {c.info['checkpoint']}, {c.info['backend']})"
+                      for c in server.clients)  # fmt: skip
+    endpoints = sorted({e for c in server.clients for e in c.info["endpoints"]})
+    print(f"serving {names} on http://{cfg.host}:{cfg.port} (the page at /; POST {' '.join(endpoints)}, GET /health "
           f"/info)", file=sys.stderr)  # fmt: skip
     # What is loaded now (torch, Lightning, the app) stays for the server's life: full collections, which every
     # request's garbage triggers now and then, need not walk it (they took 0.1-0.5 s each under load: the p99).
@@ -272,7 +278,55 @@ def serving(ckpt: str | os.PathLike, overrides: Sequence[str] = (), port: int | 
         log.close()
 
 
-main = command("serve", serve, uses_run=True)
+def main(argv: Sequence[str] | None = None) -> int:
+    """`matching-serve`: the Hydra command (conf/serve.yaml over the run's config)."""
+    from matching.cli import command
+
+    return command("serve", serve, uses_run=True)(argv)
+
+
+#: The keys `matching-serve-onnx` takes: conf/serve.yaml's own (the run's config is not there to override).
+EXPORTED_KEYS = ("ckpt", "host", "port", "threads", "max_batch_size", "batch_timeout", "timeout", "log_level",
+                 "access_log", "limits", "quantize")  # fmt: skip
+
+
+def serve_exported(argv: Sequence[str] | None = None) -> int:
+    """`matching-serve-onnx ckpt=<exported ONNX folder> [port=8000] [host=...] [quantize=int8] [threads=0] ...`:
+    the server on ONNX Runtime alone, for a machine with neither torch nor Hydra (the `serve-onnx` extra): the
+    same endpoints, page, batching and limits as `matching-serve`, without /align (the exported graph returns the
+    logits only). Keys are conf/serve.yaml's, given as key=value."""
+    from matching import config_dir
+    from matching.errors import UserError, environment_error, report_bug, report_error
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in args):
+        print(serve_exported.__doc__.split("\n\n")[0])
+        return 0
+    try:
+        given = OmegaConf.from_dotlist(args)
+        unknown = [key for key in given if key not in EXPORTED_KEYS]
+        if unknown or any("=" not in a for a in args):
+            raise RunError(f"matching-serve-onnx takes key=value arguments among {', '.join(EXPORTED_KEYS)}; got "
+                           f"{' '.join(args)}")  # fmt: skip
+        if "ckpt" not in given:
+            raise RunError("missing ckpt=<a folder written by matching-export format=onnx>")
+        defaults = OmegaConf.load(config_dir() / "serve.yaml")
+        for key in ("defaults", "hydra", "compare"):
+            defaults.pop(key, None)
+        spec = Path(str(given.ckpt)).expanduser() / "serving.json"
+        max_length = json.loads(spec.read_text())["max_length"] if spec.is_file() else None
+        defaults.limits.max_text_tokens = max_length or 512
+        cfg = OmegaConf.merge(defaults, given, {"backend": "onnx", "accelerator": "cpu", "compare": []})
+        serve(cfg)
+    except UserError as err:
+        return report_error(err)
+    except OSError as err:  # the user's paths or machine (a missing folder, permissions, a full disk)
+        mistake = environment_error(err)
+        return report_bug(err) if mistake is None else report_error(mistake)
+    except Exception as err:
+        return report_bug(err)
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

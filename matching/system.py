@@ -117,6 +117,8 @@ class MatchingSystem(pl.LightningModule):
         self.eval_loss = nn.ModuleDict({p: MeanMetric(nan_strategy="disable") for p in prefixes})
         # Every pair's prediction, kept only when asked (the final evaluation of a run, `evaluate`): `recorded`.
         self.record_predictions = False
+        # Evaluation through another backend (`evaluate backend=onnx`): the batch's logits from it, not the model.
+        self.score_batch: Callable[[dict[str, Any]], torch.Tensor] | None = None
         self.records = nn.ModuleDict({p: EvaluationRecord() for p in prefixes})
         self.recorded: dict[str, dict[str, np.ndarray]] = {}
 
@@ -170,7 +172,7 @@ class MatchingSystem(pl.LightningModule):
             self.log("train/acc", correct / seen)
 
     def _eval_step(self, batch: dict[str, Any], prefix: str) -> None:
-        logits = self.predict_step(batch).logits
+        logits = self.predict_step(batch).logits if self.score_batch is None else self.score_batch(batch)
         loss = F.cross_entropy(logits, batch["label"])
         size = len(batch["label"])
         metric = self.eval_acc[prefix]

@@ -164,3 +164,59 @@ def test_threads_one_for_a_small_call_more_for_a_big_one_never_over_the_cap():
     assert 1 <= big <= cores()
     assert thread_count(0, tokens=TOKENS_PER_THREAD["static"] * 64, cap=1) == 1
     assert thread_count(0, tokens=TOKENS_PER_THREAD["contextual"] * 2, kind="contextual", cap=2) <= 2
+
+
+def test_an_exported_model_is_served_on_onnx_runtime_alone(exported, tmp_path):
+    """matching-serve-onnx in a process where torch, Lightning and Hydra cannot be imported (nor in its workers)."""
+    import os
+    import time
+    import urllib.error
+    import urllib.request
+
+    from matching.serve import free_port
+
+    run_dir, onnx_folder, _ = exported
+    blocked = tmp_path / "blocked"
+    for name in ("torch", "lightning", "pytorch_lightning", "hydra", "torchmetrics"):
+        (blocked / name).mkdir(parents=True)
+        (blocked / name / "__init__.py").write_text(f"raise ImportError('{name} is not installed here')\n")
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked), *sys.path])}
+    code = "import sys; from matching.serve import serve_exported; sys.exit(serve_exported())"
+    server = subprocess.Popen([sys.executable, "-c", code, f"ckpt={onnx_folder}", f"port={port}"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+
+    def post(path: str, body: dict) -> tuple[int, dict]:
+        request = urllib.request.Request(url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, server.stdout.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "the ONNX server did not get ready"
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as answer:
+                    if answer.read() == b"ok":
+                        break
+            except OSError:
+                time.sleep(0.3)
+        status, answer = post("/classify", {"pairs": [{"a": a, "b": b} for a, b in NLI]})
+        assert status == 200
+        expected = Matcher.load(run_dir).predict(NLI)
+        for got, want in zip(answer["predictions"], expected, strict=True):
+            assert got["label"] == want["label"]
+            assert got["probs"] == pytest.approx(want["probs"], abs=1e-4)
+        status, refused = post("/align", {"a": "A dog runs.", "b": "An animal moves."})
+        assert status == 501 and "backend=torch" in refused["error"]
+        with urllib.request.urlopen(url + "/info", timeout=10) as answer:
+            info = json.loads(answer.read())["model"]
+        assert info["backend"] == "onnx" and info["endpoints"] == ["/classify"]
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)

@@ -268,7 +268,7 @@ def from_export(graph: Path, quantize: str | None, reduce_range: bool | None, ov
     if quantize:
         graph = quantized(graph, reduce_range)
     backend = OnnxBackend(graph, ids_inputs(text), "onnx-int8" if quantize else "onnx", "static", threads)
-    about = {"exported": spec.get("about") or {}, "checkpoint": spec.get("checkpoint"),
+    about = {"exported": spec.get("about") or {}, "checkpoint": spec.get("checkpoint"), "graph": graph,
              "checkpoint_sha256": spec.get("checkpoint_sha256"), "trained_dtype": spec.get("dtype")}  # fmt: skip
     return Predictor(text, backend, labels=list(spec["labels"]), kind=spec["kind"], task=spec["task"],
                      columns=spec.get("columns") or {}, dtype="int8" if quantize else "fp32", origin=folder,

@@ -81,6 +81,9 @@ class OnnxBackend:
         return self.sessions[threads]
 
     def logits(self, prepared: PreparedPairs, index: np.ndarray) -> np.ndarray:
-        feed = self.inputs(prepared, index)
-        threads = thread_count(self.threads, call_tokens(prepared.sides()[index]), self.cost, self.cap)
+        return self.run(self.inputs(prepared, index), call_tokens(prepared.sides()[index]))
+
+    def run(self, feed: dict[str, np.ndarray], tokens: int) -> np.ndarray:
+        """(B, C) float32 logits of the graph's inputs `feed` (`tokens`: the call's padded tokens, for threads)."""
+        threads = thread_count(self.threads, tokens, self.cost, self.cap)
         return np.asarray(self.session(threads).run(["logits"], feed)[0], np.float32)

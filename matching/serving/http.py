@@ -26,8 +26,6 @@ from matching.data.tables import pair_of_mapping
 from matching.errors import DataFormatError
 from matching.files import file_sha256
 from matching.inference import Predictor
-from matching.provenance import embeddings_name, read_provenance
-from matching.results.discovery import option_name
 from matching.serving.batcher import Job, Limits, error_body
 from matching.serving.examples import page_examples
 
@@ -252,10 +250,14 @@ def model_info(predictor: Predictor, limits: Limits, examples: list | None = Non
         folder = predictor.origin
         info = {"aligner": exported.get("aligner"), "intra": exported.get("intra"),
                 "embeddings": exported.get("embeddings"), "data": {}, "provenance": {},
-                "checkpoint": f"{run_label(folder)}/{about.get('checkpoint') or 'model.onnx'}",
+                "checkpoint": f"{run_label(folder)}/{Path(about.get('graph') or 'model.onnx').name}",
+                "exported_from": about.get("checkpoint"),
                 "checkpoint_sha256": about.get("checkpoint_sha256"), "run_dir": run_label(folder)}  # fmt: skip
         run_dir = folder
-    else:
+    else:  # a run or a shared folder (torch is here: what reads its provenance and options may use it)
+        from matching.provenance import embeddings_name, read_provenance
+        from matching.results.discovery import option_name
+
         run_dir = Path(about["run_dir"])
         provenance = read_provenance(run_dir)
         data = provenance.get("data") or {}
