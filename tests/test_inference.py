@@ -220,3 +220,80 @@ def test_an_exported_model_is_served_on_onnx_runtime_alone(exported, tmp_path):
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
+
+
+def _distributions(requirements: list[str]) -> dict:
+    """The installed distributions that `requirements` need, their own requirements included (what pip would
+    install for them), by canonical name."""
+    import importlib.metadata as metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found, todo = {}, [(Requirement(r), "") for r in requirements]
+    while todo:
+        requirement, extra = todo.pop()
+        if requirement.marker and not requirement.marker.evaluate({"extra": extra}):
+            continue
+        name = canonicalize_name(requirement.name)
+        dist = metadata.distribution(requirement.name)
+        for wanted in [""] if name in found else ["", *requirement.extras]:
+            todo += [(Requirement(r), wanted) for r in dist.requires or []]
+        found[name] = dist
+    return found
+
+
+@pytest.mark.slow
+def test_the_onnx_server_runs_in_a_venv_without_torch(exported, tmp_path):
+    """A fresh venv holding the package and the serve-onnx extra's distributions (linked from this environment,
+    as pip would install them; nothing is downloaded) and nothing else: torch cannot be imported there, and
+    matching-serve-onnx serves an exported model."""
+    import os
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    import tomllib
+
+    from matching.serve import free_port
+
+    root = Path(__file__).resolve().parents[1]
+    extra = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["serve-onnx"]
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    for dist in _distributions(extra).values():
+        for top in {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}:
+            source = Path(dist.locate_file(top))
+            if source.exists() and not (site / top).exists() and top != "__pycache__":
+                (site / top).symlink_to(source)
+    (site / "matching").symlink_to(root / "matching")
+    (site / "conf").symlink_to(root / "conf")  # where a source checkout keeps the configs (a wheel: matching/conf)
+    python = str(venv / "bin" / "python")
+    no_torch = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True)
+    assert no_torch.returncode != 0 and "No module named 'torch'" in no_torch.stderr
+    port = free_port()
+    server = subprocess.Popen([python, "-c", "import sys; from matching.serve import serve_exported; "
+                               "sys.exit(serve_exported())", f"ckpt={exported[1]}", f"port={port}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                              env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, server.stdout.read().decode()[-3000:]
+            assert time.monotonic() < deadline
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                    if answer.read() == b"ok":
+                        break
+            except OSError:
+                time.sleep(0.3)
+        body = json.dumps({"pairs": [{"a": a, "b": b} for a, b in NLI]}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/classify", body,
+                                         {"Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            predictions = json.loads(answer.read())["predictions"]
+        assert [p["label"] for p in predictions] == [p["label"] for p in Matcher.load(exported[0]).predict(NLI)]
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
