@@ -13,8 +13,8 @@ counted, and the largest difference is printed. A pair's answer moves a little w
 `matching.precision.answer_tolerance`: in fp32 a classification model's probabilities to 1e-5 and a ranking
 model's (which /classify answers with a score and P(match)) P(match) to 1e-5 and score, a logit margin, to 1e-4;
 in bf16 (`dtype=auto` on a CPU with AMX or AVX512-BF16) probabilities to 4e-3 and scores to 4e-2.
-The in-process figure runs the same pairs through TrainedRun.logits in this process, in batches of the server's
-max_batch_size and, as `predict` does, of 256.
+The in-process figure runs the same pairs through Predictor.logits (matching.inference) in this process, on the
+server's backend, in batches of the server's max_batch_size and, as `predict` does, of 256.
 
 Pairs: `--pairs` (a TSV or JSON Lines file that `matching-predict` reads, e.g. WikiQA dev question<TAB>sentence),
 else pairs of WikiQA's lengths (questions 4-12 words, answers 10-40) drawn from the run's vocabulary.
@@ -41,7 +41,7 @@ from matching import precision  # noqa: E402
 from matching.cli import compose_config  # noqa: E402
 from matching.data.pairs import Pair  # noqa: E402
 from matching.data.tables import read_new_pairs  # noqa: E402
-from matching.runs import load_trained  # noqa: E402
+from matching.inference import load  # noqa: E402
 from matching.serve import serving  # noqa: E402
 
 
@@ -59,7 +59,7 @@ def load_pairs(path: Path | None, vocab_words: list[str], count: int, seed: int 
 
 
 def in_process(run, pairs: list[Pair], batch: int, repeats: int = 3) -> tuple[float, float]:
-    """Median pairs/s of TrainedRun.logits over `pairs` in chunks of `batch` pairs, and the median CPU seconds per
+    """Median pairs/s of Predictor.logits over `pairs` in chunks of `batch` pairs, and the median CPU seconds per
     pair it took (this process, all its threads)."""
     rates, cpu = [], []
     for _ in range(repeats):
@@ -206,11 +206,12 @@ def main() -> None:
     args = parser.parse_args()
     levels = [int(c) for c in args.levels.split(",")]
     served = compose_config("serve", [f"ckpt={args.ckpt}", *args.overrides])  # the server's own settings
-    batch, worker_threads = int(served.max_batch_size), int(served.threads) or torch.get_num_threads()
+    batch = int(served.max_batch_size)
 
-    run = load_trained(args.ckpt, served)  # with the overrides the server gets (data.batch_tokens=..., say)
+    # The model the server's workers load: the same backend, with the overrides they get (data.batch_tokens=...)
+    run = load(args.ckpt, backend=str(served.backend), quantize=served.quantize, config=served)
     pairs = load_pairs(args.pairs, run.vocab.words, args.requests)
-    logits = run.logits(pairs).double()
+    logits = torch.from_numpy(run.logits(pairs)).double()
     dtype, allowed = checked_dtype(served)
     if run.kind == "rank":  # /classify answers a ranking model with P(match) and the score (the logit margin)
         label_names = None
@@ -220,24 +221,23 @@ def main() -> None:
         label_names = run.labels
         expected = torch.softmax(logits, dim=-1)
         tolerance = torch.full((len(label_names),), allowed.probability, dtype=torch.float64)
-    lengths = [len(run.data.tokenizer(p.a)) + len(run.data.tokenizer(p.b)) for p in pairs]
-    print(f"model: {args.ckpt} ({run.task.name}, {len(run.vocab):,} words); {len(pairs):,} single-pair requests")
-    print(f"pairs: {statistics.mean(lengths):.1f} tokens on average; torch threads here: {torch.get_num_threads()}")
+    lengths = [len(run.text.tokenizer(p.a)) + len(run.text.tokenizer(p.b)) for p in pairs]
+    print(f"model: {args.ckpt} ({run.task}, {len(run.vocab):,} words, {run.backend.name}); {len(pairs):,} "
+          "single-pair requests")  # fmt: skip
+    print(f"pairs: {statistics.mean(lengths):.1f} tokens on average; threads: {int(served.threads) or 'per call'}")
     print(
         f"dtype {precision.describe(served.dtype)}; answers checked against in-process within {dtype}'s "
         f"{'P(match)' if run.kind == 'rank' else 'probabilities'} ±{allowed.probability:g}"
         f"{f' and score ±{allowed.score:g}' if run.kind == 'rank' else ''} (matching.precision.answer_tolerance)"
     )
-    inproc = {b: in_process(run, pairs, b)[0] for b in (batch, 256)}
-    print(f"in-process TrainedRun.logits: {inproc[batch]:,.0f} pairs/s in batches of {batch}, "
-          f"{inproc[256]:,.0f} pairs/s in batches of 256 ({torch.get_num_threads()} torch threads)")  # fmt: skip
-    cores = torch.get_num_threads()
-    torch.set_num_threads(worker_threads)
-    one, one_cpu = in_process(run, pairs, batch)
-    torch.set_num_threads(cores)
-    print(f"in-process with the server's model-worker threads ({worker_threads}): {one:,.0f} pairs/s in batches of "
-          f"{batch}, {one_cpu * 1e3:.3f} ms of CPU per pair; the server's ratio below is taken against the "
-          f"{cores}-thread figure")  # fmt: skip
+    # In this process as a user calls it (threads chosen per call, or the server's threads=): the server's ratio below
+    # is taken against the figure in batches of max_batch_size
+    run.backend.set_threads(int(served.threads))
+    inproc = {b: in_process(run, pairs, b) for b in (batch, 256)}
+    print(f"in-process Predictor.logits on {run.backend.name}: {inproc[batch][0]:,.0f} pairs/s in batches of "
+          f"{batch} ({inproc[batch][1] * 1e3:.3f} ms of CPU per pair), {inproc[256][0]:,.0f} pairs/s in batches of "
+          "256")  # fmt: skip
+    inproc = {b: rate for b, (rate, _) in inproc.items()}
     run_kind = run.kind
     del run
 

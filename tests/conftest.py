@@ -85,11 +85,18 @@ def evaluate(checkpoint, split="dev", overrides=(), out=None) -> dict[str, float
     return evaluate_command(compose_config("evaluate", [f"ckpt={checkpoint}", f"split={split}", *extra, *overrides]))
 
 
+@pytest.fixture(scope="session")
+def onnx_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("onnx-cache")
+
+
 @pytest.fixture(autouse=True)
-def offline(monkeypatch):
-    """Nothing may download at test time: the hub fallback must fail fast, not try the network."""
+def offline(monkeypatch, onnx_cache):
+    """Nothing may download at test time: the hub fallback must fail fast, not try the network. Nor is anything
+    written into the home folder: backend=onnx exports into a cache of the session's (MATCHING_CACHE)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("MATCHING_CACHE", str(onnx_cache))
 
 
 @pytest.fixture

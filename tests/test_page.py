@@ -214,3 +214,19 @@ def test_a_generic_run_offers_its_own_dev_pairs_and_names_no_path(claims_run, br
     assert "SNLI" not in said and "the run's dev data" in said and "trained on claims_train.tsv" in said
     assert "embeddings glove.fixture.20d.txt" in said and str(Path(claims_run).parent) not in said
     assert typed == kept[0][:2]
+
+
+def test_a_model_on_onnx_runtime_shows_its_prediction_and_says_why_no_heat_maps(snli_run, browser, tmp_path):
+    with serving(snli_run[0], ["backend=onnx"]) as url:
+        browser.goto(url)
+        browser.wait_for("document.body.dataset.ready === 'true'")
+        browser.click("#examples button")
+        browser.wait_for(f"document.querySelector('.run .prediction') !== null && {IDLE}")
+        browser.screenshot(tmp_path / "onnx.png")
+        label = browser.evaluate("document.querySelector('.run .prediction .label').textContent")
+        note = browser.evaluate("document.querySelector('.run p.hint').textContent")
+        status = browser.evaluate("document.querySelector('#status').textContent")
+        tables = browser.evaluate("document.querySelectorAll('.run .matrix table.heat').length")
+    assert label in ("entailment", "neutral", "contradiction")
+    assert "runs on onnx" in note and "backend=torch" in note
+    assert tables == 0 and "error" not in status.lower()

@@ -187,6 +187,10 @@ function runColumn(run, answer, width) {
     return column;
   }
   column.append(prediction(run, answer));
+  if (!answer.matrices) {
+    column.append(el("p", { class: "hint", text: answer.note }));
+    return column;
+  }
   const tokens = tokensOf(answer);
   const matrices = el("div", { class: "matrices" });
   column.append(matrices);
@@ -221,7 +225,7 @@ function defaultMatrix(answer) {
 function differenceView(width) {
   const section = $("difference");
   section.replaceChildren();
-  const usable = state.runs.filter((r) => state.answers[r.name] && !state.answers[r.name].error);
+  const usable = state.runs.filter((r) => state.answers[r.name] && !state.answers[r.name].error && state.answers[r.name].matrices);
   if (usable.length < 2) { section.hidden = true; return; }
   section.hidden = false;
   const options = [];
@@ -324,8 +328,12 @@ function columnWidth() {
 }
 
 async function alignPair(a, b) {
-  const answers = await Promise.all(state.runs.map((run) =>
-    post("/align", run.name, { a, b }).catch((err) => ({ error: err.message }))));
+  // A model served on ONNX Runtime has no /align (its graph returns the logits only): its prediction, and a note
+  const ask = (run) => (run.endpoints || ["/align"]).includes("/align")
+    ? post("/align", run.name, { a, b })
+    : post("/classify", run.name, { pairs: [{ a, b }] }).then((r) => ({ ...r.predictions[0], matrices: null,
+      note: `no alignment matrices: this model runs on ${run.backend}, whose exported graph returns the logits only; serve it with backend=torch to see them` }));
+  const answers = await Promise.all(state.runs.map((run) => ask(run).catch((err) => ({ error: err.message }))));
   state.answers = Object.fromEntries(state.runs.map((run, k) => [run.name, answers[k]]));
   const width = columnWidth();
   $("pair").replaceChildren(el("b", { text: "a " }), a, el("br"), el("b", { text: "b " }), b);
