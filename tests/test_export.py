@@ -8,8 +8,8 @@ import torch
 from conftest import compose_train
 
 from matching.export import main
+from matching.inference.onnx_graph import ServingModel, example_inputs
 from matching.runs import load_trained
-from matching.serving.formats import ServingModel, example_inputs
 from matching.train import train
 
 

@@ -38,8 +38,9 @@ log = logging.getLogger(__name__)
 #: A Hugging Face hub repository id: `owner/name` (what `load` downloads when no such path exists here).
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 BACKENDS = ("auto", "torch", "onnx")
-#: The files of a shared folder that loading reads (matching.serving.sharing.REQUIRED).
-SHARED_FILES = ("config.yaml", "vocab.txt", "model.safetensors")
+#: A shared folder's weights, and the files of one that loading reads (the others are for people and other clients).
+WEIGHTS = "model.safetensors"
+REQUIRED = ("config.yaml", "vocab.txt", WEIGHTS)
 #: What the saved forms are called in messages.
 FORMS = (
     "a run directory, its checkpoints/ folder, a checkpoint file, a folder written by matching-export format=hub or "
@@ -52,14 +53,14 @@ def locate(path: str | os.PathLike, revision: str | None = None) -> tuple[str, P
     file); a hub id is downloaded first. Nothing is loaded yet."""
     folder = Path(path).expanduser()
     if not folder.exists() and REPO_ID.match(str(path)) and not str(path).startswith("."):
-        from matching.serving.sharing import download  # huggingface_hub, only for a hub id
+        from matching.inference.shared import download  # huggingface_hub, only for a hub id
 
         return "shared", download(str(path), revision)
     if folder.is_file() and folder.suffix == ".onnx":
         return "onnx", folder
     if folder.is_dir() and (folder / "model.onnx").is_file() and (folder / "serving.json").is_file():
         return "onnx", folder / "model.onnx"
-    if folder.is_dir() and all((folder / name).is_file() for name in SHARED_FILES):
+    if folder.is_dir() and all((folder / name).is_file() for name in REQUIRED):
         return "shared", folder
     if not folder.exists() and folder.suffix == ".ckpt":  # a checkpoint by name: say which its folder has
         from matching.assembly import check_checkpoint
@@ -155,7 +156,7 @@ def from_weights(form: str, where: Path, backend: str, quantize: str | None, red
         vocab, (weights, meta) = read_vocabulary(run_dir), read_checkpoint(where)
         weights_file = where
     else:
-        from matching.serving.sharing import read_shared
+        from matching.inference.shared import read_shared
 
         run_dir = where
         cfg, weights_file, vocab, weights, meta = read_shared(where, settings, config)
@@ -188,7 +189,7 @@ def cache_root() -> Path:
 def exported_graph(parts, weights_file: Path) -> Path:
     """The ONNX graph of a trained model, exported once into the cache under its weights' sha256."""
     from matching.files import file_sha256
-    from matching.serving.formats import write_onnx
+    from matching.inference.onnx_graph import write_onnx
 
     folder = cache_root() / file_sha256(weights_file)[:32]
     graph = folder / "model.onnx"

@@ -33,39 +33,23 @@ import shutil
 from pathlib import Path, PurePath
 from typing import Any
 
-from hydra.utils import get_object
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from matching.aligners import Aligner
 from matching.configs import CONF
-from matching.data.datamodule import PairDataModule
-from matching.data.embeddings import EmbeddingSource
-from matching.data.tasks import Task, keep_recent_turns
-from matching.data.vocab import Vocabulary, hf_tokenizer
+from matching.data.vocab import hf_tokenizer
 from matching.extras import require
 from matching.files import write_atomic, write_json, write_text_atomic
-from matching.model import DecomposableAttention
+from matching.inference.shared import WEIGHTS
 from matching.provenance import PROVENANCE, describe_data, read_provenance
 from matching.results.discovery import option_name
-from matching.runs import RunError, TrainedRun, configured
+from matching.runs import RunError, TrainedRun
 from matching.serving.examples import EXAMPLES, run_examples
 from matching.serving.spec import serving_spec
 
 log = logging.getLogger(__name__)
 
-WEIGHTS = "model.safetensors"
-#: The files of a shared folder that loading reads (the others are for people and other clients).
-REQUIRED = ("config.yaml", "vocab.txt", WEIGHTS)
 #: The config nodes a shared folder keeps: what builds the model and prepares text, and the recorded choices.
 KEPT = ("task", "data", "embeddings", "model", "aligner", "intra", "choices", "seed", "dtype")
-#: What a shared folder's config may name as a `_target_`: matching's own model and text components.
-SHARED_CLASSES = (Task, PairDataModule, DecomposableAttention)  # and every Aligner and EmbeddingSource of matching
-
-
-def is_shared_folder(folder: Path) -> bool:
-    return folder.is_dir() and (folder / WEIGHTS).is_file() and (folder / "config.yaml").is_file()
-
-
 # --- writing ----------------------------------------------------------------------------------------------------
 
 
@@ -244,100 +228,3 @@ def push(folder: Path, repo_id: str, private: bool = False) -> str:
             "upload it again with push_to_hub=true, or by hand."
         ) from None
     return str(getattr(commit, "commit_url", commit))
-
-
-def download(repo_id: str, revision: str | None = None) -> Path:
-    """The local copy of a shared folder on the hub (downloaded once into the hub library's cache)."""
-    hub = require("huggingface_hub", "hub", f"loading {repo_id} from the Hugging Face hub")
-    try:
-        folder = Path(hub.snapshot_download(repo_id, revision=revision))
-    except Exception as err:  # offline and not cached, unknown name, no permission
-        raise RunError(
-            f"no folder {repo_id} here, and cannot get the model {repo_id!r}"
-            f"{f' at revision {revision}' if revision else ''} from the Hugging Face "
-            f"hub ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). Check the name (owner/name), "
-            "the network and your login for a private model; offline, a model loads only once it is in the hub "
-            "cache, or from a local folder: Matcher.load('/path/to/folder')"
-        ) from None
-    if not is_shared_folder(folder):
-        raise RunError(
-            f"{repo_id} is not a shared model of matching: it has no {' and '.join(REQUIRED)}; such a folder is "
-            "written by matching-export format=hub"
-        )
-    return folder
-
-
-# --- loading ----------------------------------------------------------------------------------------------------
-
-
-def check_targets(node: Any, folder: Path, key: str = "") -> None:
-    """RunError unless every `_target_` under `node` is one of matching's own model and text components, and no
-    value is an interpolation (`${...}`: a resolver could read the environment)."""
-    if isinstance(node, DictConfig):
-        target = node.get("_target_") if "_target_" in node else None
-        if target is not None and not _allowed(str(target)):
-            raise RunError(
-                f"{folder / 'config.yaml'}: {key or 'the config'} names {target!r} (_target_), which is not one of "
-                "matching's own components; a shared folder builds nothing else, so that loading it cannot run "
-                "code. If you trust this model, train or load it as a run directory instead"
-            )
-        for name in node:
-            value = node._get_node(name)
-            if value is not None and not isinstance(value, (DictConfig, ListConfig)) and value._is_interpolation():
-                raise RunError(f"{folder / 'config.yaml'}: {key}.{name} is an interpolation; a shared folder holds "
-                               "plain values only")  # fmt: skip
-            check_targets(node[name], folder, f"{key}.{name}".lstrip("."))
-    elif isinstance(node, ListConfig):
-        for i, value in enumerate(node):
-            check_targets(value, folder, f"{key}[{i}]")
-
-
-def _allowed(target: str) -> bool:
-    module, _, name = target.rpartition(".")
-    if not module.startswith("matching.") or name.startswith("_"):
-        return False
-    if module in ("matching.data.readers", "matching.data.tables"):
-        return name.startswith("read_")
-    try:
-        obj = get_object(target)  # a module of matching: importing it runs nothing but our own code
-    except Exception:  # a name this version of matching does not have
-        return False
-    if obj is keep_recent_turns:
-        return True
-    return isinstance(obj, type) and (issubclass(obj, (Aligner, EmbeddingSource)) or obj in SHARED_CLASSES)
-
-
-def read_shared(
-    folder: Path, settings: dict[str, Any] | None = None, config: DictConfig | None = None
-) -> tuple[DictConfig, Path, Vocabulary, dict, dict]:
-    """A shared folder's config, weights file, vocabulary, weights and metadata (what matching.assembly.trained_model
-    builds the model from), read from YAML, text and safetensors only; `settings`: dotted config keys to override
-    (see matching.inference.load); `config`: the folder's config as a command composed it (checked all the same)."""
-    safetensors = require("safetensors", "hub", "loading a shared model folder (safetensors)")
-    missing = [name for name in REQUIRED if not (folder / name).is_file()]
-    if missing:
-        raise RunError(f"{folder} is not a complete shared model folder: {', '.join(missing)} missing")
-    try:
-        cfg = OmegaConf.load(folder / "config.yaml")
-    except Exception as err:
-        raise RunError(f"cannot read {folder / 'config.yaml'} ({type(err).__name__}: {err})") from None
-    if not isinstance(cfg, DictConfig) or any(k not in cfg for k in ("task", "data", "embeddings", "model")):
-        raise RunError(f"{folder / 'config.yaml'} is not the config of a shared model (task, data, embeddings, model)")
-    check_targets(cfg, folder)
-    if config is not None:
-        check_targets(config, folder)
-    cfg = configured(cfg if config is None else config, settings or {})
-    weights_file = folder / WEIGHTS
-    try:
-        with safetensors.safe_open(str(weights_file), framework="pt") as f:
-            meta = json.loads((f.metadata() or {}).get("matching", "{}"))
-            weights = {f"model.{k}": f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no iteration)
-    except Exception as err:
-        raise RunError(
-            f"cannot read {weights_file} ({type(err).__name__}: {err}); the file is damaged or not safetensors: "
-            "download or export the folder again"
-        ) from None
-    encoder = meta.get("encoder")
-    if encoder is not None and not re.fullmatch(r"[0-9a-f]{64}", str(encoder.get("weights_sha256", ""))):
-        raise RunError(f"{weights_file}: its metadata names no encoder weights sha256; export the folder again")
-    return cfg, weights_file, Vocabulary.load(folder / "vocab.txt"), weights, meta
