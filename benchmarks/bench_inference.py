@@ -68,6 +68,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300, help="rank calls (questions, cycled) and 1-pair calls")
     parser.add_argument("--busy", type=int, default=0, help="processes keeping a core busy beside the benchmark")
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: chosen per call)")
+    parser.add_argument("--device", default="cpu", help="the torch backend's device: cpu or cuda (ONNX: the CPU)")
     args = parser.parse_args()
 
     named = dict(zip(("a", "b", "group"), args.columns.split(","), strict=False)) if args.columns else None
@@ -89,7 +90,8 @@ def main() -> None:
     rows, reference, best = [], None, None
     try:
         for name in args.backends.split(","):
-            matcher = Matcher.load(args.run, threads=args.threads, **BACKENDS[name])
+            device = {"device": args.device} if name == "torch" else {}
+            matcher = Matcher.load(args.run, threads=args.threads, **BACKENDS[name], **device)
             matcher.rank(*rank_calls[0])  # warm-up: the first call sets up the thread pool and the session
             matcher.predict(one_calls[0])
             rank_times = timed_calls(lambda q, m=matcher: m.rank(*q), rank_calls)
@@ -103,8 +105,9 @@ def main() -> None:
             difference = float(np.abs(logits - reference).max())
             changed = float(np.mean([a != b for a, b in zip(firsts, best, strict=True)]))
             rank50, one50 = statistics.median(rank_times), statistics.median(one_times)
-            rows.append((f"{name} ({matcher.predictor.dtype})", rank50, percentile(rank_times, 99), 10 / rank50, one50,
-                         percentile(one_times, 99), batch_rate, difference, changed))  # fmt: skip
+            where = f", {args.device}" if name == "torch" and args.device != "cpu" else ""
+            rows.append((f"{name} ({matcher.predictor.dtype}{where})", rank50, percentile(rank_times, 99), 10 / rank50,
+                         one50, percentile(one_times, 99), batch_rate, difference, changed))  # fmt: skip
     finally:
         stop.set()
         for process in busy:

@@ -47,9 +47,23 @@ def quantized(model_file: Path, reduce_range: bool | None = None) -> Path:
     if out.is_file() and out.stat().st_mtime >= model_file.stat().st_mtime:
         return out
     quantization = require("onnxruntime.quantization", "export", "int8 quantization (ONNX Runtime)")
-    tmp = out.with_name(out.name + ".tmp")
-    quantization.quantize_dynamic(str(model_file), str(tmp), weight_type=quantization.QuantType.QInt8,
-                                  reduce_range=reduce_range)  # fmt: skip
+    onnx = require("onnx", "export", "int8 quantization (ONNX Runtime)")
+    # The exporter's stored shapes of intermediate values are dropped (shape inference recomputes them): one that
+    # disagrees with inference stops the quantizer (seen with torch 2.11's exporter: "Inferred shape and existing
+    # shape differ in dimension 0: (400) vs (200)").
+    graph = onnx.load(str(model_file))
+    del graph.graph.value_info[:]
+    plain, tmp = out.with_name(out.name + ".in.tmp"), out.with_name(out.name + ".tmp")
+    onnx.save(graph, str(plain))
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # the quantizer's advice to pre-process, printed on the root logger every time
+    try:
+        quantization.quantize_dynamic(str(plain), str(tmp), weight_type=quantization.QuantType.QInt8,
+                                      reduce_range=reduce_range)  # fmt: skip
+    finally:
+        root.setLevel(level)
+        plain.unlink(missing_ok=True)
     tmp.replace(out)
     log.info("int8 weights (dynamic quantization%s): %s", ", reduce_range" if reduce_range else "", out)
     return out

@@ -4,6 +4,7 @@ runs (matching.inference.onnx_backend)."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
@@ -65,7 +66,15 @@ def write_onnx(model: nn.Module, source: EmbeddingSource, text: TextPipeline, pa
 
 
 def _write_onnx(serving: ServingInputs, path: Path) -> None:
-    """torch.onnx's dynamo exporter, every size dynamic, with our translation of cdist."""
+    """torch.onnx's dynamo exporter, every size dynamic, with our translation of cdist (its deprecation and
+    dynamic-shape notes about its own internals are not the user's to read)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.filterwarnings("ignore", message=".*axis name.*will not be used.*")
+        _export(serving, path)
+
+
+def _export(serving: ServingInputs, path: Path) -> None:
     program = torch.onnx.export(
         serving.module,
         serving.args,
