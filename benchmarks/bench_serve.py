@@ -42,7 +42,7 @@ from matching.cli import compose_config  # noqa: E402
 from matching.data.pairs import Pair  # noqa: E402
 from matching.data.tables import read_new_pairs  # noqa: E402
 from matching.inference import load  # noqa: E402
-from matching.serve import serving  # noqa: E402
+from matching.serving.server import serving  # noqa: E402
 
 
 def load_pairs(path: Path | None, vocab_words: list[str], count: int, seed: int = 0) -> list[Pair]:

@@ -19,20 +19,6 @@ __all__ = ["DEMO_DATA", "Matcher"]
 DEMO_DATA = Path(__file__).resolve().parent / "demo_data"
 
 
-def config_dir() -> Path:
-    """The config folder, found through the package, never the working directory: `matching/conf/` in an installed
-    wheel (pyproject.toml maps the repository's `conf/` there), `conf/` beside the package in a source checkout or
-    an editable install. An absolute path: Hydra would resolve a relative one against the calling module."""
-    package = Path(__file__).resolve().parent
-    for folder in (package / "conf", package.parent / "conf"):
-        if (folder / "train.yaml").is_file():
-            return folder
-    raise RuntimeError(  # a broken installation, not a user's mistake: the traceback says where we looked
-        f"matching's configs are missing: neither {package / 'conf'} nor {package.parent / 'conf'} holds train.yaml; "
-        "reinstall the package (pip install --force-reinstall matching)"
-    )
-
-
 OmegaConf.register_new_resolver("demo_data", lambda name="": str(DEMO_DATA / name), replace=True)
 # A generic task's name from its data (`task=pairs` on claims_train.tsv: `claims`), for the same reason here.
 OmegaConf.register_new_resolver("name_from_data", name_from_data, replace=True)

@@ -11,8 +11,8 @@ import torch
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from matching import config_dir
 from matching.errors import ConfigError
+from matching.files import config_dir
 from matching.precision import check
 
 CONF = config_dir()

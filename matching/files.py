@@ -109,3 +109,17 @@ def open_binary(path: Path) -> BinaryIO:
     if magic == ZIP_MAGIC:
         return zip_member(open(path, "rb"), path)
     return open(path, "rb")
+
+
+def config_dir() -> Path:
+    """The config folder, found through the package, never the working directory: `matching/conf/` in an installed
+    wheel (pyproject.toml maps the repository's `conf/` there), `conf/` beside the package in a source checkout or
+    an editable install. An absolute path: Hydra would resolve a relative one against the calling module."""
+    package = Path(__file__).resolve().parent  # matching/
+    for folder in (package / "conf", package.parent / "conf"):
+        if (folder / "train.yaml").is_file():
+            return folder
+    raise RuntimeError(  # a broken installation, not a user's mistake: the traceback says where we looked
+        f"matching's configs are missing: neither {package / 'conf'} nor {package.parent / 'conf'} holds train.yaml; "
+        "reinstall the package (pip install --force-reinstall matching)"
+    )

@@ -393,7 +393,7 @@ def test_a_missing_encoder_is_one_paragraph_saying_what_to_install(tmp_path):
 def test_the_server_answers_a_contextual_run_as_the_run_does(contextual_run):
     httpx = pytest.importorskip("httpx", reason="the serve extra: pip install -e '.[serve]'")
     pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
-    from matching.serve import serving
+    from matching.serving.server import serving
 
     run_dir, _ = contextual_run
     candidates = ["a cat is an animal", "dogs bark at night", "the cat"]

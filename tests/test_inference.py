@@ -173,7 +173,7 @@ def test_an_exported_model_is_served_on_onnx_runtime_alone(exported, tmp_path):
     import urllib.error
     import urllib.request
 
-    from matching.serve import free_port
+    from matching.serving.server import free_port
 
     run_dir, onnx_folder, _ = exported
     blocked = tmp_path / "blocked"
@@ -182,7 +182,7 @@ def test_an_exported_model_is_served_on_onnx_runtime_alone(exported, tmp_path):
         (blocked / name / "__init__.py").write_text(f"raise ImportError('{name} is not installed here')\n")
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked), *sys.path])}
-    code = "import sys; from matching.serve import serve_exported; sys.exit(serve_exported())"
+    code = "import sys; from matching.serve_onnx import main; sys.exit(main())"
     server = subprocess.Popen([sys.executable, "-c", code, f"ckpt={onnx_folder}", f"port={port}"], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -255,7 +255,7 @@ def test_the_onnx_server_runs_in_a_venv_without_torch(exported, tmp_path):
 
     import tomllib
 
-    from matching.serve import free_port
+    from matching.serving.server import free_port
 
     root = Path(__file__).resolve().parents[1]
     extra = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["serve-onnx"]
@@ -273,8 +273,8 @@ def test_the_onnx_server_runs_in_a_venv_without_torch(exported, tmp_path):
     no_torch = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True)
     assert no_torch.returncode != 0 and "No module named 'torch'" in no_torch.stderr
     port = free_port()
-    server = subprocess.Popen([python, "-c", "import sys; from matching.serve import serve_exported; "
-                               "sys.exit(serve_exported())", f"ckpt={exported[1]}", f"port={port}"],
+    server = subprocess.Popen([python, "-c", "import sys; from matching.serve_onnx import main; "
+                               "sys.exit(main())", f"ckpt={exported[1]}", f"port={port}"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                               env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})  # fmt: skip
     try:

@@ -157,7 +157,7 @@ def test_evaluate_predict_export_and_serve_a_positives_only_run(positives_run, t
 
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("fastapi")
-    from matching.serve import serving
+    from matching.serving.server import serving
 
     with serving(ckpt, ["threads=1"]) as url:
         answer = httpx.post(f"{url}/rank", json={"query": query, "candidates": candidates}, timeout=60)

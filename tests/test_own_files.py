@@ -86,7 +86,7 @@ def test_the_server_takes_the_run_s_own_keys(csv_run):
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("fastapi")
     from matching import Matcher
-    from matching.serve import serving
+    from matching.serving.server import serving
 
     run, dev_csv, _ = csv_run
     rows = list(csv.DictReader(open(dev_csv, encoding="utf-8")))[:3]

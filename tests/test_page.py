@@ -18,7 +18,7 @@ pytest.importorskip("websockets", reason="the dev extra: pip install -e '.[dev]'
 from chromium import Browser, find_chromium  # noqa: E402
 from conftest import compose_train  # noqa: E402
 
-from matching.serve import serving  # noqa: E402
+from matching.serving.server import serving  # noqa: E402
 
 CHROMIUM = find_chromium()
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: apt-get install chromium (.ci/run does)")

@@ -98,7 +98,7 @@ def test_the_model_card_and_info_of_a_run_trained_from_absolute_paths_name_none_
     """Trained from absolute paths (the split files, the vectors, the cache and output folders), with the overrides
     Hydra records in .hydra/overrides.yaml: the shared folder's every file, and /info, name files only."""
     from matching.export import main as export_main
-    from matching.runs import load_trained
+    from matching.inference import load
     from matching.serving.batcher import Limits
     from matching.serving.http import model_info
 
@@ -123,11 +123,12 @@ def test_the_model_card_and_info_of_a_run_trained_from_absolute_paths_name_none_
         assert words in card, words
     assert json.loads((out / "examples.json").read_text()) == json.loads((run / "examples.json").read_text())
 
-    info = model_info(load_trained(run / "checkpoints" / "best.ckpt"), Limits())
+    info = model_info(load(run / "checkpoints" / "best.ckpt"), Limits())
     assert _paths_in(json.dumps(info), *places) == []
     assert info["embeddings"] == "glove.fixture.20d.txt" and info["data"] == {"train": "claims_train.tsv",
                                                                                "dev": "claims_dev.tsv"}  # fmt: skip
-    assert info["checkpoint"].endswith("/run/best.ckpt") and len(info["checkpoint_sha256"]) == 64
+    # the checkpoint by a path that exists in the run (its checkpoints/ folder), never by one of the machine
+    assert info["checkpoint"].endswith("/run/checkpoints/best.ckpt") and len(info["checkpoint_sha256"]) == 64
     assert info["examples_from"] == "the run's dev data" and info["examples"] == json.loads(
         (run / "examples.json").read_text())["examples"]  # fmt: skip
 

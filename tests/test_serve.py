@@ -28,8 +28,8 @@ from matching.data.pairs import Pair  # noqa: E402
 from matching.matcher import Matcher  # noqa: E402
 from matching.predict import predict  # noqa: E402
 from matching.runs import load_trained  # noqa: E402
-from matching.serve import free_port, serving  # noqa: E402
 from matching.serve import main as serve_main  # noqa: E402
+from matching.serving.server import free_port, serving  # noqa: E402
 
 LIMITS = ["limits.max_pairs=6", "limits.max_candidates=5", "limits.max_text_tokens=30",
           "limits.max_request_bytes=20000", "threads=1"]  # fmt: skip

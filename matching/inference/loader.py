@@ -32,15 +32,13 @@ from matching.data.vocab import Tokenizer, Vocabulary
 from matching.errors import RunError
 from matching.inference.onnx_backend import QUANTIZE, OnnxBackend, quantized
 from matching.inference.predictor import Predictor
+from matching.inference.shared import REQUIRED, download, read_shared
 
 log = logging.getLogger(__name__)
 
 #: A Hugging Face hub repository id: `owner/name` (what `load` downloads when no such path exists here).
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 BACKENDS = ("auto", "torch", "onnx")
-#: A shared folder's weights, and the files of one that loading reads (the others are for people and other clients).
-WEIGHTS = "model.safetensors"
-REQUIRED = ("config.yaml", "vocab.txt", WEIGHTS)
 #: What the saved forms are called in messages.
 FORMS = (
     "a run directory, its checkpoints/ folder, a checkpoint file, a folder written by matching-export format=hub or "
@@ -53,8 +51,6 @@ def locate(path: str | os.PathLike, revision: str | None = None) -> tuple[str, P
     file); a hub id is downloaded first. Nothing is loaded yet."""
     folder = Path(path).expanduser()
     if not folder.exists() and REPO_ID.match(str(path)) and not str(path).startswith("."):
-        from matching.inference.shared import download  # huggingface_hub, only for a hub id
-
         return "shared", download(str(path), revision)
     if folder.is_file() and folder.suffix == ".onnx":
         return "onnx", folder
@@ -156,8 +152,6 @@ def from_weights(form: str, where: Path, backend: str, quantize: str | None, red
         vocab, (weights, meta) = read_vocabulary(run_dir), read_checkpoint(where)
         weights_file = where
     else:
-        from matching.inference.shared import read_shared
-
         run_dir = where
         cfg, weights_file, vocab, weights, meta = read_shared(where, settings, config)
     parts = trained_model(cfg, run_dir, weights_file, vocab, weights, meta)

@@ -12,16 +12,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from matching.aligners import Aligner
-from matching.assembly import configured
-from matching.data.embeddings import EmbeddingSource
 from matching.data.vocab import Vocabulary
 from matching.errors import RunError
 from matching.extras import require
-from matching.inference.loader import REQUIRED, WEIGHTS
+
+WEIGHTS = "model.safetensors"
+#: The files of a shared folder that loading reads (the others are for people and other clients).
+REQUIRED = ("config.yaml", "vocab.txt", WEIGHTS)
 
 #: What a shared folder's config may name as a `_target_` besides every Aligner and EmbeddingSource of matching: its
 #: own model and text components (by name: the data module's is not imported to check it).
@@ -89,6 +88,11 @@ def _allowed(target: str) -> bool:
         return True
     if module in ("matching.data.readers", "matching.data.tables"):
         return name.startswith("read_")
+    from hydra.utils import get_object  # Hydra and torch only when a shared folder is read (not to locate one)
+
+    from matching.aligners import Aligner
+    from matching.data.embeddings import EmbeddingSource
+
     try:
         obj = get_object(target)  # a module of matching: importing it runs nothing but our own code
     except Exception:  # a name this version of matching does not have
@@ -102,6 +106,8 @@ def read_shared(
     """A shared folder's config, weights file, vocabulary, weights and metadata (what matching.assembly.trained_model
     builds the model from), read from YAML, text and safetensors only; `settings`: dotted config keys to override
     (see matching.inference.load); `config`: the folder's config as a command composed it (checked all the same)."""
+    from matching.assembly import configured
+
     safetensors = require("safetensors", "hub", "loading a shared model folder (safetensors)")
     missing = [name for name in REQUIRED if not (folder / name).is_file()]
     if missing:

@@ -69,12 +69,17 @@ class TorchBackend:
         return run_batch(self.model, batch, self.compute)
 
     def logits(self, prepared: PreparedPairs, index: np.ndarray) -> np.ndarray:
-        if self.device.type == "cpu":
-            sides = prepared.sides()[index]
-            wanted = thread_count(self.threads, call_tokens(sides), self.cost, self.cap)
-            if torch.get_num_threads() != wanted:
-                torch.set_num_threads(wanted)
-        return self.outputs(prepared, index).logits.float().cpu().numpy()
+        if self.device.type != "cpu":
+            return self.outputs(prepared, index).logits.float().cpu().numpy()
+        wanted = thread_count(self.threads, call_tokens(prepared.sides()[index]), self.cost, self.cap)
+        before = torch.get_num_threads()
+        if wanted == before:
+            return self.outputs(prepared, index).logits.float().numpy()
+        torch.set_num_threads(wanted)  # for this call: the process's own setting is back after it
+        try:
+            return self.outputs(prepared, index).logits.float().numpy()
+        finally:
+            torch.set_num_threads(before)
 
     def alignment(self, prepared: PreparedPairs) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The first pair's logits (1, C) and every alignment matrix the model used, (len a, len b) each."""

@@ -1,0 +1,62 @@
+"""`matching-serve-onnx ckpt=<exported ONNX folder> [port=8000] [host=...] [quantize=int8] [threads=0] ...`: an exported
+model (`matching-export format=onnx`) served on ONNX Runtime alone, on a machine with neither torch, Lightning nor
+Hydra (the `serve-onnx` extra; docs/serving.md): the same endpoints, page, batching and limits as `matching-serve`,
+without /align. Its keys are conf/serve.yaml's own, given as key=value, read without Hydra.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from matching.errors import RunError
+from matching.serving.server import run_server
+
+EXPORTED_KEYS = ("ckpt", "host", "port", "threads", "max_batch_size", "batch_timeout", "timeout", "log_level",
+                 "access_log", "limits", "quantize")  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`matching-serve-onnx ckpt=<exported ONNX folder> [port=8000] [host=...] [quantize=int8] [threads=0] ...`:
+    the server on ONNX Runtime alone, for a machine with neither torch nor Hydra (the `serve-onnx` extra): the
+    same endpoints, page, batching and limits as `matching-serve`, without /align (the exported graph returns the
+    logits only). Keys are conf/serve.yaml's, given as key=value."""
+    from matching.errors import UserError, environment_error, report_bug, report_error
+    from matching.files import config_dir
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in args):
+        print(main.__doc__.split("\n\n")[0])
+        return 0
+    try:
+        given = OmegaConf.from_dotlist(args)
+        unknown = [key for key in given if key not in EXPORTED_KEYS]
+        if unknown or any("=" not in a for a in args):
+            raise RunError(f"matching-serve-onnx takes key=value arguments among {', '.join(EXPORTED_KEYS)}; got "
+                           f"{' '.join(args)}")  # fmt: skip
+        if "ckpt" not in given:
+            raise RunError("missing ckpt=<a folder written by matching-export format=onnx>")
+        defaults = OmegaConf.load(config_dir() / "serve.yaml")
+        for key in ("defaults", "hydra", "compare"):
+            defaults.pop(key, None)
+        spec = Path(str(given.ckpt)).expanduser() / "serving.json"
+        max_length = json.loads(spec.read_text())["max_length"] if spec.is_file() else None
+        defaults.limits.max_text_tokens = max_length or 512
+        cfg = OmegaConf.merge(defaults, given, {"backend": "onnx", "accelerator": "cpu", "compare": []})
+        run_server(cfg)
+    except UserError as err:
+        return report_error(err)
+    except OSError as err:  # the user's paths or machine (a missing folder, permissions, a full disk)
+        mistake = environment_error(err)
+        return report_bug(err) if mistake is None else report_error(mistake)
+    except Exception as err:
+        return report_bug(err)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
