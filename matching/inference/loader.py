@@ -170,7 +170,7 @@ def from_weights(form: str, where: Path, backend: str, quantize: str | None, red
     if quantize:
         graph = quantized(graph, reduce_range)
     inputs = contextual_inputs(parts) if parts.source.reads_every_word else ids_inputs(parts.text)
-    cost = "contextual" if parts.source.reads_every_word else "static"
+    cost = "contextual" if parts.source.reads_every_word else "onnx"
     onnx = OnnxBackend(graph, inputs, "onnx-int8" if quantize else "onnx", cost, threads)
     return Predictor(parts.text, onnx, dtype="int8" if quantize else "fp32", about=about | {"graph": graph},
                      **common)  # fmt: skip
@@ -262,7 +262,7 @@ def from_export(graph: Path, quantize: str | None, reduce_range: bool | None, ov
                            spec.get("max_length"), budget, vocab)  # fmt: skip
     if quantize:
         graph = quantized(graph, reduce_range)
-    backend = OnnxBackend(graph, ids_inputs(text), "onnx-int8" if quantize else "onnx", "static", threads)
+    backend = OnnxBackend(graph, ids_inputs(text), "onnx-int8" if quantize else "onnx", "onnx", threads)
     about = {"exported": spec.get("about") or {}, "checkpoint": spec.get("checkpoint"), "graph": graph,
              "checkpoint_sha256": spec.get("checkpoint_sha256"), "trained_dtype": spec.get("dtype")}  # fmt: skip
     return Predictor(text, backend, labels=list(spec["labels"]), kind=spec["kind"], task=spec["task"],

@@ -73,7 +73,7 @@ class OnnxBackend:
     """An ONNX Runtime session over `model_file`, fed by `inputs` (the ids; an encoder's word pieces), one session
     per thread count used (ONNX Runtime fixes its intra-op threads when a session is made)."""
 
-    def __init__(self, model_file: Path, inputs: Inputs, name: str = "onnx", cost: str = "static",
+    def __init__(self, model_file: Path, inputs: Inputs, name: str = "onnx", cost: str = "onnx",
                  threads: int = 0, cap: int | None = None):  # fmt: skip
         self.ort = require("onnxruntime", "export", "running a model on ONNX Runtime (backend=onnx)")
         self.model_file, self.inputs, self.name, self.cost = model_file, inputs, name, cost
