@@ -180,6 +180,20 @@ def command_modules() -> dict[str, dict]:
 
 
 COMMANDS = command_modules()
+
+
+def plain_commands() -> dict[str, tuple[str, ...]]:
+    """module name -> the keys it takes, for the commands that parse `key=value` without Hydra (a module that
+    defines EXPORTED_KEYS and `main`: matching-serve-onnx, which runs where Hydra is not installed)."""
+    found = {}
+    for path in sorted((ROOT / "matching").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["EXPORTED_KEYS"]:
+                found[path.stem] = tuple(ast.literal_eval(node.value))
+    return found
+
+
+PLAIN_COMMANDS = plain_commands()
 PYPROJECT = (ROOT / "pyproject.toml").read_text()
 
 
@@ -338,6 +352,11 @@ def plan(command: Command, checkpoint: Path, my_conf: Path) -> list[Composition]
             raise DocError(f"no console script {words[0]}; pyproject.toml has {sorted(SCRIPTS)}")
     else:
         module, args = words[2].removeprefix("matching."), words[3:]
+    if module in PLAIN_COMMANDS:
+        unknown = [a for a in args if "=" not in a or a.split("=", 1)[0].split(".")[0] not in PLAIN_COMMANDS[module]]
+        if unknown:
+            raise DocError(f"matching.{module} takes key=value among {PLAIN_COMMANDS[module]}; got {unknown}")
+        return []
     if module not in COMMANDS:
         raise DocError(f"matching.{module} is not a command; the commands: {sorted(COMMANDS)}")
     return plan_hydra(COMMANDS[module]["config"], COMMANDS[module], args, checkpoint, my_conf)
