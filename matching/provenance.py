@@ -90,14 +90,18 @@ def encoder_name(model: str) -> str:
     return Path(model).name if local else model
 
 
-def write_provenance(cfg: DictConfig, task: Task, source: EmbeddingSource, run_dir: Path) -> dict:
-    """Record the splits a run reads and its embeddings in `run_dir/provenance.json`; returns the record."""
+def write_provenance(cfg: DictConfig, task: Task, source: EmbeddingSource, run_dir: Path,
+                     arithmetic: str | None = None) -> dict:  # fmt: skip
+    """Record the splits a run reads, its embeddings and its arithmetic (`arithmetic`: what its `dtype` computes in
+    on the training machine, "bf16 (auto: this CPU has amx_bf16)") in `run_dir/provenance.json`; returns it."""
     splits = [*dict.fromkeys(["train", *task.eval_splits, *(task.test_splits if cfg.get("test") else [])])]
     cache_dir = cfg.paths.get("cache_dir")
     record = {
         "data": {s: split_record(task, s, cfg.data.data_dir, cache_dir) for s in splits if task.splits.get(s)},
         "embeddings": embeddings_record(cfg, source, cache_dir),
     }
+    if arithmetic is not None:
+        record["arithmetic"] = {"dtype": str(cfg.get("dtype", "fp32")), "computed_in": arithmetic}
     write_json(run_dir / PROVENANCE, record)
     return record
 

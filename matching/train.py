@@ -228,7 +228,10 @@ def _train(cfg: DictConfig) -> dict[str, float]:
         dm.setup("fit")
         dm.vocab.save(run_dir / "vocab.txt")
         vectors = dm.vectors.matrix(dm.vocab, cfg.seed, cfg.paths.cache_dir)
-        write_provenance(cfg, dm.task, dm.vectors, run_dir)
+        gpu = cfg.trainer.get("accelerator") in ("gpu", "cuda") and torch.cuda.is_available()
+        write_provenance(
+            cfg, dm.task, dm.vectors, run_dir, describe(cfg.get("dtype", "fp32"), "cuda" if gpu else "cpu")
+        )
         keep_examples(cfg, dm, run_dir)
     else:  # the same vocabulary; the checkpoint restores every weight, the vectors file is not needed
         dm = build_datamodule(cfg, vocab=Vocabulary.load(run_dir / "vocab.txt"))

@@ -77,6 +77,21 @@ def test_the_model_card_says_what_the_model_is_and_how_it_was_trained(wikiqa_run
         assert words in card, words
     assert str(FIXTURES) not in (folder / "config.yaml").read_text()  # no path of the training machine
     assert json.loads((folder / "metrics.json").read_text())["val/map"] == pytest.approx(metrics["val/map"])
+    # how long it really trained and in what arithmetic, not the config's maximum alone
+    epochs, best = metrics["epochs"], metrics["best_epoch"]
+    trained = f"| training | {epochs} epochs of at most 2, the best checkpoint's epoch {best}; `dtype=fp32`: fp32 where"
+    assert trained in card
+
+
+def test_a_shared_folder_carries_the_runs_dtype_and_no_split_it_never_read(snli_run, tmp_path):
+    from omegaconf import OmegaConf
+
+    run_dir, _ = snli_run
+    assert "test" in OmegaConf.load(run_dir / "config.yaml").task.test_splits  # SNLI has a test split, unread here
+    cfg = OmegaConf.load(export_hub(run_dir, tmp_path / "shared") / "config.yaml")
+    assert cfg.dtype == OmegaConf.load(run_dir / "config.yaml").dtype
+    assert cfg.task.splits.test is None and list(cfg.task.test_splits) == []
+    assert set(k for k, v in cfg.task.splits.items() if v is not None) == {"train", "dev"}
 
 
 def test_a_shared_config_names_no_path_of_the_training_machine():
@@ -96,7 +111,7 @@ def test_a_shared_config_names_no_path_of_the_training_machine():
                               for k, v in nodes.items()})  # fmt: skip
     assert str(DEMO_DATA) in OmegaConf.to_yaml(saved) and "/home/alice" in OmegaConf.to_yaml(saved)
     source = build(saved.embeddings)  # the run's embedding source (its file is not read)
-    shared = OmegaConf.to_yaml(shared_config(SimpleNamespace(cfg=saved, source=source)))
+    shared = OmegaConf.to_yaml(shared_config(SimpleNamespace(cfg=saved, source=source, run_dir=DEMO_DATA)))
     assert str(DEMO_DATA) not in shared and "/home/alice" not in shared
     assert "path: snli_sample_train.jsonl.gz" in shared and "path: minilm-static-300d.sample.txt.gz" in shared
 

@@ -62,6 +62,13 @@ def shared_config(run: TrainedRun, reference: dict | None = None) -> DictConfig:
     for split in (cfg.task.get("splits") or {}).values():  # an absolute split (a file of one's own, the demo's
         if split is not None and Path(str(split.path)).is_absolute():  # sample): by name only, like the vectors
             split.path = Path(str(split.path)).name
+    read = set((read_provenance(run.run_dir).get("data") or {}).keys())
+    if read:  # the splits the run read (provenance.json); no other, such as a test split it never opened
+        for name in [n for n in (cfg.task.get("splits") or {}) if n not in read]:
+            cfg.task.splits[name] = None
+        for key in ("eval_splits", "test_splits"):
+            if key in cfg.task:
+                cfg.task[key] = [n for n in cfg.task[key] if n in read]
     return cfg
 
 
@@ -93,6 +100,20 @@ def write_folder(run: TrainedRun, out: Path, encoder: str | None = None, encoder
             shutil.copyfile(run.run_dir / kept, out / kept)
     write_text_atomic(out / "README.md", model_card(run, metrics, reference))
     return out
+
+
+def training_row(run: TrainedRun, metrics: dict, provenance: dict) -> str:
+    """How long it trained and in what arithmetic: the epochs it ran (metrics.json), the best one, the most the
+    config allowed, and what its `dtype` computed in on the training machine (provenance.json)."""
+    parts = []
+    if metrics.get("epochs") is not None:
+        most = run.cfg.get("trainer", {}).get("max_epochs")
+        best = f", the best checkpoint's epoch {int(metrics['best_epoch'])}" if metrics.get("best_epoch") else ""
+        parts.append(f"{int(metrics['epochs'])} epochs" + (f" of at most {most}" if most else "") + best)
+    arithmetic = provenance.get("arithmetic") or {}
+    dtype = str(run.cfg.get("dtype", "fp32"))
+    parts.append(f"`dtype={dtype}`" + (f": {arithmetic['computed_in']} where it was trained" if arithmetic else ""))
+    return "; ".join(parts)
 
 
 def _metrics(run: TrainedRun) -> dict[str, float]:
@@ -168,6 +189,7 @@ A sentence-pair model trained with `matching` (Decomposable Attention, Parikh et
 | aligner | `{aligner}` (intra-sentence attention: `{intra}`) |
 | word representations | {vectors} |
 | trained on | {data} |
+| training | {training_row(run, metrics, provenance)} |
 | parameters | {params:,} |
 
 ## Dev metrics (best checkpoint)
