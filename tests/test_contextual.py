@@ -406,3 +406,18 @@ def test_the_server_answers_a_contextual_run_as_the_run_does(contextual_run):
     for i in range(len(candidates)):
         assert scores[i] == pytest.approx(float(want[i, 1] - want[i, 0]), abs=1e-4)
     assert aligned.status_code == 200, aligned.text
+
+
+def test_a_contextual_run_answers_alike_on_onnx_runtime(contextual_run):
+    """backend=onnx for a run over an encoder: the encoder and the model exported together once, fed with the
+    encoder's word pieces; the same answers as PyTorch within float32's reordering of sums."""
+    from matching import Matcher
+
+    run_dir, _ = contextual_run
+    pairs = [(QUERY, c) for c in CANDIDATES]
+    on_torch, on_onnx = Matcher.load(run_dir), Matcher.load(run_dir, backend="onnx")
+    assert on_onnx.backend == "onnx" and on_onnx.predictor.backend.cost == "contextual"
+    np.testing.assert_allclose(on_onnx.logits(pairs), on_torch.logits(pairs), atol=1e-4)
+    assert [r["index"] for r in on_onnx.rank(QUERY, CANDIDATES)] == [
+        r["index"] for r in on_torch.rank(QUERY, CANDIDATES)
+    ]
