@@ -1,7 +1,8 @@
 """`Matcher`: a trained model for Python code, and the inference path of `predict`, `visualize` and `serve`.
 
     from matching import Matcher
-    matcher = Matcher.load("outputs/runs/wikiqa/coda/<time>")   # a run directory, a checkpoint, a shared folder
+    matcher = Matcher.load("outputs/runs/wikiqa/coda/<time>")   # a run directory, a checkpoint, a shared folder,
+    matcher = Matcher.load(".../<time>", backend="onnx", quantize="int8")   # ONNX Runtime, int8 weights
     matcher.predict([("how big is the moon", "Its diameter is 3,474 km.")])   # or a hub repository "user/name"
     matcher.rank("how big is the moon", ["Paris is in France.", "Its diameter is 3,474 km."], top_k=1)
     matcher.align("how big is the moon", "Its diameter is 3,474 km.")
@@ -10,7 +11,7 @@ Pairs go in as tuples `(a, b)`, dicts (keyed by the run's own column names, e.g.
 ...}` for a run trained with `task.columns.a=text_left`, or by the usual names `predict` reads: `a`/`b`,
 `premise`/`hypothesis`, `question`/`answer`, ...) or `Pair`s; answers come out as plain Python (lists, dicts, floats)
 and NumPy arrays. Every call runs the pairs in batches of similar length within the run's memory budget
-(`data.batch_tokens`, `data.batch_cells`; see `TrainedRun.logits`), so long inputs and big lists are safe.
+(`data.batch_tokens`, `data.batch_cells`; see `Predictor.logits_of`), so long inputs and big lists are safe.
 The reference, with every option and answer, is docs/python-api.md.
 """
 
