@@ -421,3 +421,39 @@ def test_a_contextual_run_answers_alike_on_onnx_runtime(contextual_run):
     assert [r["index"] for r in on_onnx.rank(QUERY, CANDIDATES)] == [
         r["index"] for r in on_torch.rank(QUERY, CANDIDATES)
     ]
+
+
+NO_TORCH = r"""
+import json, sys
+from matching.data.pairs import Pair
+from matching.inference import load
+
+predictor = load(sys.argv[1])
+pairs = [Pair(a, b, "") for a, b in json.loads(sys.argv[2])]
+modules = sorted({m.split(".")[0] for m in sys.modules})
+print(json.dumps({"logits": predictor.logits(pairs).tolist(), "modules": modules}))
+"""
+
+
+def test_an_exported_contextual_model_answers_without_torch(contextual_run, tmp_path):
+    """The exported folder of a contextual run, loaded where torch, transformers, Lightning and Hydra cannot be
+    imported: its word pieces come from encoder_tokenizer.json through the tokenizers library."""
+    import os
+
+    from matching import Matcher
+    from matching.export import main as export_main
+
+    run_dir, _ = contextual_run
+    assert export_main([f"ckpt={run_dir}", "format=onnx", f"out={tmp_path / 'onnx'}"]) == 0
+    blocked = tmp_path / "blocked"
+    for name in ("torch", "transformers", "lightning", "hydra"):
+        (blocked / name).mkdir(parents=True)
+        (blocked / name / "__init__.py").write_text(f"raise ImportError('{name} is not installed here')\n")
+    pairs = [(QUERY, c) for c in CANDIDATES]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked), *sys.path])}
+    done = subprocess.run([sys.executable, "-c", NO_TORCH, str(tmp_path / "onnx"), json.dumps(pairs)], env=env,
+                          capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    answer = json.loads(done.stdout)
+    assert not {"torch", "transformers", "lightning", "hydra"} & set(answer["modules"])
+    np.testing.assert_allclose(answer["logits"], Matcher.load(run_dir).logits(pairs), atol=1e-4)

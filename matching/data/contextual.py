@@ -35,6 +35,7 @@ from matching.data.contextual_states import SplitStates, cached_states, encode_s
 from matching.data.embeddings import EmbeddingSource, ServingInputs
 from matching.data.encoding import EncodedSplit
 from matching.data.pipeline import pad_batch
+from matching.data.preparation import PIECE_INPUTS, PIECE_KEYS, piece_windows
 from matching.encoders import EncoderError, EncoderServingModel, WordEncoder
 from matching.extras import require
 from matching.files import file_sha256
@@ -46,7 +47,6 @@ MINILM = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 _WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 _HASHES: dict[tuple[str, int, int], str] = {}  # (weights file, size, mtime) -> sha256, computed once per process
 #: The inputs of the exported model of a contextual run besides the word ids a and b (see EncoderServingModel).
-PIECE_INPUTS = ("pieces", "piece_mask", "piece_word", "piece_row")
 #: Pairs to trace the exported model with (every size is dynamic in the exported file).
 EXAMPLE_TEXTS = [("what is a cat", "a cat is a small animal that people keep"), ("dogs bark", "the dog barks"),
                  ("how are glacier caves formed ?", "caves form")]  # fmt: skip
@@ -141,24 +141,8 @@ class WordPieces:
         return out
 
     def __call__(self, texts: Sequence[Sequence[str]]) -> dict[str, Tensor]:
-        rows: list[tuple[int, list[int], list[int]]] = []
-        for t, (ids, words) in enumerate(self.pieces(texts)):
-            starts = [0]
-            if len(ids) > self.width:
-                starts = sorted({*range(0, len(ids) - self.width, self.step), len(ids) - self.width})
-            for s in starts:
-                rows.append((t, ids[s : s + self.width], words[s : s + self.width]))
-        length = max(len(ids) for _, ids, _ in rows) + 2
-        input_ids = torch.full((len(rows), length), self.pad, dtype=torch.long)
-        word = torch.full((len(rows), length), -1, dtype=torch.long)
-        mask = torch.zeros((len(rows), length), dtype=torch.long)
-        for r, (_, ids, words) in enumerate(rows):
-            n = len(ids)
-            input_ids[r, : n + 2] = torch.tensor([self.cls, *ids, self.sep])
-            word[r, 1 : n + 1] = torch.tensor(words, dtype=torch.long)
-            mask[r, : n + 2] = 1
-        row = torch.tensor([t for t, _, _ in rows], dtype=torch.long)
-        return {"ids": input_ids, "mask": mask, "word": word, "row": row}
+        windows = piece_windows(self.pieces(texts), self.width, self.step, self.cls, self.sep, self.pad)
+        return {key: torch.from_numpy(value) for key, value in windows.items()}
 
 
 # --- the embedding source -------------------------------------------------------------------------------------
@@ -393,7 +377,7 @@ class ContextualEncoder(EmbeddingSource):
         batch = {"a": pad_batch(prepared.a), "b": pad_batch(prepared.b)}  # the ids; the pieces below, not states
         for side, words in (("a", prepared.words_a), ("b", prepared.words_b)):
             inputs = self.pieces(words)
-            for name, key in zip(PIECE_INPUTS, ("ids", "mask", "word", "row"), strict=True):
+            for name, key in zip(PIECE_INPUTS, PIECE_KEYS, strict=True):
                 batch[f"{side}_{name}"] = inputs[key]
         return batch
 

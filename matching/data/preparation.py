@@ -213,3 +213,33 @@ class TextPreparation:
     def ids(self, prepared: PreparedPairs, index: np.ndarray) -> dict[str, np.ndarray]:
         """The token ids of the pairs `index` of `prepared`: `a` and `b`, (B, longest) int64, 0-padded."""
         return {"a": pad_ids([prepared.a[i] for i in index]), "b": pad_ids([prepared.b[i] for i in index])}
+
+
+#: The inputs an encoder's word pieces give an exported contextual model, per side (`a_pieces`, ...), and the keys of
+#: `piece_windows` they are.
+PIECE_INPUTS = ("pieces", "piece_mask", "piece_word", "piece_row")
+PIECE_KEYS = ("ids", "mask", "word", "row")
+
+
+def piece_windows(pieces: Sequence[tuple[Sequence[int], Sequence[int]]], width: int, step: int, cls: int, sep: int,
+                  pad: int) -> dict[str, np.ndarray]:  # fmt: skip
+    """Texts' word pieces (each text's piece ids and the word of each piece) in windows of at most `width` pieces,
+    each framed by `cls` and `sep`: a text longer than a window gets windows starting every `step` pieces and one
+    ending at its last piece. (rows, longest) int64 arrays `ids` (padded with `pad`), `mask`, `word` (−1 for the
+    frame and padding) and `row` (the text of each window)."""
+    rows = []
+    for t, (ids, words) in enumerate(pieces):
+        starts = [0]
+        if len(ids) > width:
+            starts = sorted({*range(0, len(ids) - width, step), len(ids) - width})
+        rows += [(t, list(ids[s : s + width]), list(words[s : s + width])) for s in starts]
+    length = max(len(ids) for _, ids, _ in rows) + 2
+    out = {"ids": np.full((len(rows), length), pad, np.int64), "mask": np.zeros((len(rows), length), np.int64),
+           "word": np.full((len(rows), length), -1, np.int64)}  # fmt: skip
+    for r, (_, ids, words) in enumerate(rows):
+        n = len(ids)
+        out["ids"][r, : n + 2] = [cls, *ids, sep]
+        out["word"][r, 1 : n + 1] = words
+        out["mask"][r, : n + 2] = 1
+    out["row"] = np.array([t for t, _, _ in rows], np.int64)
+    return out

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from matching.data.preparation import Budget, PreparedPairs, TextPreparation
+from matching.data.preparation import PIECE_INPUTS, PIECE_KEYS, Budget, PreparedPairs, TextPreparation, piece_windows
 from matching.data.tasks import Task, keep_recent_turns
 from matching.data.vocab import Tokenizer, Vocabulary
 from matching.errors import RunError
@@ -211,16 +211,37 @@ def ids_inputs(text: TextPreparation):
 def contextual_inputs(parts):
     """The exported contextual model's inputs: the ids, and each side's word pieces in windows (made by the run's
     encoder tokenizer, as the PyTorch model makes them)."""
-    from matching.data.contextual import PIECE_INPUTS
-
     source, text = parts.source, parts.text
 
     def inputs(prepared: PreparedPairs, index: np.ndarray) -> dict[str, np.ndarray]:
         feed = text.ids(prepared, index)
         for side, words in (("a", prepared.words_a), ("b", prepared.words_b)):
             pieces = source.pieces([words[i] for i in index])
-            for name, key in zip(PIECE_INPUTS, ("ids", "mask", "word", "row"), strict=True):
-                feed[f"{side}_{name}"] = pieces[key].numpy()
+            feed |= {f"{side}_{name}": pieces[key].numpy() for name, key in zip(PIECE_INPUTS, PIECE_KEYS, strict=True)}
+        return feed
+
+    return inputs
+
+
+def exported_contextual_inputs(text: TextPreparation, folder: Path, spec: dict):
+    """An exported contextual model's inputs without torch: the ids, and each side's word pieces made by the
+    encoder's own tokenizer (encoder_tokenizer.json, from the `tokenizers` library) in the windows serving.json
+    describes, as the run's PyTorch pipeline makes them (matching.data.preparation.piece_windows)."""
+    from tokenizers import Tokenizer
+
+    ctx = spec["contextual"]
+    pieces = Tokenizer.from_file(str(folder / ctx["piece_tokenizer"]))
+    pieces.no_truncation()
+    pieces.no_padding()
+    frame = (int(ctx["window"]), int(ctx["step"]), int(ctx["cls_id"]), int(ctx["sep_id"]), int(ctx["pad_id"]))
+
+    def inputs(prepared: PreparedPairs, index: np.ndarray) -> dict[str, np.ndarray]:
+        feed = text.ids(prepared, index)
+        for side, words in (("a", prepared.words_a), ("b", prepared.words_b)):
+            encoded = pieces.encode_batch([list(words[i]) for i in index], is_pretokenized=True,
+                                          add_special_tokens=False)  # fmt: skip
+            windows = piece_windows([(e.ids, e.word_ids) for e in encoded], *frame)
+            feed |= {f"{side}_{name}": windows[key] for name, key in zip(PIECE_INPUTS, PIECE_KEYS, strict=True)}
         return feed
 
     return inputs
@@ -236,12 +257,6 @@ def from_export(graph: Path, quantize: str | None, reduce_range: bool | None, ov
     except (OSError, ValueError) as err:
         raise RunError(f"cannot read {spec_file} ({err}); export the model again (matching-export "
                              "format=onnx)") from None  # fmt: skip
-    if spec.get("contextual"):
-        raise RunError(
-            f"{folder} is an exported contextual model: its encoder's word pieces are made by the run's encoder "
-            "tokenizer, which an exported folder does not load here yet. Load the run directory or shared folder "
-            "with backend=onnx instead (the same graph, exported once)"
-        )
     unknown = set(overrides) - {"data.batch_tokens", "data.batch_cells"}
     if unknown:
         raise RunError(f"an exported ONNX model takes no {', '.join(sorted(unknown))}: its text preparation "
@@ -262,9 +277,13 @@ def from_export(graph: Path, quantize: str | None, reduce_range: bool | None, ov
                            spec.get("max_length"), budget, vocab)  # fmt: skip
     if quantize:
         graph = quantized(graph, reduce_range)
-    backend = OnnxBackend(graph, ids_inputs(text), "onnx-int8" if quantize else "onnx", "onnx", threads)
+    contextual = bool(spec.get("contextual"))
+    inputs = exported_contextual_inputs(text, folder, spec) if contextual else ids_inputs(text)
+    name = "onnx-int8" if quantize else "onnx"
+    backend = OnnxBackend(graph, inputs, name, "contextual" if contextual else "onnx", threads)
     about = {"exported": spec.get("about") or {}, "checkpoint": spec.get("checkpoint"), "graph": graph,
              "checkpoint_sha256": spec.get("checkpoint_sha256"), "trained_dtype": spec.get("dtype")}  # fmt: skip
     return Predictor(text, backend, labels=list(spec["labels"]), kind=spec["kind"], task=spec["task"],
                      columns=spec.get("columns") or {}, dtype="int8" if quantize else "fp32", origin=folder,
-                     about=about, null_token=bool((spec.get("about") or {}).get("null_token")))  # fmt: skip
+                     about=about, null_token=bool((spec.get("about") or {}).get("null_token")),
+                     reads_every_word=contextual)  # fmt: skip
