@@ -185,6 +185,21 @@ def test_an_unclosed_quote_names_the_line_where_it_opened(tmp_path):
         list(read_pair_table(path))
 
 
+def test_a_stray_quote_is_reported_where_it_opened_not_where_the_runaway_field_closed(tmp_path):
+    """A quote opening a field on line 6 swallows lines 6-15 up to a quote inside a text on line 15: the message
+    names line 6 (where the stray quote is), and line 15 (where the reader stopped)."""
+    path = tmp_path / "claims.csv"
+    rows = [f"claim {i} here,evidence {i} there,yes" for i in range(14)]
+    rows[4] = '"claim 4 here,evidence 4 there,yes'  # line 6: a stray quote
+    rows[13] = 'he said "hi" there,evidence 13,no'  # line 15: a quote in a text closes the runaway field
+    path.write_text("claim,evidence,verdict\n" + "\n".join(rows) + "\n")
+    with pytest.raises(DataFormatError) as err:
+        list(read_pair_table(path))
+    message = str(err.value)
+    assert message.startswith(f"{path}, line 6: a quote opens a field") and "runs on to line 15" in message
+    assert "lines 6-15 were swallowed" in message and "stray quote on line 6" in message
+
+
 def test_a_json_array_followed_by_more_data_says_where_the_array_ended():
     data = b'[{"a": "x y", "b": "z w"},\n {"a": "p q", "b": "r s"}]\n{"a": "t", "b": "u"}\n'
     with pytest.raises(DataFormatError, match="line 3: the JSON array that starts on line 1 ends on line 2"):

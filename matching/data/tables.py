@@ -377,6 +377,13 @@ def _delimited_rows(source: Path | IO, kind: str, where: str) -> Iterator[tuple[
                         f'closes (the file ends, at line {at[0]}, inside it). Close the quote, or double it ("") '
                         "where it is part of the text"
                     ) from None
+                if at[0] > start:  # the field opened on an earlier line: there, a stray quote is the likely cause
+                    raise DataFormatError(
+                        f"{where}, line {start}: a quote opens a field in the row that starts on this line, and the "
+                        f"field runs on to line {at[0]}, where the CSV reader stops ({err}: text after the quote "
+                        f"that closes it). The rows of lines {start}-{at[0]} were swallowed into one text: remove or "
+                        'double ("") the stray quote on line ' + f"{start}, or quote that whole field"
+                    ) from None
                 raise DataFormatError(
                     f"{where}, line {at[0]}: {err} (text after a closing quote, before the next comma). Quote the "
                     'whole field, and double a quote ("") that is part of the text'
