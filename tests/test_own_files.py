@@ -185,6 +185,34 @@ def test_an_unclosed_quote_names_the_line_where_it_opened(tmp_path):
         list(read_pair_table(path))
 
 
+def test_a_rare_third_label_is_a_warning_with_each_count_and_the_way_out(tmp_path, caplog):
+    """A yes/no file with one `maybe` row: the run would be a 3-class model (no F1, AP, ROC-AUC). The warning says
+    so with every label's count, and task.labels + data.on_bad_example=skip trains the two-label model."""
+    from matching.runs import build_datamodule
+
+    rows = [(f"claim number {i} about things", f"evidence number {i} about them", "yes" if i % 2 else "no")
+            for i in range(200)]  # fmt: skip
+    rows[17] = ("claim seventeen", "evidence seventeen", "maybe")
+    path = tmp_path / "verdicts.tsv"
+    path.write_text("claim\tevidence\tverdict\n" + "".join("\t".join(r) + "\n" for r in rows))
+    files = [
+        "task=pairs",
+        f"task.splits.train.path={path}",
+        f"task.splits.dev.path={path}",
+        "task.columns.label=verdict",
+    ]
+    with caplog.at_level(logging.WARNING, logger="matching.data.sources"):
+        dm = build_datamodule(compose_train(tmp_path, *files))
+    assert dm.labels == ["maybe", "no", "yes"]
+    said = caplog.text
+    assert "3 labels seen ('maybe': 1, 'no': 100, 'yes': 99), so this trains a 3-class model" in said
+    assert "task.labels=[no,yes] and data.on_bad_example=skip" in said
+    caplog.clear()
+    dm = build_datamodule(compose_train(tmp_path, *files, "task.labels=[no,yes]", "data.on_bad_example=skip"))
+    dm.setup("fit")
+    assert dm.labels == ["no", "yes"] and len(dm.splits["train"]) == 199 and "trains a" not in caplog.text
+
+
 def test_a_stray_quote_is_reported_where_it_opened_not_where_the_runaway_field_closed(tmp_path):
     """A quote opening a field on line 6 swallows lines 6-15 up to a quote inside a text on line 15: the message
     names line 6 (where the stray quote is), and line 15 (where the reader stopped)."""

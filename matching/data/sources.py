@@ -7,6 +7,7 @@ the split is fetched with `datasets` (when the machine is online) into the cache
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 from collections.abc import Iterator
@@ -133,7 +134,33 @@ def labels_from_data(task: Task, data_dir: str | os.PathLike, cache_dir: str | o
             "Check task.columns.label"
         )
     log.info("%s labels, %s: %s", task.name, source, labels)
+    if not declared:
+        warn_rare_labels(task.name, [p.label for p in pairs], labels)
     return labels
+
+
+#: A label on at most this share of the training pairs, beside two or more others, is more likely a stray value than
+#: a class of its own.
+RARE_SHARE = 0.01
+
+
+def warn_rare_labels(task: str, seen: list[str], labels: list[str]) -> None:
+    """A warning when the labels seen in the training split include a rare one (a "binary" file with one `maybe`
+    row trains a 3-class model, without F1, AP and ROC-AUC): each label's count, and the way out."""
+    counts = collections.Counter(seen)
+    rare = [label for label in labels if counts[label] <= RARE_SHARE * len(seen)]
+    if len(labels) < 3 or not rare:
+        return
+    kept = [label for label in labels if label not in rare]
+    each = ", ".join(f"{label!r}: {counts[label]:,}" for label in labels)
+    log.warning(
+        "%s train: %d labels seen (%s), so this trains a %d-class model%s. If %s %s not meant as a class, name "
+        "the labels: task.labels=[%s] and data.on_bad_example=skip (pairs with another label are then left out and "
+        "counted)",
+        task, len(labels), each, len(labels),
+        "; a two-label model would report F1, precision, recall, AP and ROC-AUC besides accuracy" if len(kept) == 2
+        else "", " and ".join(repr(r) for r in rare), "is" if len(rare) == 1 else "are", ",".join(kept),
+    )  # fmt: skip
 
 
 def _declared_labels(task: Task, data_dir: str | os.PathLike, cache_dir: str | os.PathLike) -> list[str] | None:
