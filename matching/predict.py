@@ -12,7 +12,9 @@ names the columns is a header, never a pair, and a file without one is read by p
 `[`: an array, else TSV). Output is JSON Lines (its folder is created when missing):
 
 - classification: one line per pair, `{"line", "a", "b", "label", "probs": {label: p}}`;
-- ranking: one line per group (question), `{"group", "a", "ranking": [{"line", "b", "score", "p_match"}, ...]}`
+- ranking: one line per group (question), `{"group", "a", "ranking": [{"line", "b", "score", "p_match"}, ...]}`;
+- the texts' keys are the run's own column names where it has them (a run trained with `task.columns.a=claim
+  task.columns.b=evidence` writes `"claim"` and `"evidence"`), else `a` and `b`
   with the candidates by decreasing score, the logit margin logit[match] − logit[no match] (it orders as P(match)
   does, but does not saturate: P(match) rounds to 1.0 for every confident candidate). Without a group column,
   pairs with the same first text form a group. A group's candidates may be anywhere in the input: the groups are
@@ -57,10 +59,11 @@ def predict(matcher: Matcher, pairs: Iterable[Pair], out: IO[str], batch_size: i
     chunks = iter(lambda: list(islice(stream, batch_size)), [])
     batches = ((chunk, matcher.answers(matcher.predictor.logits(chunk, source))) for chunk in chunks)
 
+    a, b = text_names(matcher.predictor.columns)
     if matcher.kind == "classify":
         for batch, answers in batches:
             for p, answer in zip(batch, answers, strict=True):
-                record = {"line": p.line, "a": p.a, "b": p.b, "label": answer["label"],
+                record = {"line": p.line, a: p.a, b: p.b, "label": answer["label"],
                           "probs": {k: round(v, 6) for k, v in answer["probs"].items()}}  # fmt: skip
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
             count += len(batch)
@@ -73,11 +76,17 @@ def predict(matcher: Matcher, pairs: Iterable[Pair], out: IO[str], batch_size: i
         count += len(batch)
     for group, members in groups.items():
         ranked = ranking([p for p, _ in members], [answer for _, answer in members])
-        record = {"group": group, "a": members[0][0].a,
-                  "ranking": [{"line": r["candidate"].line, "b": r["candidate"].b, "score": round(r["score"], 6),
+        record = {"group": group, a: members[0][0].a,
+                  "ranking": [{"line": r["candidate"].line, b: r["candidate"].b, "score": round(r["score"], 6),
                                "p_match": round(r["p_match"], 6)} for r in ranked]}  # fmt: skip
         out.write(json.dumps(record, ensure_ascii=False) + "\n")
     return count
+
+
+def text_names(columns: dict[str, str | None]) -> tuple[str, str]:
+    """The keys of the two texts in what comes out: the run's own column names (`task.columns.a`/`.b`, e.g. claim
+    and evidence), else a and b."""
+    return str(columns.get("a") or "a"), str(columns.get("b") or "b")
 
 
 def predict_command(cfg: DictConfig) -> int:

@@ -61,7 +61,9 @@ def test_a_run_reads_its_own_training_format_everywhere_with_the_same_answers(cs
     assert predict_main([f"ckpt={ckpt}", f"input={dev_csv}", f"output={tmp_path / 'csv.jsonl'}"]) == 0
     assert f"predicted {len(rows)} pairs" in capsys.readouterr().err
     from_csv = _lines(tmp_path / "csv.jsonl")
-    assert [(r["a"], r["b"]) for r in from_csv] == [(r["text_left"], r["text_right"]) for r in rows]
+    # the texts under the run's own column names, as they came in
+    assert [(r["text_left"], r["text_right"]) for r in from_csv] == [(r["text_left"], r["text_right"]) for r in rows]
+    assert "a" not in from_csv[0] and "b" not in from_csv[0]
     assert [r["line"] for r in from_csv] == list(range(2, len(rows) + 2))
     # JSON Lines with the run's keys, and a TSV whose header is the run's column names
     jsonl = tmp_path / "pairs.jsonl"
@@ -94,7 +96,12 @@ def test_the_server_takes_the_run_s_own_keys(csv_run):
     with serving(run / "checkpoints" / "best.ckpt", ["threads=1"]) as url:
         answer = httpx.post(f"{url}/classify", json={"pairs": pairs}, timeout=60)
         info = httpx.get(f"{url}/info", timeout=60).json()
+        one_text = httpx.post(f"{url}/classify", json={"pairs": [{"text_left": "only one text"}]}, timeout=60)
     assert answer.status_code == 200, answer.text
+    # an HTTP client is told the keys to send, in the model's own names, not a setting of the run's config
+    refusal = one_text.json()["error"]
+    assert one_text.status_code == 422 and "pairs[0] has the keys ['text_left']" in refusal
+    assert '{"text_left": "first text", "text_right": "second text"}' in refusal and "task.columns" not in refusal
     assert info["model"]["columns"] == {"a": "text_left", "b": "text_right"}
     expected = Matcher.load(run).predict(pairs)
     for served, local in zip(answer.json()["predictions"], expected, strict=True):

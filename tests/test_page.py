@@ -205,15 +205,18 @@ def test_a_generic_run_offers_its_own_dev_pairs_and_names_no_path(claims_run, br
         )
         said = browser.evaluate("document.querySelector('#examples-from').textContent + ' ' + "
                                 "document.querySelector('#runs').textContent")  # fmt: skip
+        hints = [browser.evaluate(f"document.querySelector('#{side}-hint').textContent") for side in "ab"]
         browser.click("#examples button")
         browser.wait_for(drawn(1))
         browser.screenshot(tmp_path / "claims.png")
         typed = [browser.evaluate(f"document.querySelector('#{side}').value") for side in "ab"]
+        shown = browser.evaluate("document.querySelector('#pair').textContent")
     assert [title for _, title in chips] == [f"a: {a}\nb: {b}\nlabel in the data: {label}" for a, b, label in kept]
     assert len({text for text, _ in chips}) == len(chips)  # no two chips look alike
     assert "SNLI" not in said and "the run's dev data" in said and "trained on claims_train.tsv" in said
     assert "embeddings glove.fixture.20d.txt" in said and str(Path(claims_run).parent) not in said
     assert typed == kept[0][:2]
+    assert hints == ["claim", "evidence"] and shown.startswith(f"claim {kept[0][0]}")  # the run's own names
 
 
 def test_a_model_on_onnx_runtime_shows_its_prediction_and_says_why_no_heat_maps(snli_run, browser, tmp_path):

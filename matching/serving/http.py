@@ -85,6 +85,23 @@ def validation_message(path: str, err: ValidationError) -> Refusal:
     return Refusal(422, f"invalid request: {problems}; expected {EXPECTED[path]}")
 
 
+def pair_refusal(index: int, pair: Any, columns: dict[str, str], err: DataFormatError) -> str:
+    """What an HTTP client is told when a pair of its /classify request has no two texts the model can find: the
+    keys it may use (the model's own column names, else a and b, or the usual pairs), in its own terms (a pair whose
+    texts are found but are not strings: `err` says so)."""
+    if "must be strings" in str(err):
+        return f"invalid request: {err}"
+    a, b = columns.get("a") or "a", columns.get("b") or "b"
+    example = json.dumps({a: "first text", b: "second text"})
+    got = f"the keys {sorted(pair)}" if isinstance(pair, dict) else f"{pair!r:.60}"
+    other = "" if (a, b) == ("a", "b") else ' or {"a": ..., "b": ...}'
+    return (
+        f"invalid request: pairs[{index}] has {got}, and no two texts under the names this model reads; give each "
+        f"pair as {example}{other} (also premise/hypothesis, question/answer, sentence1/sentence2, ...; GET /info "
+        'lists the model\'s own names under "columns")'
+    )
+
+
 def _count(field: str, n: int, limit: int, key: str) -> None:
     if n == 0:
         raise Refusal(422, f"{field} is empty; give at least one")
@@ -192,10 +209,12 @@ def build_app(clients: list[ModelClient], limits: Limits, server: dict) -> FastA
         client = client_of(request)
         body = await _read(request, ClassifyRequest, limits)
         _count("pairs", len(body.pairs), limits.max_pairs, "limits.max_pairs")
-        try:
-            pairs = [pair_of_mapping(p, f"pairs[{i}]", client.info["columns"]) for i, p in enumerate(body.pairs)]
-        except DataFormatError as err:
-            raise Refusal(422, f"invalid request: {err}; expected {EXPECTED['/classify']}") from None
+        pairs = []
+        for i, p in enumerate(body.pairs):
+            try:
+                pairs.append(pair_of_mapping(p, f"pairs[{i}]", client.info["columns"]))
+            except DataFormatError as err:
+                raise Refusal(422, pair_refusal(i, p, client.info["columns"], err)) from None
         return await client.ask("classify", tuple((p.a, p.b) for p in pairs))
 
     @app.post("/rank")

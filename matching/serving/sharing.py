@@ -167,7 +167,13 @@ def model_card(run: TrainedRun, metrics: dict[str, float], encoder: dict | None)
         vectors += f", sha256 `{used['sha256'][:16]}…`"
     data = "<br>".join(describe_data(provenance)) or "(not recorded: a run trained before provenance.json)"
     examples = run_examples(run.run_dir) or []
-    head = "| question | candidates (✓ correct) |\n|---|---|" if kind == "rank" else "| a | b | label |\n|---|---|---|"
+    own = run.cfg.task.get("columns") or {}  # the run's own names of its texts (claim, evidence), else a and b
+    a, b, label = own.get("a") or "a", own.get("b") or "b", own.get("label") or "label"
+    head = (
+        "| question | candidates (✓ correct) |\n|---|---|"
+        if kind == "rank"
+        else f"| {a} | {b} | {label} |\n|---|---|---|"
+    )
     rows_of_examples = "\n".join(_example_row(e, run.labels[-1]) for e in examples)
     examples_part = f"\n## Examples from its dev data\n\n{head}\n{rows_of_examples}\n" if examples else ""
     note = ("Files are named without their folders; provenance.json gives their sha256." if recorded

@@ -336,7 +336,7 @@ async function alignPair(a, b) {
   const answers = await Promise.all(state.runs.map((run) => ask(run).catch((err) => ({ error: err.message }))));
   state.answers = Object.fromEntries(state.runs.map((run, k) => [run.name, answers[k]]));
   const width = columnWidth();
-  $("pair").replaceChildren(el("b", { text: "a " }), a, el("br"), el("b", { text: "b " }), b);
+  $("pair").replaceChildren(el("b", { text: `${state.names.a} ` }), a, el("br"), el("b", { text: `${state.names.b} ` }), b);
   $("pair").hidden = false;
   $("results").replaceChildren(...state.runs.map((run) => runColumn(run, state.answers[run.name], width)));
   differenceView(Math.min($("results").clientWidth, 2 * width));
@@ -426,6 +426,11 @@ async function start() {
     $("a-hint").textContent = "premise";
     $("b-hint").textContent = "hypothesis";
   }
+  // The texts under the run's own names (a run trained on claim/evidence columns calls them so)
+  const own = state.runs[0].columns || {};
+  state.names = { a: own.a || "a", b: own.b || "b" };
+  if (own.a) $("a-hint").textContent = own.a;
+  if (own.b) $("b-hint").textContent = own.b;
   if (state.runs[0].examples_from) $("examples-from").textContent = `examples (${state.runs[0].examples_from}):`;
   showExamples(state.runs[0].examples || []);
   $("go").addEventListener("click", () => go({ ...readInputs(), pick: null }));
