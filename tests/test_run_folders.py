@@ -120,8 +120,8 @@ def test_the_model_card_and_info_of_a_run_trained_from_absolute_paths_name_none_
     for words in ("# claims · softmax", "task.splits.train.path=claims_train.tsv", "`claims_train.tsv`",
                   "embeddings.path=glove.fixture.20d.txt", provenance["data"]["train"]["sha256"][:16],
                   provenance["embeddings"]["sha256"][:16], "## Examples from its dev data",
-                  "| claim | evidence | verdict |"):  # fmt: skip  (the examples under the run's own column names)
-        assert words in card, words
+                  "| claim | evidence | verdict |"):  # fmt: skip
+        assert words in card, words  # the last: the examples' table, headed with the run's own column names
     assert json.loads((out / "examples.json").read_text()) == json.loads((run / "examples.json").read_text())
 
     info = model_info(load(run / "checkpoints" / "best.ckpt"), Limits())
