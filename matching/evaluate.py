@@ -26,6 +26,7 @@ from matching.data.datamodule import split_prefix
 from matching.data.tasks import Task
 from matching.errors import MissingFileError
 from matching.files import existing, write_json
+from matching.metrics import chance_warnings
 from matching.results.scores import write_recorded
 from matching.runs import RunError, TrainedRun, find_checkpoint, load_trained
 from matching.system import MatchingSystem
@@ -88,6 +89,9 @@ def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None, ba
     if positive is not None:  # what f1, precision, recall, ap and auroc are of
         record["positive_label"] = run.labels[positive]
     write_json(path, record)
+    if run.kind == "rank":
+        for warning in chance_warnings(run.task.name, system.recorded, metrics):
+            log.warning(warning)
     width = max(len(k) for k in metrics)
     print(f"{run.task.name} · {run.checkpoint}" + ("" if scorer is None else f" · {record['backend']}"))
     if positive is not None:

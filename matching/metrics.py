@@ -344,6 +344,48 @@ def question_scores(scores: np.ndarray, targets: np.ndarray, groups: np.ndarray,
     return out
 
 
+def filtered_map(scores: np.ndarray, targets: np.ndarray, groups: np.ndarray, indices: np.ndarray) -> float:
+    """MAP under the filtered protocol (questions with 0 < positives < candidates); nan when none is left."""
+    each = question_scores(scores, targets, groups, indices)
+    kept = (each["positives"] > 0) & (each["positives"] < each["candidates"])
+    return float(each["ap"][kept].mean()) if kept.any() else float("nan")
+
+
+def chance_map(targets: np.ndarray, groups: np.ndarray, shuffles: int = 200, seed: int = 0) -> tuple[float, float]:
+    """The MAP that a random order of each question's candidates gets on these labels: the 2.5th and 97.5th
+    percentiles over `shuffles` random orders (seeded). A model whose MAP falls inside ranks no better than chance."""
+    rng = np.random.default_rng(seed)
+    indices = np.arange(len(targets))
+    maps = [filtered_map(rng.random(len(targets)), targets, groups, indices) for _ in range(shuffles)]
+    low, high = np.nanpercentile(maps, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def chance_warning(name: str, value: float, targets: np.ndarray, groups: np.ndarray) -> str | None:
+    """A warning when a ranking model's MAP on a split is within what a random order of its candidates gets, with
+    that range and what to do; None when it ranks better than chance."""
+    low, high = chance_map(targets, groups)
+    if not np.isfinite(value) or value > high + 1e-6:  # (a logged MAP is float32)
+        return None
+    return (
+        f"{name}: MAP {value:.4f} is within what a random order of the same candidates gets ({low:.4f}-{high:.4f} in "
+        "95 % of 200 shuffles): this model ranks no better than chance, and its scores mean little. Train longer (a "
+        "model from positives alone needs more epochs than 3), check the labels (task.labels, the match label "
+        "second), or compare with a run that ranks: docs/ranking.md"
+    )
+
+
+def chance_warnings(name: str, recorded: dict[str, dict[str, np.ndarray]], metrics: dict[str, float]) -> list[str]:
+    """`chance_warning` of each ranking split a MatchingSystem recorded (`recorded`, by logged prefix), against its
+    logged `<prefix>/map` in `metrics`."""
+    warnings = []
+    for prefix, record in recorded.items():
+        if f"{prefix}/map" in metrics and "groups" in record:
+            said = chance_warning(f"{name} {prefix}", metrics[f"{prefix}/map"], record["targets"], record["groups"])
+            warnings += [said] if said else []
+    return warnings
+
+
 def describe(prefix: str, values: dict[str, Tensor]) -> str:
     """One line saying how many questions were scored and skipped, and why."""
     scored, none, only = (int(values[k]) for k in ("questions", "skipped_no_positive", "skipped_all_positive"))

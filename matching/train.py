@@ -41,7 +41,7 @@ from matching.data.datamodule import PairDataModule, split_prefix
 from matching.data.vocab import Vocabulary
 from matching.extras import check_installed
 from matching.files import write_json, write_text_atomic
-from matching.metrics import check_monitor, positive_index
+from matching.metrics import chance_warnings, check_monitor, positive_index
 from matching.precision import describe
 from matching.provenance import write_provenance
 from matching.results.scores import write_recorded
@@ -281,6 +281,9 @@ def _train(cfg: DictConfig) -> dict[str, float]:
                 metrics |= _floats(result)
         if trainer.is_global_zero:
             write_recorded(run_dir, system.recorded, dm, system.labels, system.kind)
+            if system.kind == "rank":
+                for warning in chance_warnings(dm.task.name, system.recorded, metrics):
+                    log.warning(warning)
     if trainer.is_global_zero:
         write_json(run_dir / "metrics.json", metrics)
         shown = {k: round(v, 4) for k, v in metrics.items() if "/" in k}

@@ -3,6 +3,7 @@ trec_eval (pytrec_eval) and scikit-learn; the metrics of a trained run in metric
 
 import csv
 import json
+import logging
 import math
 
 import numpy as np
@@ -361,3 +362,31 @@ def test_an_unknown_monitor_is_refused_before_any_data_is_prepared(tmp_path):
     cfg = compose_train(tmp_path, "task=scitail", "task.positive_label=contradiction")
     with pytest.raises(ConfigError, match="not one of the task's labels"):
         train(cfg)
+
+
+def test_a_ranking_no_better_than_chance_is_told_apart_from_one_that_ranks():
+    from matching.metrics import chance_map, chance_warning, filtered_map
+
+    rng = np.random.default_rng(3)
+    groups = np.repeat(np.arange(60), 10)  # 60 questions of 10 candidates, 1-3 correct each
+    targets = np.zeros(600, np.int64)
+    for q in range(60):
+        targets[q * 10 + rng.choice(10, size=1 + q % 3, replace=False)] = 1
+    indices = np.arange(600)
+    low, high = chance_map(targets, groups)
+    assert 0.2 < low < high < 0.55  # a random order of 10 candidates with 1-3 correct
+    noise = filtered_map(rng.random(600), targets, groups, indices)
+    said = chance_warning("wikiqa val", noise, targets, groups)
+    assert said is not None and said.startswith(f"wikiqa val: MAP {noise:.4f} is within what a random order")
+    assert f"({low:.4f}-{high:.4f} in 95 % of 200 shuffles)" in said and "docs/ranking.md" in said
+    ranked = filtered_map(targets + 0.5 * rng.random(600), targets, groups, indices)
+    assert ranked == 1.0 and chance_warning("wikiqa val", ranked, targets, groups) is None
+
+
+def test_a_ranking_run_that_learned_nothing_says_so(make_cfg, caplog):
+    """An untrained model (lr 0) ranks WikiQA's fixture dev no better than chance: training ends with a warning."""
+    from matching.train import train
+
+    with caplog.at_level(logging.WARNING, logger="matching.train"):
+        train(make_cfg("task=wikiqa", "trainer.max_epochs=1", "optim.lr=0"))
+    assert "wikiqa val: MAP" in caplog.text and "ranks no better than chance" in caplog.text

@@ -74,3 +74,25 @@ def test_the_readme_own_pairs_block_runs_as_written_offline(tmp_path):
     assert len(predictions) == len((tmp_path / "claims_dev.tsv").read_text().splitlines()) - 1  # the header is no pair
     assert "input/f1" in done.stdout and "input/acc" in done.stdout
     assert (next((tmp_path / "outputs" / "runs" / "faq").glob("*/*")) / "negatives" / "train.jsonl").is_file()
+
+
+def ranking_use_section() -> str:
+    """The Python block of docs/ranking.md's "Use it: rank new candidates"."""
+    section = (ROOT / "docs" / "ranking.md").read_text().split("## Use it: rank new candidates\n", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_ranking_docs_use_it_section_runs_as_written(wikiqa_run, tmp_path):
+    run_dir, _ = wikiqa_run
+    runs = tmp_path / "outputs" / "runs" / "wikiqa" / "coda"
+    runs.mkdir(parents=True)
+    (runs / "2026-01-01_00-00-00").symlink_to(run_dir)
+    done = subprocess.run([sys.executable, "-c", ranking_use_section()], cwd=tmp_path, capture_output=True, text=True,
+                          env=SUBPROCESS_ENV, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    query = "how are glacier caves formed"
+    candidates = ["A glacier cave is a cave formed within the ice of a glacier.", "The ice facade is 60 m high.",
+                  "Paris is the capital of France."]  # fmt: skip
+    expected = Matcher.load(run_dir).rank(query, candidates, top_k=2)
+    assert lines == [f"{a['score']:+.3f}  P(match) {a['p_match']:.3f}  {a['candidate']}" for a in expected]

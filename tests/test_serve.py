@@ -149,7 +149,8 @@ def test_bad_requests_get_a_4xx_that_says_what_was_wrong(servers, path, body, ex
 def test_a_ranking_request_to_a_classification_model(servers):
     answer = _post(servers["snli"], "/rank", {"query": "q", "candidates": ["a", "b"]})
     assert answer.status_code == 400
-    assert "it does not rank" in answer.json()["error"] and "/classify" in answer.json()["error"]
+    said = answer.json()["error"]
+    assert "it does not rank" in said and "/classify" in said and "pairs_rank, pairs_positives" in said
 
 
 def test_a_burst_of_concurrent_requests_is_answered_request_by_request(servers, snli_run):
