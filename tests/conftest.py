@@ -93,10 +93,10 @@ def onnx_cache(tmp_path_factory) -> Path:
 @pytest.fixture(autouse=True)
 def offline(monkeypatch, onnx_cache):
     """Nothing may download at test time: the hub fallback must fail fast, not try the network. Nor is anything
-    written into the home folder: backend=onnx exports into a cache of the session's (MATCHING_CACHE)."""
+    written into the home folder: backend=onnx exports into a cache of the session's (MATCHING_ONNX_CACHE)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("MATCHING_CACHE", str(onnx_cache))
+    monkeypatch.setenv("MATCHING_ONNX_CACHE", str(onnx_cache))
 
 
 @pytest.fixture

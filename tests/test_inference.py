@@ -39,7 +39,7 @@ def exported(snli_run, tmp_path_factory):
 
 
 def test_every_saved_form_loads_and_answers_alike(exported, tmp_path, monkeypatch):
-    monkeypatch.setenv("MATCHING_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MATCHING_ONNX_CACHE", str(tmp_path / "cache"))
     run_dir, onnx_folder, hub_folder = exported
     reference = Matcher.load(run_dir).logits(NLI)
     forms = {"run": run_dir, "checkpoints": run_dir / "checkpoints", "file": run_dir / "checkpoints" / "last.ckpt",
@@ -56,7 +56,7 @@ def test_every_saved_form_loads_and_answers_alike(exported, tmp_path, monkeypatc
 
 
 def test_onnx_backend_of_a_run_is_exported_once_and_matches_torch(snli_run, tmp_path, monkeypatch, caplog):
-    monkeypatch.setenv("MATCHING_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MATCHING_ONNX_CACHE", str(tmp_path / "cache"))
     torch_answers = Matcher.load(snli_run[0]).logits(NLI)
     onnx = Matcher.load(snli_run[0], backend="onnx")
     assert onnx.backend == "onnx" and onnx.predictor.dtype == "fp32"
@@ -69,7 +69,7 @@ def test_onnx_backend_of_a_run_is_exported_once_and_matches_torch(snli_run, tmp_
 
 
 def test_int8_is_ort_with_quantized_weights_and_close_to_fp32(snli_run, tmp_path, monkeypatch):
-    monkeypatch.setenv("MATCHING_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MATCHING_ONNX_CACHE", str(tmp_path / "cache"))
     fp32 = Matcher.load(snli_run[0], backend="onnx")
     for reduce_range in (False, True):
         int8 = Matcher(load(snli_run[0], quantize="int8", reduce_range=reduce_range))

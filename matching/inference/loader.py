@@ -9,7 +9,7 @@
 
 `backend`: torch (PyTorch eager), onnx (ONNX Runtime, CPU) or auto (onnx for an exported ONNX folder, else torch).
 A run or a shared folder asked for onnx is exported once into a cache folder beside its weights' hash
-(`$MATCHING_CACHE`, default ~/.cache/matching/onnx/<sha256 of the weights>/), `quantize=int8` then quantizes it
+(`$MATCHING_ONNX_CACHE`, default ~/.cache/matching/onnx/<sha256 of the weights>/), `quantize=int8` then quantizes it
 once. An exported ONNX folder loads with neither torch nor Hydra imported: what its text preparation needs is in
 its serving.json and vocab.txt.
 """
@@ -177,7 +177,8 @@ def from_weights(form: str, where: Path, backend: str, quantize: str | None, red
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("MATCHING_CACHE") or Path.home() / ".cache" / "matching").expanduser() / "onnx"
+    """Where backend=onnx keeps the graphs it exports: $MATCHING_ONNX_CACHE, default ~/.cache/matching/onnx."""
+    return Path(os.environ.get("MATCHING_ONNX_CACHE") or Path.home() / ".cache" / "matching" / "onnx").expanduser()
 
 
 def exported_graph(parts, weights_file: Path) -> Path:
@@ -193,13 +194,13 @@ def exported_graph(parts, weights_file: Path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise RunError(
-            f"cannot create the ONNX cache folder {folder} ({err.strerror or err}); set MATCHING_CACHE=<a writable "
-            "folder>, or export the model once with matching-export format=onnx and load that folder"
+            f"cannot create the ONNX cache folder {folder} ({err.strerror or err}); set MATCHING_ONNX_CACHE=<a "
+            "writable folder>, or export the model once with matching-export format=onnx and load that folder"
         ) from None
     tmp = folder / f"model.{os.getpid()}.onnx"
     write_onnx(parts.model, parts.source, parts.text, tmp)
     tmp.replace(graph)
-    log.warning("exported the model to ONNX once, for backend=onnx: %s (MATCHING_CACHE= moves it)", graph)
+    log.warning("exported the model to ONNX once, for backend=onnx: %s (MATCHING_ONNX_CACHE= moves it)", graph)
     return graph
 
 

@@ -225,7 +225,8 @@ def build_app(clients: list[ModelClient], limits: Limits, server: dict) -> FastA
         if info["kind"] != "rank":
             raise Refusal(400, f"this model classifies pairs into {info['labels']} (task {info['task']}); it does not "
                                f"rank. POST the pairs to /classify, or serve a model trained on a ranking task "
-                               f"(wikiqa, trecqa, ubuntu, or a table of your own: pairs_rank, pairs_positives)")  # fmt: skip
+                               f"(wikiqa, trecqa, ubuntu, or a table of your own: pairs_rank, "
+                               f"pairs_positives)")  # fmt: skip
         _count("candidates", len(body.candidates), limits.max_candidates, "limits.max_candidates")
         return await client.ask("rank", (body.query, tuple(body.candidates)))
 
