@@ -11,7 +11,7 @@ import numpy as np
 
 from matching.extras import require
 from matching.matcher import Matcher
-from matching.matrices import describe
+from matching.matrices import color_scale, describe, value_range
 from matching.results.discovery import option_name
 
 
@@ -50,10 +50,15 @@ def draw_heatmaps(
 
 
 def draw_heatmap_rows(
-    rows: list[tuple[list[str], list[str], dict[str, np.ndarray], Mapping[str, str]]], out: Path, title: str = ""
+    rows: list[tuple[list[str], list[str], dict[str, np.ndarray], Mapping[str, str]]],
+    out: Path,
+    title: str = "",
+    ranges: Mapping[str, Sequence[float] | None] | None = None,
 ) -> Path:
     """One row of heat-maps per model (its tokens of a and b, its matrices and their captions), as in
-    `draw_heatmaps`; a row with fewer matrices than the widest leaves its last panels blank."""
+    `draw_heatmaps`; a row with fewer matrices than the widest leaves its last panels blank. `ranges`: the values
+    each matrix can take by its formula (matching.matrices.value_range), which choose its colour scale."""
+    ranges = ranges or {}
     plt = _plt()
     cell = 0.32
     columns = max(len(matrices) for _, _, matrices, _ in rows)
@@ -78,9 +83,8 @@ def draw_heatmap_rows(
             row_side = "b" if name.startswith("intra_b") else "a"
             col_side = row_side if intra else "b"
             ys, xs = (tokens_b if row_side == "b" else tokens_a), (tokens_b if col_side == "b" else tokens_a)
-            signed = bool(m.min() < 0 or m.max() > 1)  # not weights in [0, 1]: a colour map centred on 0
-            limit = max(1e-6, float(np.abs(m).max())) if signed else 1.0
-            image = ax.imshow(m, cmap="RdBu_r" if signed else "Blues", vmin=-limit if signed else 0.0, vmax=limit)
+            signed, low, high = color_scale(m, ranges.get(name))  # the server page's rule (matching.matrices)
+            image = ax.imshow(m, cmap="RdBu_r" if signed else "Blues", vmin=low, vmax=high)
             ax.set_xticks(range(len(xs)), xs, rotation=90, fontsize=8)
             ax.set_yticks(range(len(ys)), ys, fontsize=8)
             ax.set_ylabel(f"{row_side} ({'first' if row_side == 'a' else 'second'} text)", fontsize=9)
@@ -147,7 +151,9 @@ def heatmap(
     lines = [head, *textwrap.wrap(f"a: {a}", width), *textwrap.wrap(f"b: {b}", width)]
     if not others:
         lines.append(predictions[0])
-    return draw_heatmap_rows(rows, out, "\n".join(lines))
+    ranges = {name: value_range(name, each.predictor.config) for each, row in zip((matcher, *others), rows, strict=True)
+              for name in row[2]}  # fmt: skip
+    return draw_heatmap_rows(rows, out, "\n".join(lines), ranges)
 
 
 def draw_histograms(

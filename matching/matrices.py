@@ -4,7 +4,8 @@ values a matrix's cells can take by its formula. Used by `visualize`'s heat-maps
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 
 def describe(name: str, cfg: Mapping | None = None) -> str:
@@ -70,3 +71,17 @@ def value_range(name: str, cfg: Mapping | None = None) -> list[float] | None:
         products = [x * y for x in affinity for y in gate]
         return [min(products), max(products)]
     return None
+
+
+def color_scale(m: Any, value_range: Sequence[float] | None) -> tuple[bool, float, float]:
+    """The one scale rule of every drawing of a matrix (the figures of visualize, the demo and study pages; the
+    server's page, matching/serving/page/page.js `scaleOf`): (diverging?, low, high). A matrix whose formula can take
+    both signs (its `value_range` starts below 0: CoDA's tanh(E) and M) is drawn on a diverging scale centred on 0
+    up to its largest |value|, whatever one pair's cells are; one of unknown formula, when its cells leave [0, 1];
+    else a sequential scale over its range ([0, 1] by default)."""
+    lo, hi = float(m.min()), float(m.max())
+    signed = value_range[0] < 0 if value_range else (lo < 0 or hi > 1)
+    if signed:
+        limit = max(1e-6, abs(lo), abs(hi))
+        return True, -limit, limit
+    return (False, float(value_range[0]), float(value_range[1])) if value_range else (False, 0.0, 1.0)

@@ -180,3 +180,24 @@ def test_compare_needs_heatmap_mode(wikiqa_run, capsys):
     run, _ = wikiqa_run
     assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", "mode=histogram", f"compare=[{run}]"]) == 2
     assert "compare= draws several runs' heat-maps of one pair: it needs mode=heatmap" in capsys.readouterr().err
+
+
+def test_one_scale_rule_for_the_figures_and_the_page():
+    """CoDA's tanh(E) and M can be negative by their formula: drawn on a diverging scale around 0 even where one
+    pair's cells are all positive (a sequential 0..1 scale would leave its negative cells blank on another pair);
+    softmax weights on [0, 1]; a matrix of unknown formula by its cells (page.js scaleOf keeps the same rule)."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from matching.matrices import color_scale, value_range
+
+    positive = np.array([[0.2, 0.6], [0.1, 0.9]])
+    coda = {"aligner": {"phi_e": "tanh", "phi_n": "sigmoid", "gate": "center"}}
+    assert color_scale(positive, value_range("affinity", coda)) == (True, -0.9, 0.9)
+    assert color_scale(positive, value_range("M", coda)) == (True, -0.9, 0.9)
+    assert color_scale(positive, value_range("softmax_a", {})) == (False, 0.0, 1.0)
+    assert color_scale(positive, None) == (False, 0.0, 1.0)
+    assert color_scale(positive - 0.5, None) == (True, -0.4, 0.4)
+    page = (Path(__file__).resolve().parents[1] / "matching" / "serving" / "page" / "page.js").read_text()
+    assert "const signed = range ? range[0] < 0 : (lo < 0 || hi > 1);" in page  # the same rule there
