@@ -457,3 +457,18 @@ def test_an_exported_contextual_model_answers_without_torch(contextual_run, tmp_
     answer = json.loads(done.stdout)
     assert not {"torch", "transformers", "lightning", "hydra"} & set(answer["modules"])
     np.testing.assert_allclose(answer["logits"], Matcher.load(run_dir).logits(pairs), atol=1e-4)
+
+
+def test_loading_the_encoder_draws_no_progress_bar(contextual_run, capfd):
+    """predict and evaluate load the encoder on every call: its weights' progress bar is not drawn over their output
+    (and the library's own setting is back afterwards)."""
+    import transformers
+
+    from matching import Matcher
+
+    run_dir, _ = contextual_run
+    capfd.readouterr()
+    Matcher.load(run_dir).predict([(QUERY, CANDIDATES[0])])
+    said = capfd.readouterr()
+    assert "Loading weights" not in said.err + said.out and "it/s]" not in said.err
+    assert transformers.utils.logging.is_progress_bar_enabled()

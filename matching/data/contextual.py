@@ -219,12 +219,18 @@ class ContextualEncoder(EmbeddingSource):
     def word_encoder(self, trainable_layers: int | None = None) -> WordEncoder:
         """The encoder (weights from `path`) with word pooling."""
         transformers = require("transformers", "contextual", "the contextual embedder")
+        progress = transformers.utils.logging
+        shown = progress.is_progress_bar_enabled()
+        progress.disable_progress_bar()  # a bar over every command's output for a second's load: none (put back after)
         try:
             model = transformers.AutoModel.from_pretrained(self.path, dtype=torch.float32)
         except Exception as err:
             raise EncoderError(
                 f"cannot load the encoder's weights from {self.path} ({type(err).__name__}: {err})"
             ) from None
+        finally:
+            if shown:
+                progress.enable_progress_bar()
         layers = self.trainable_layers if trainable_layers is None else trainable_layers
         return WordEncoder(model, layers)
 
