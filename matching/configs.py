@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from matching.errors import ConfigError
 from matching.files import config_dir
+from matching.losses import check_loss
 from matching.precision import check
 
 CONF = config_dir()
@@ -108,6 +109,10 @@ def check_config(cfg: DictConfig) -> None:
         if isinstance(node, DictConfig):
             check_arguments(node, key)
     check(cfg.get("dtype", "fp32"))
+    loss = cfg.get("loss") or {}  # no _target_: its keys are checked here, not by check_arguments
+    task = cfg.get("task") or {}
+    check_loss(str(loss.get("kind") or "pointwise"), str(task.get("kind") or "classify"), loss.get("class_weights"),
+               loss.get("margin", 1.0))  # fmt: skip
     try:
         instantiate(cfg.optim)([torch.nn.Parameter(torch.zeros(1))])
     except (TypeError, ValueError) as err:

@@ -18,8 +18,29 @@ from __future__ import annotations
 
 import torch
 
+from matching.errors import ConfigError
+
 #: The values of `loss.kind`.
 LOSS_KINDS = ("pointwise", "pairwise", "listwise")
+
+
+def check_loss(kind: str, task_kind: str, class_weights: object, margin: object) -> None:
+    """ConfigError unless `loss.kind`, `loss.class_weights` and `loss.margin` fit each other and the task's kind
+    (classify or rank): checked with the config, before any data is read, and by the training system."""
+    if kind not in LOSS_KINDS:
+        raise ConfigError(f"loss.kind must be one of {list(LOSS_KINDS)}, got {kind!r}")
+    if kind != "pointwise" and task_kind != "rank":
+        raise ConfigError(
+            f"loss.kind={kind} compares the candidates of one query: it needs a ranking task (task.kind=rank, "
+            "e.g. task=wikiqa or task=pairs_rank); a classification task trains with loss.kind=pointwise"
+        )
+    if kind != "pointwise" and class_weights is not None:
+        raise ConfigError(
+            f"loss.class_weights weighs the pointwise cross-entropy; loss.kind={kind} has no classes to "
+            "weigh: leave loss.class_weights=null"
+        )
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin > 0:
+        raise ConfigError(f"loss.margin must be a positive number, got {margin!r}")
 
 
 def _queries(groups: torch.Tensor) -> torch.Tensor:

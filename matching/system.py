@@ -17,7 +17,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from matching.callbacks import batches_trained
 from matching.errors import ConfigError
-from matching.losses import LOSS_KINDS, listwise_softmax, pairwise_hinge
+from matching.losses import check_loss, listwise_softmax, pairwise_hinge
 from matching.metrics import (
     ClassificationMetrics,
     EvaluationRecord,
@@ -77,20 +77,7 @@ class MatchingSystem(pl.LightningModule):
         if kind == "rank" and len(self.labels) != 2:
             raise ConfigError(f"ranking is pointwise with two labels (no-match, match), got {self.labels}")
         self.kind = kind
-        if loss_kind not in LOSS_KINDS:
-            raise ConfigError(f"loss.kind must be one of {list(LOSS_KINDS)}, got {loss_kind!r}")
-        if loss_kind != "pointwise" and kind != "rank":
-            raise ConfigError(
-                f"loss.kind={loss_kind} compares the candidates of one query: it needs a ranking task (task.kind=rank, "
-                "e.g. task=wikiqa or task=pairs_rank); a classification task trains with loss.kind=pointwise"
-            )
-        if loss_kind != "pointwise" and class_weights is not None:
-            raise ConfigError(
-                f"loss.class_weights weighs the pointwise cross-entropy; loss.kind={loss_kind} has no classes to "
-                "weigh: leave loss.class_weights=null"
-            )
-        if not margin > 0:
-            raise ConfigError(f"loss.margin must be positive, got {margin!r}")
+        check_loss(loss_kind, kind, class_weights, margin)
         self.loss_kind, self.margin = loss_kind, float(margin)
         n = len(self.labels)
         if class_weights is not None and len(class_weights) != n:

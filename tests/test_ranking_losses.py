@@ -151,3 +151,19 @@ def test_class_weights_belong_to_the_pointwise_loss(make_cfg):
 
     with pytest.raises(ConfigError, match="loss.class_weights weighs the pointwise"):
         train(make_cfg("task=wikiqa", "trainer.max_epochs=1", "loss.kind=listwise", "loss.class_weights=balanced"))
+
+
+@pytest.mark.parametrize(("overrides", "said"), [
+    (["loss.kind=hinge"], "loss.kind must be one of ['pointwise', 'pairwise', 'listwise'], got 'hinge'"),
+    (["loss.kind=pairwise"], "loss.kind=pairwise compares the candidates of one query: it needs a ranking task"),
+    (["task=wikiqa", "loss.kind=listwise", "loss.class_weights=balanced"], "leave loss.class_weights=null"),
+    (["task=wikiqa", "loss.kind=pairwise", "loss.margin=0"], "loss.margin must be a positive number, got 0"),
+])  # fmt: skip
+def test_a_loss_that_cannot_train_is_refused_before_any_data_is_read(make_cfg, tmp_path, overrides, said):
+    """The loss's settings are checked with the config: with a data folder that does not exist, the error is the
+    loss's, not the missing corpus's (which reading would have met first)."""
+    from matching.train import train
+
+    with pytest.raises(ConfigError) as err:
+        train(make_cfg(*overrides, f"paths.data_dir={tmp_path / 'nowhere'}"))
+    assert said in str(err.value)
