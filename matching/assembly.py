@@ -6,15 +6,13 @@ around these parts; inference (matching.inference) uses them alone.
 
 from __future__ import annotations
 
-import copy
-import os
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from matching.configs import build
 from matching.data.embeddings import EmbeddingSource
@@ -24,6 +22,14 @@ from matching.data.tasks import Task
 from matching.data.vocab import Tokenizer, Vocabulary
 from matching.errors import RunError
 from matching.model import DecomposableAttention
+from matching.run_files import (  # noqa: F401  (the helpers of a saved run's files: imported from here too)
+    check_checkpoint,
+    configured,
+    find_checkpoint,
+    find_run_dir,
+    saved_config,
+    with_dtype,
+)
 
 
 def build_task(cfg: DictConfig) -> Task:
@@ -53,82 +59,6 @@ def build_model(
     # What the source records about itself, saved in checkpoints (MatchingSystem.on_save_checkpoint)
     model.source_record = source.checkpoint_record() if source is not None else None
     return model
-
-
-def find_run_dir(checkpoint: Path) -> Path:
-    for folder in (checkpoint.parent, checkpoint.parent.parent):
-        if (folder / "config.yaml").exists():
-            return folder
-    raise RunError(
-        f"no config.yaml beside {checkpoint} or in its parent folder: a checkpoint is used from inside its run "
-        f"directory (outputs/runs/<task>/<aligner>/<time>/checkpoints/best.ckpt), which holds config.yaml and vocab.txt"
-    )
-
-
-def check_checkpoint(checkpoint: str | os.PathLike) -> Path:
-    """The checkpoint file, or a RunError that lists the checkpoints of its folder."""
-    checkpoint = Path(checkpoint)
-    if not checkpoint.is_file():
-        hint = (
-            f"; checkpoints there: {sorted(p.name for p in checkpoint.parent.glob('*.ckpt'))}"
-            if checkpoint.parent.is_dir()
-            else ""
-        )
-        raise RunError(f"no checkpoint file at {checkpoint}{hint}")
-    return checkpoint
-
-
-def find_checkpoint(path: str | os.PathLike) -> Path:
-    """The checkpoint that `path` names: the file itself, or a run directory's checkpoints/best.ckpt."""
-    path = Path(path)
-    if path.is_dir() and path.name == "checkpoints" and (path / "best.ckpt").is_file():  # a run's checkpoints/
-        return path / "best.ckpt"
-    if path.is_dir():
-        best = path / "checkpoints" / "best.ckpt"
-        if best.is_file():
-            return best
-        found = sorted(p.name for p in (path / "checkpoints").glob("*.ckpt"))
-        raise RunError(
-            f"{path} is not a run directory with checkpoints/best.ckpt"
-            + (f" (checkpoints there: {found}; give one of them)" if found else "")
-            + ", nor a shared model folder (config.yaml, vocab.txt, model.safetensors) or an exported ONNX folder "
-            "(model.onnx, serving.json); give a run directory, its checkpoints/ folder, a checkpoint file, a folder "
-            "written by matching-export format=hub or format=onnx, or a hub repository id owner/name"
-        )
-    if not path.exists():
-        raise RunError(
-            f"no run directory, checkpoint or shared model folder at {path}; give a run directory "
-            "(outputs/runs/<task>/<aligner>/<time>), a checkpoint file, a folder written by matching-export "
-            "format=hub, or a hub repository id owner/name"
-        )
-    return check_checkpoint(path)
-
-
-def saved_config(checkpoint: str | os.PathLike) -> DictConfig:
-    """The saved config of the run a checkpoint belongs to; a run saved before the `dtype` key computed in fp32,
-    and is given that key, so that `dtype=bf16` overrides it as in any other run."""
-    return with_dtype(OmegaConf.load(find_run_dir(check_checkpoint(checkpoint)) / "config.yaml"))
-
-
-def with_dtype(cfg: DictConfig) -> DictConfig:
-    """`cfg` with a `dtype` key: a run saved before there was one computed in fp32 (matching.precision)."""
-    if "dtype" not in cfg:
-        cfg.dtype = "fp32"
-    return cfg
-
-
-def configured(cfg: DictConfig, settings: dict[str, Any]) -> DictConfig:
-    """A copy of a run's config with `settings` (dotted keys of the config: `{"data.batch_tokens": 4096}`) applied;
-    a key the config does not have is a RunError."""
-    cfg = with_dtype(copy.deepcopy(cfg))
-    for key, value in settings.items():
-        if OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
-            raise RunError(f"the run's config has no key {key!r} to set; its keys are in config.yaml beside the model")
-        OmegaConf.update(cfg, key, value)
-    return cfg
-
-
-_ABSENT = object()
 
 
 def text_pipeline(

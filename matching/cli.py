@@ -33,8 +33,8 @@ from hydra.errors import HydraException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue
 
-from matching.configs import CONF
 from matching.errors import UsageError, UserError, environment_error, report_bug, report_error
+from matching.files import config_dir
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def compose_config(config_name: str, overrides: Sequence[str] = ()) -> DictConfi
 
 
 def _compose(config_name: str, overrides: list[str]) -> DictConfig:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name=config_name):
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name=config_name):
         return compose(config_name, overrides=overrides)
 
 
@@ -246,7 +246,7 @@ def command(
     typed (see quote_verbatim).
     """
 
-    @hydra.main(version_base="1.3", config_path=str(CONF), config_name=config_name)
+    @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name=config_name)
     def app(cfg: DictConfig) -> Any:
         quiet_libraries()  # again here: a sweep's launcher runs this function in processes of its own
         try:

@@ -59,12 +59,12 @@ def locate(path: str | os.PathLike, revision: str | None = None) -> tuple[str, P
     if folder.is_dir() and all((folder / name).is_file() for name in REQUIRED):
         return "shared", folder
     if not folder.exists() and folder.suffix == ".ckpt":  # a checkpoint by name: say which its folder has
-        from matching.assembly import check_checkpoint
+        from matching.run_files import check_checkpoint
 
         check_checkpoint(folder)
     if not folder.exists():
         raise RunError(f"no run directory, checkpoint or shared model folder at {folder}; give {FORMS}")
-    from matching.assembly import find_checkpoint
+    from matching.run_files import find_checkpoint
 
     return "run", find_checkpoint(folder)
 
@@ -74,8 +74,8 @@ def saved_config(path: str | os.PathLike):
     folder's; an exported ONNX folder's config.yaml, or none)."""
     from omegaconf import OmegaConf
 
-    from matching.assembly import saved_config as run_config
-    from matching.assembly import with_dtype
+    from matching.run_files import saved_config as run_config
+    from matching.run_files import with_dtype
 
     form, where = locate(path)
     if form == "run":
