@@ -272,3 +272,14 @@ def test_a_study_through_submitit_local_processes_equals_the_basic_launchers(stu
         assert _metrics(twin.parent)["val/acc"] == _metrics(metrics.parent)["val/acc"], metrics.parent
     assert (tmp_path / "study" / "runs" / ".submitit").is_dir()
     assert not (tmp_path / "study" / "test.json").exists()  # +study.test=false overrode the study file's key
+
+
+def test_the_reproduce_hint_names_where_the_data_must_be():
+    from matching.studies.page import data_hint
+
+    own = {"claims": ["task=pairs", "task.splits.train.path=claims_train.tsv", "task.splits.dev.path=claims_dev.tsv"]}
+    said = " ".join(data_hint(own, "python -m matching.study study_file=mine.yaml"))
+    assert "paths.data_dir" not in said and "from the folder that holds the files of claims" in said
+    bench = {"snli_check": ["experiment=snli_dev_split"]}
+    assert "paths.data_dir=/path/to/corpora" in " ".join(data_hint(bench, "python -m matching.study study=x"))
+    assert data_hint(bench, "python -m matching.study study=x paths.data_dir=/corpora") == []

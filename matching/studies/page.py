@@ -119,6 +119,21 @@ def draw_alignments(spec: StudySpec, task: str, firsts: list[RunResult], out: Pa
         return None
 
 
+def data_hint(tasks: dict[str, list[str]], command: str) -> list[str]:
+    """Where the study's data must be for its command to run: a benchmark's corpora under `paths.data_dir` (unless the
+    command names it), a task of one's own files (`task.splits.*.path`) where those paths say, relative to the folder
+    it is run from."""
+    own = [t for t, overrides in tasks.items() if any(str(o).startswith("task.splits.") for o in overrides)]
+    hint = []
+    if len(own) < len(tasks) and "paths.data_dir=" not in command:
+        hint.append("with the corpora under `paths.data_dir` (add `paths.data_dir=/path/to/corpora`, or set "
+                    "`MATCHING_DATA_DIR`).")  # fmt: skip
+    if own:
+        hint.append(f"from the folder that holds the files of {', '.join(own)} (its `task.splits.*.path`, relative "
+                    "to where the command runs).")  # fmt: skip
+    return [*hint, ""] if hint else []
+
+
 def write_page(
     spec: StudySpec,
     study_dir: Path,
@@ -144,9 +159,7 @@ def write_page(
         lines += [spec.about, ""]
     lines += ["Reproduce it (finished runs are skipped, so the same command also resumes a stopped study):", "",
               "```bash", command, "```", ""]  # fmt: skip
-    if "paths.data_dir=" not in command:
-        lines += ["with the corpora under `paths.data_dir` (add `paths.data_dir=/path/to/corpora`, or set "
-                  "`MATCHING_DATA_DIR`).", ""]  # fmt: skip
+    lines += data_hint(spec.tasks, command)
     lines += ["## Protocol", ""]
     tasks = "; ".join(
         f"**{t}** (`{' '.join(o)}`)" if o else f"**{t}** (each family names its task config)"
