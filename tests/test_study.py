@@ -160,7 +160,8 @@ def test_every_number_on_the_page_is_the_runs_own(study):
     assert "evaluated once" in page and "python -m matching.study study_file=" in page
     csv_lines = (study / "study" / "study.csv").read_text().splitlines()
     assert csv_lines[0].startswith("task,family,label,parts,setting,split,metric,mean")
-    assert len(csv_lines) == 1 + 4  # two families × dev and test
+    assert len(csv_lines) == 1 + 4 * 3  # two families × dev and test × the two-label task's acc, f1 and ap
+    assert {row["metric"] for row in _rows(study / "study" / "study.csv")} == {"acc", "f1", "ap"}
 
 
 def test_a_stopped_study_trains_only_what_is_missing(study, tmp_path):
