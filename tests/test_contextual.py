@@ -103,6 +103,9 @@ def test_cache_is_built_once_then_reused_and_keyed_by_the_encoder(make_cfg, tiny
         dm = build_datamodule(cfg)
         dm.setup("fit")
     assert "encoded" in caplog.text and "reused" not in caplog.text
+    # the new cache folder said aloud once (a warning), with where it is and how to move it; the next write: a log line
+    new_folder = [r for r in caplog.records if r.levelno == logging.WARNING and "a new cache folder" in r.message]
+    assert len(new_folder) == 1 and "paths.cache_dir=<folder> (or MATCHING_CACHE_DIR)" in new_folder[0].message
     files = sorted((Path(cfg.paths.cache_dir) / "contextual").glob("*.states.npy"))
     assert len(files) == 2  # train and dev
     rows = np.load(files[0], mmap_mode="r")

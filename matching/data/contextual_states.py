@@ -94,6 +94,7 @@ def encode_states(encoder: ContextualEncoder, key: dict, folder: Path, name: str
     lengths = np.fromiter(map(len, unique), np.int64, len(unique))
     starts = np.zeros(len(unique), np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
+    created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
 
     def write(tmp: Path) -> None:
@@ -114,9 +115,13 @@ def encode_states(encoder: ContextualEncoder, key: dict, folder: Path, name: str
     digest = file_sha256(rows_file)
     write_npz_atomic(index_file, a_start=starts[ids[0]], b_start=starts[ids[1]], states_sha256=np.array(digest))
     encoder.report(name)
-    log.info(
-        "%s: encoded %d distinct texts (%d word states) in %.1f s; cached in %s (%.1f MB, float16, sha256 %s)", name,
-        len(unique), int(lengths.sum()), time.perf_counter() - started, rows_file, rows_file.stat().st_size / 1e6,
-        digest[:16],
+    # A new cache folder is said aloud (it may be ./data/cache in the user's own folder, tens of MB): where, and how
+    # to put it elsewhere; later writes into it are the log's business.
+    (log.warning if created else log.info)(
+        "%s: encoded %d distinct texts (%d word states) in %.1f s; cached in %s (%.1f MB, float16, sha256 %s)%s",
+        name, len(unique), int(lengths.sum()), time.perf_counter() - started, rows_file,
+        rows_file.stat().st_size / 1e6, digest[:16],
+        f"; a new cache folder, {folder.resolve()}: paths.cache_dir=<folder> (or MATCHING_CACHE_DIR) puts it "
+        "elsewhere" if created else "",
     )  # fmt: skip
     return SplitStates(np.load(rows_file, mmap_mode="r"), starts[ids[0]], starts[ids[1]])
