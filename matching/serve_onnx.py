@@ -40,6 +40,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                            f"{' '.join(args)}")  # fmt: skip
         if "ckpt" not in given:
             raise RunError("missing ckpt=<a folder written by matching-export format=onnx>")
+        from matching.inference import locate
+
+        if locate(str(given.ckpt))[0] != "onnx":
+            raise RunError(
+                f"ckpt={given.ckpt} is a trained run or a shared folder, not an exported ONNX model: export it where "
+                "the run is (matching-export ckpt=<run> format=onnx out=<folder>) and serve that folder here, or "
+                "serve the run itself with matching-serve ckpt=<run> backend=onnx"
+            )
         defaults = OmegaConf.load(config_dir() / "serve.yaml")
         for key in ("defaults", "hydra", "compare"):
             defaults.pop(key, None)

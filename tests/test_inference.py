@@ -297,3 +297,11 @@ def test_the_onnx_server_runs_in_a_venv_without_torch(exported, tmp_path):
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
+
+
+def test_the_onnx_server_refuses_a_run_in_one_paragraph(snli_run, capsys):
+    from matching.serve_onnx import main as serve_onnx_main
+
+    assert serve_onnx_main([f"ckpt={snli_run[0]}", "port=1"]) == 2
+    said = capsys.readouterr().err
+    assert "not an exported ONNX model" in said and "format=onnx" in said and "Traceback" not in said
