@@ -16,6 +16,13 @@ from omegaconf import OmegaConf
 from matching.errors import RunError
 from matching.serving.server import run_server
 
+USAGE = """Usage: matching-serve-onnx ckpt=<exported ONNX folder> [port=8000] [host=127.0.0.1] [quantize=int8]
+    [threads=0] [max_batch_size=32] [batch_timeout=0.0] [timeout=30] [limits.max_pairs=256] ...
+
+Serves a model exported with matching-export format=onnx on ONNX Runtime alone (no torch, Lightning or Hydra needed):
+the page at /, POST /classify and /rank, GET /health and /info; /align needs the PyTorch model (matching-serve).
+Keys: conf/serve.yaml's own, as key=value."""
+#: The keys `matching-serve-onnx` takes: conf/serve.yaml's own (the run's config is not there to override).
 EXPORTED_KEYS = ("ckpt", "host", "port", "threads", "max_batch_size", "batch_timeout", "timeout", "log_level",
                  "access_log", "limits", "quantize")  # fmt: skip
 
@@ -30,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in args):
-        print(main.__doc__.split("\n\n")[0])
+        print(USAGE)
         return 0
     try:
         given = OmegaConf.from_dotlist(args)
