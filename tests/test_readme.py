@@ -10,23 +10,35 @@ from matching import Matcher
 from tests.conftest import ROOT, SUBPROCESS_ENV
 
 
+def code_block(page: str, heading: str, language: str = "python") -> str:
+    """The first `language` code block under `heading` of a page of the repository."""
+    section = (ROOT / page).read_text().split(f"{heading}\n", 1)[1]
+    return section.split(f"```{language}\n", 1)[1].split("```", 1)[0]
+
+
 def python_section() -> str:
     """The code block of the README's "Use a trained model from Python"."""
-    section = (ROOT / "README.md").read_text().split("### Use a trained model from Python\n", 1)[1]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
+    return code_block("README.md", "### Use a trained model from Python")
+
+
+def run_where_the_docs_look(run_dir, tmp_path, code: str) -> subprocess.CompletedProcess:
+    """`code` run from a folder whose outputs/runs/wikiqa/coda holds `run_dir` as its one run (what the docs' code
+    finds as "the latest run's best checkpoint")."""
+    runs = tmp_path / "outputs" / "runs" / "wikiqa" / "coda"
+    runs.mkdir(parents=True, exist_ok=True)
+    (runs / "2026-01-01_00-00-00").symlink_to(run_dir)
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          env=SUBPROCESS_ENV, timeout=300)  # fmt: skip
 
 
 def test_the_readme_python_section_runs_as_written(wikiqa_run, tmp_path):
     run_dir, _ = wikiqa_run
-    runs = tmp_path / "outputs" / "runs" / "wikiqa" / "coda"
-    runs.mkdir(parents=True)
-    (runs / "2026-01-01_00-00-00").symlink_to(run_dir)
-    (runs / "2026-01-02_00-00-00").mkdir()  # a newer run killed before its first checkpoint: not "the latest run"
-    (runs / "2026-01-02_00-00-00" / "train.log").write_text("killed\n")
+    killed = tmp_path / "outputs" / "runs" / "wikiqa" / "coda" / "2026-01-02_00-00-00"
+    killed.mkdir(parents=True)  # a newer run killed before its first checkpoint: not "the latest run"
+    (killed / "train.log").write_text("killed\n")
     code = python_section()
     assert 10 <= len(code.splitlines()) <= 12 and "Matcher.load(run)" in code
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                          env=SUBPROCESS_ENV, timeout=300)  # fmt: skip
+    done = run_where_the_docs_look(run_dir, tmp_path, code)
     assert done.returncode == 0, done.stderr[-3000:]
     ranked, answers, aligned = done.stdout.splitlines()
     matcher = Matcher.load(run_dir)
@@ -39,8 +51,7 @@ def test_the_readme_python_section_runs_as_written(wikiqa_run, tmp_path):
 
 def own_pairs_section() -> str:
     """The bash block of the README's "Train on your own pairs"."""
-    section = (ROOT / "README.md").read_text().split("### Train on your own pairs\n", 1)[1]
-    return section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return code_block("README.md", "### Train on your own pairs", "bash")
 
 
 def test_the_readme_own_pairs_block_runs_as_written_offline(tmp_path):
@@ -76,19 +87,9 @@ def test_the_readme_own_pairs_block_runs_as_written_offline(tmp_path):
     assert (next((tmp_path / "outputs" / "runs" / "faq").glob("*/*")) / "negatives" / "train.jsonl").is_file()
 
 
-def ranking_use_section() -> str:
-    """The Python block of docs/ranking.md's "Use it: rank new candidates"."""
-    section = (ROOT / "docs" / "ranking.md").read_text().split("## Use it: rank new candidates\n", 1)[1]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
-
-
 def test_the_ranking_docs_use_it_section_runs_as_written(wikiqa_run, tmp_path):
     run_dir, _ = wikiqa_run
-    runs = tmp_path / "outputs" / "runs" / "wikiqa" / "coda"
-    runs.mkdir(parents=True)
-    (runs / "2026-01-01_00-00-00").symlink_to(run_dir)
-    done = subprocess.run([sys.executable, "-c", ranking_use_section()], cwd=tmp_path, capture_output=True, text=True,
-                          env=SUBPROCESS_ENV, timeout=300)  # fmt: skip
+    done = run_where_the_docs_look(run_dir, tmp_path, code_block("docs/ranking.md", "## Use it: rank new candidates"))
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     query = "how are glacier caves formed"
