@@ -475,3 +475,23 @@ def test_loading_the_encoder_draws_no_progress_bar(contextual_run, capfd):
     said = capfd.readouterr()
     assert "Loading weights" not in said.err + said.out and "it/s]" not in said.err
     assert transformers.utils.logging.is_progress_bar_enabled()
+
+
+def test_evaluating_the_dev_file_as_input_reuses_its_cached_states(contextual_run, capfd):
+    """`evaluate input=<the file training used as dev>`: the encoder's states cached for dev serve it (the split's
+    name is not part of what is cached); nothing is encoded again."""
+    from omegaconf import OmegaConf
+
+    from matching.data.sources import resolve_path
+    from matching.evaluate import main as evaluate_main
+
+    run_dir, _ = contextual_run
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    dev = resolve_path(cfg.task.splits.dev.path, cfg.paths.data_dir)
+    capfd.readouterr()
+    assert evaluate_main([f"ckpt={run_dir}", f"input={dev}", f"out={run_dir / 'as_input.json'}"]) == 0
+    said = capfd.readouterr().err  # the command's log (Hydra's stderr logging)
+    assert "contextual states reused from the cache" in said and "encoded" not in said
+    assert json.loads((run_dir / "as_input.json").read_text())["metrics"]["input/map"] == pytest.approx(
+        json.loads((run_dir / "metrics.json").read_text())["val/map"], abs=1e-6
+    )

@@ -45,7 +45,7 @@ class SplitStates:
 def state_files(encoder: ContextualEncoder, key: dict, folder: Path, name: str) -> tuple[Path, Path]:
     """The cache files of a split's states (rows, index) for `key` (the split's identity) and this encoder."""
     digest = hashlib.sha256(json.dumps([key, encoder.identity()], sort_keys=True, default=str).encode()).hexdigest()
-    stem = folder / f"{name}-{digest[:24]}"
+    stem = folder / f"{key.get('task') or name}-{digest[:24]}"  # by content: any split of the same file finds it
     return stem.with_suffix(".states.npy"), stem.with_suffix(".index.npz")
 
 

@@ -231,7 +231,10 @@ class PairDataModule(pl.LightningDataModule):
         split = self.task.splits[name]
         where = resolve_path(split.path, self.data_dir)
         return {
-            "task": self.task.name, "split": name, "file": file_stamp(where) or str(where),
+            # the split's name only where it changes the pairs (mined negatives: train's k or eval_k); else two
+            # splits of one file share what is cached for it (`evaluate input=<the dev file>` reuses dev's states)
+            "task": self.task.name, "split": name if self.miner is not None else None,
+            "file": file_stamp(where) or str(where),
             "slice": (split.start, split.stop),
             "train_questions": self.task.train_questions if name == "train" else None,
             "text": [self.tokenizer.lowercase, self.task.text_settings(), self.max_length],
