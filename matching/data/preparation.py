@@ -13,7 +13,7 @@ import logging
 import math
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -137,13 +137,17 @@ class PreparedPairs:
     tokens: np.ndarray
     cut: int
     lines: list[int]
+    _sides: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.a)
 
     def sides(self) -> np.ndarray:
-        """(N, 2) the model's token counts of both texts."""
-        return pair_sides(self.a, self.b)
+        """(N, 2) the model's token counts of both texts, counted once (the budget's check, the batches' order and
+        each batch's thread count all read them)."""
+        if self._sides is None:
+            self._sides = pair_sides(self.a, self.b)
+        return self._sides
 
     @classmethod
     def join(cls, parts: Sequence[PreparedPairs]) -> PreparedPairs:
