@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -209,43 +210,43 @@ def ids_inputs(text: TextPreparation):
     return text.ids
 
 
-def contextual_inputs(parts):
-    """The exported contextual model's inputs: the ids, and each side's word pieces in windows (made by the run's
-    encoder tokenizer, as the PyTorch model makes them)."""
-    source, text = parts.source, parts.text
+def piece_inputs(text: TextPreparation, pieces_of: Callable[[list[list[str]]], list[tuple]], frame: tuple[int, ...]):
+    """An exported contextual model's inputs: the ids, and each side's word pieces (`pieces_of`: each text's piece
+    ids and the word of each piece) in the windows `frame` describes (width, step, cls, sep and pad ids:
+    matching.data.preparation.piece_windows), as the run's PyTorch pipeline makes them."""
 
     def inputs(prepared: PreparedPairs, index: np.ndarray) -> dict[str, np.ndarray]:
         feed = text.ids(prepared, index)
         for side, words in (("a", prepared.words_a), ("b", prepared.words_b)):
-            pieces = source.pieces([words[i] for i in index])
-            feed |= {f"{side}_{name}": pieces[key].numpy() for name, key in zip(PIECE_INPUTS, PIECE_KEYS, strict=True)}
-        return feed
-
-    return inputs
-
-
-def exported_contextual_inputs(text: TextPreparation, folder: Path, spec: dict):
-    """An exported contextual model's inputs without torch: the ids, and each side's word pieces made by the
-    encoder's own tokenizer (encoder_tokenizer.json, from the `tokenizers` library) in the windows serving.json
-    describes, as the run's PyTorch pipeline makes them (matching.data.preparation.piece_windows)."""
-    from tokenizers import Tokenizer
-
-    ctx = spec["contextual"]
-    pieces = Tokenizer.from_file(str(folder / ctx["piece_tokenizer"]))
-    pieces.no_truncation()
-    pieces.no_padding()
-    frame = (int(ctx["window"]), int(ctx["step"]), int(ctx["cls_id"]), int(ctx["sep_id"]), int(ctx["pad_id"]))
-
-    def inputs(prepared: PreparedPairs, index: np.ndarray) -> dict[str, np.ndarray]:
-        feed = text.ids(prepared, index)
-        for side, words in (("a", prepared.words_a), ("b", prepared.words_b)):
-            encoded = pieces.encode_batch([list(words[i]) for i in index], is_pretokenized=True,
-                                          add_special_tokens=False)  # fmt: skip
-            windows = piece_windows([(e.ids, e.word_ids) for e in encoded], *frame)
+            windows = piece_windows(pieces_of([words[i] for i in index]), *frame)
             feed |= {f"{side}_{name}": windows[key] for name, key in zip(PIECE_INPUTS, PIECE_KEYS, strict=True)}
         return feed
 
     return inputs
+
+
+def contextual_inputs(parts):
+    """A run's contextual graph's inputs: its word pieces from the run's own encoder tokenizer."""
+    pieces = parts.source.pieces
+    return piece_inputs(parts.text, pieces.pieces, (pieces.width, pieces.step, pieces.cls, pieces.sep, pieces.pad))
+
+
+def exported_contextual_inputs(text: TextPreparation, folder: Path, spec: dict):
+    """An exported contextual folder's inputs without torch: its word pieces from the encoder's own tokenizer
+    (encoder_tokenizer.json, read by the `tokenizers` library), in the windows serving.json describes."""
+    from tokenizers import Tokenizer
+
+    ctx = spec["contextual"]
+    tokenizer = Tokenizer.from_file(str(folder / ctx["piece_tokenizer"]))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+
+    def pieces_of(texts: list[list[str]]) -> list[tuple]:
+        encoded = tokenizer.encode_batch([list(t) for t in texts], is_pretokenized=True, add_special_tokens=False)
+        return [(e.ids, e.word_ids) for e in encoded]
+
+    frame = (int(ctx["window"]), int(ctx["step"]), int(ctx["cls_id"]), int(ctx["sep_id"]), int(ctx["pad_id"]))
+    return piece_inputs(text, pieces_of, frame)
 
 
 # -- an exported ONNX folder: no torch --------------------------------------------------------------------------------
