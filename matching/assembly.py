@@ -17,19 +17,11 @@ from omegaconf import DictConfig
 from matching.configs import build
 from matching.data.embeddings import EmbeddingSource
 from matching.data.pipeline import TextPipeline
-from matching.data.preparation import Budget
+from matching.data.preparation import BATCH_CELLS, BATCH_TOKENS, Budget
 from matching.data.tasks import Task
 from matching.data.vocab import Tokenizer, Vocabulary
 from matching.errors import RunError
 from matching.model import DecomposableAttention
-from matching.run_files import (  # noqa: F401  (the helpers of a saved run's files: imported from here too)
-    check_checkpoint,
-    configured,
-    find_checkpoint,
-    find_run_dir,
-    saved_config,
-    with_dtype,
-)
 
 
 def build_task(cfg: DictConfig) -> Task:
@@ -68,7 +60,7 @@ def text_pipeline(
     task's kept tokens and trim), with the vocabulary once there is one."""
     data = cfg.data
     tokenizer = Tokenizer(data.get("lowercase", True), keep_tokens=task.keep_tokens)
-    budget = Budget(data.get("batch_cells", 16_777_216), data.get("batch_tokens", 65_536))
+    budget = Budget(data.get("batch_cells", BATCH_CELLS), data.get("batch_tokens", BATCH_TOKENS))
     return TextPipeline(task, tokenizer, data.get("max_length"), budget, source, vocab)
 
 

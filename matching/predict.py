@@ -38,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from matching.cli import command
 from matching.data.pairs import Pair
-from matching.data.tables import TABLE_FORMATS, read_new_pairs
+from matching.data.tables import TABLE_FORMATS, read_new_pairs, text_names
 from matching.errors import RunError
 from matching.files import existing
 from matching.matcher import Matcher, ranking
@@ -81,12 +81,6 @@ def predict(matcher: Matcher, pairs: Iterable[Pair], out: IO[str], batch_size: i
                                "p_match": round(r["p_match"], 6)} for r in ranked]}  # fmt: skip
         out.write(json.dumps(record, ensure_ascii=False) + "\n")
     return count
-
-
-def text_names(columns: dict[str, str | None]) -> tuple[str, str]:
-    """The keys of the two texts in what comes out: the run's own column names (`task.columns.a`/`.b`, e.g. claim
-    and evidence), else a and b."""
-    return str(columns.get("a") or "a"), str(columns.get("b") or "b")
 
 
 def predict_command(cfg: DictConfig) -> int:

@@ -22,20 +22,13 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from matching.assembly import (  # noqa: F401  (RunError and the checkpoint helpers: imported from here by commands)
-    RunError,
+from matching.assembly import (
     another_version,
-    build_model,
+    build_model,  # noqa: F401  (training's model, built from the parts inference uses)
     build_task,
-    check_checkpoint,
-    configured,
-    find_checkpoint,
-    find_run_dir,
     read_checkpoint,
     read_vocabulary,
-    saved_config,
     trained_model,
-    with_dtype,
 )
 from matching.configs import build
 from matching.data.datamodule import PairDataModule, split_prefix
@@ -45,9 +38,13 @@ from matching.data.pipeline import PreparedPairs, TextPipeline
 from matching.data.sources import labels_from_data
 from matching.data.tasks import Task
 from matching.data.vocab import Vocabulary
-from matching.errors import ConfigError
+from matching.errors import (
+    ConfigError,
+    RunError,  # noqa: F401  (imported from here by the commands and tests, as before)
+)
 from matching.files import write_atomic
 from matching.model import DecomposableAttention, MatchOutput
+from matching.run_files import check_checkpoint, find_checkpoint, find_run_dir
 from matching.system import MatchingSystem
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from matching.data.encoding import EncodedSplit, encode_split, keep_answered_que
 from matching.data.negatives import NegativeMiner
 from matching.data.pairs import Pair
 from matching.data.pipeline import TextPipeline
-from matching.data.preparation import Budget
+from matching.data.preparation import BATCH_CELLS, BATCH_TOKENS, Budget
 from matching.data.sources import read_split, resolve_path
 from matching.data.tasks import Task
 from matching.data.vocab import Tokenizer, Vocabulary
@@ -83,8 +83,8 @@ class PairDataModule(pl.LightningDataModule):
         on_bad_example: str = "error",
         cache: bool = True,
         vectors: EmbeddingSource | None = None,
-        batch_cells: int | None = 16_777_216,
-        batch_tokens: int | None = 65_536,
+        batch_cells: int | None = BATCH_CELLS,
+        batch_tokens: int | None = BATCH_TOKENS,
         pad_to: int = 1,
         whole_queries: bool = False,
         run_dir: str | os.PathLike | None = None,

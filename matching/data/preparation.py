@@ -33,6 +33,10 @@ class BatchTooLargeError(BadExampleError):
     """A pair that alone exceeds the batch budget; the message names it and the settings that fix it."""
 
 
+#: The memory budget of a batch when a config does not say (conf/train.yaml's `data.batch_cells`, `batch_tokens`).
+BATCH_CELLS, BATCH_TOKENS = 16_777_216, 65_536
+
+
 @dataclass(frozen=True)
 class Budget:
     """What one batch may hold, whatever the input: at most `cells` alignment cells (B · La · Lb, the size of the

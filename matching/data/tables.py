@@ -609,6 +609,12 @@ def _listed(preferred: Mapping[str, str | None]) -> str:
     return f" ({', '.join(named)})" if named else ""
 
 
+def text_names(columns: Mapping[str, Any]) -> tuple[str, str]:
+    """The names of a run's two texts in what it gives back (predictions, the page, its card, its HTTP messages): its
+    own column names (`task.columns.a`/`.b`, e.g. claim and evidence), else a and b."""
+    return str(columns.get("a") or "a"), str(columns.get("b") or "b")
+
+
 def pair_of_mapping(obj: object, where: str, preferred: Mapping[str, str | None] | None = None, line: int = 0) -> Pair:
     """A new pair from a dict (a JSON object of a request, an item given to Matcher): its texts under the run's own
     column names (`preferred`) or the usual ones (see read_new_pairs), its group under a group column if any."""

@@ -27,7 +27,16 @@ from typing import Any
 
 import numpy as np
 
-from matching.data.preparation import PIECE_INPUTS, PIECE_KEYS, Budget, PreparedPairs, TextPreparation, piece_windows
+from matching.data.preparation import (
+    BATCH_CELLS,
+    BATCH_TOKENS,
+    PIECE_INPUTS,
+    PIECE_KEYS,
+    Budget,
+    PreparedPairs,
+    TextPreparation,
+    piece_windows,
+)
 from matching.data.tasks import Task, keep_recent_turns
 from matching.data.vocab import Tokenizer, Vocabulary
 from matching.errors import RunError
@@ -138,17 +147,18 @@ def load(
 def from_weights(form: str, where: Path, backend: str, quantize: str | None, reduce_range: bool | None, device: str,
                  dtype: str | None, overrides: dict, config: Any, threads: int) -> Predictor:  # fmt: skip
     from matching import precision
-    from matching.assembly import configured, find_run_dir, read_checkpoint, read_vocabulary, trained_model
+    from matching.assembly import read_checkpoint, read_vocabulary, trained_model
     from matching.inference.torch_backend import TorchBackend, device_name
+    from matching.run_files import configured, find_run_dir
 
     settings = dict(overrides)
     if dtype is not None:
         settings["dtype"] = precision.check(dtype)
     device = device_name(device)
     if form == "run":
-        run_dir = find_run_dir(where)
-        from matching.assembly import saved_config as run_config
+        from matching.run_files import saved_config as run_config
 
+        run_dir = find_run_dir(where)
         cfg = configured(config if config is not None else run_config(where), settings)
         vocab, (weights, meta) = read_vocabulary(run_dir), read_checkpoint(where)
         weights_file = where
@@ -272,8 +282,8 @@ def from_export(graph: Path, quantize: str | None, reduce_range: bool | None, ov
                 eval_splits=[], keep_tokens=list(tokenizer.get("keep_tokens") or []),
                 trim_a=functools.partial(keep_recent_turns, **trim) if trim else None)  # fmt: skip
     budget = spec.get("budget") or {}
-    budget = Budget(overrides.get("data.batch_cells", budget.get("cells", 16_777_216)),
-                    overrides.get("data.batch_tokens", budget.get("tokens", 65_536)))  # fmt: skip
+    budget = Budget(overrides.get("data.batch_cells", budget.get("cells", BATCH_CELLS)),
+                    overrides.get("data.batch_tokens", budget.get("tokens", BATCH_TOKENS)))  # fmt: skip
     vocab = Vocabulary.load(folder / "vocab.txt")
     text = TextPreparation(task, Tokenizer(bool(tokenizer["lowercase"]), keep_tokens=task.keep_tokens),
                            spec.get("max_length"), budget, vocab)  # fmt: skip

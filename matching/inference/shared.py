@@ -106,7 +106,7 @@ def read_shared(
     """A shared folder's config, weights file, vocabulary, weights and metadata (what matching.assembly.trained_model
     builds the model from), read from YAML, text and safetensors only; `settings`: dotted config keys to override
     (see matching.inference.load); `config`: the folder's config as a command composed it (checked all the same)."""
-    from matching.assembly import configured
+    from matching.run_files import configured
 
     safetensors = require("safetensors", "hub", "loading a shared model folder (safetensors)")
     missing = [name for name in REQUIRED if not (folder / name).is_file()]

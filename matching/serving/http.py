@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from matching.data.tables import pair_of_mapping
+from matching.data.tables import pair_of_mapping, text_names
 from matching.errors import DataFormatError
 from matching.files import file_sha256
 from matching.inference import Predictor
@@ -91,7 +91,7 @@ def pair_refusal(index: int, pair: Any, columns: dict[str, str], err: DataFormat
     texts are found but are not strings: `err` says so)."""
     if "must be strings" in str(err):
         return f"invalid request: {err}"
-    a, b = columns.get("a") or "a", columns.get("b") or "b"
+    a, b = text_names(columns)
     example = json.dumps({a: "first text", b: "second text"})
     got = f"the keys {sorted(pair)}" if isinstance(pair, dict) else f"{pair!r:.60}"
     other = "" if (a, b) == ("a", "b") else ' or {"a": ..., "b": ...}'

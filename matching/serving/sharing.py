@@ -36,6 +36,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from matching.configs import CONF
+from matching.data.tables import text_names
 from matching.data.vocab import hf_tokenizer
 from matching.extras import require
 from matching.files import write_atomic, write_json, write_text_atomic
@@ -168,7 +169,7 @@ def model_card(run: TrainedRun, metrics: dict[str, float], encoder: dict | None)
     data = "<br>".join(describe_data(provenance)) or "(not recorded: a run trained before provenance.json)"
     examples = run_examples(run.run_dir) or []
     own = run.cfg.task.get("columns") or {}  # the run's own names of its texts (claim, evidence), else a and b
-    a, b, label = own.get("a") or "a", own.get("b") or "b", own.get("label") or "label"
+    (a, b), label = text_names(own), own.get("label") or "label"
     head = (
         "| question | candidates (✓ correct) |\n|---|---|"
         if kind == "rank"
