@@ -101,9 +101,8 @@ class Worker:
             from omegaconf import OmegaConf
 
             config = OmegaConf.create(config)
-        predictor = load(spec.ckpt, backend=spec.backend, quantize=spec.quantize, device=spec.device, config=config,
-                         threads=spec.threads)  # fmt: skip
-        predictor.backend.set_threads(spec.threads, spec.cap)
+        predictor = load(spec.ckpt, backend=spec.backend, quantize=spec.quantize, device=spec.device, config=config)
+        predictor.backend.set_threads(spec.threads, spec.cap)  # the worker's share of the cores
         self.matcher = Matcher(predictor)
         self.predictor = predictor
         # A word outside the vocabulary has no trained vector: it hashes to one of the OOV buckets' random vectors
