@@ -207,7 +207,7 @@ def processor_line() -> str:
     from torch.backends.cpu import get_cpu_capability
 
     from matching.precision import bf16_instructions, cpu_flags
-    from matching.train import cpu_model
+    from matching.training import cpu_model
 
     flags = [f for f in ISA_FLAGS if f in cpu_flags()] or ["(flags not readable here)"]
     bf16 = bf16_instructions() or "none: bf16 is emulated, expect it slower than fp32"

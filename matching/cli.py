@@ -139,9 +139,31 @@ def compose_config(config_name: str, overrides: Sequence[str] = ()) -> DictConfi
         raise OverrideError(_override_message(config_name, overrides, err)) from err
 
 
-def _compose(config_name: str, overrides: list[str]) -> DictConfig:
+def _compose(config_name: str, overrides: list[str], with_hydra: bool = False) -> DictConfig:
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3", job_name=config_name):
-        return compose(config_name, overrides=overrides)
+        return compose(config_name, overrides=overrides, return_hydra_config=with_hydra)
+
+
+def check_arguments(config_name: str, argv: Sequence[str]) -> None:
+    """An OverrideError or UsageError for a mistake in a plain command line (no `-m`, `--cfg`, `--help`: those are
+    Hydra's to answer): an unknown key, an option of a group that does not exist, an unparsable override, or a
+    required key (`???`) not given. Composed once here, before Hydra runs the command: on a mistake Hydra would
+    compose it twice (once to find the mode, once to run) before failing, and the message a third time; answering
+    here keeps a typo under a second (benchmarks/bench_cli_errors.py). A correct command line costs one composition
+    more (~0.1 s)."""
+    overrides = list(argv)
+    try:
+        cfg = _compose(config_name, overrides, with_hydra=True)
+    except HydraException as err:
+        raise OverrideError(_override_message(config_name, overrides, err)) from None
+    missing = [key for key in cfg if key != "hydra" and OmegaConf.is_missing(cfg, key)]
+    if missing:
+        raise UsageError(_missing_message(missing[0], str(cfg.hydra.help.header)))
+
+
+def _missing_message(key: str, usage: str) -> str:
+    usage = usage.strip()
+    return f"missing {key}=<value>; {usage[0].lower()}{usage[1:]}"
 
 
 def _override_message(config_name: str, overrides: list[str], err: HydraException) -> str:
@@ -252,8 +274,7 @@ def command(
         try:
             return body(cfg)
         except MissingMandatoryValue as err:  # a `???` key of the command's YAML that the user did not give
-            usage = HydraConfig.get().help.header.strip()
-            missing = UsageError(f"missing {err.full_key}=<value>; {usage[0].lower()}{usage[1:]}")
+            missing = UsageError(_missing_message(err.full_key, HydraConfig.get().help.header))
             raise SystemExit(report_error(missing)) from None
         except UserError as err:
             raise SystemExit(report_error(err)) from None
@@ -268,6 +289,8 @@ def command(
         try:
             check_plugins(argv)
             register_trained_run(argv, required=uses_run)
+            if not any(arg.startswith("-") for arg in argv):
+                check_arguments(config_name, argv)
         except UserError as err:
             return report_error(err)
         except Exception as err:

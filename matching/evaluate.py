@@ -16,20 +16,20 @@ import copy
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import lightning.pytorch as pl
-from hydra.utils import instantiate
 from omegaconf import DictConfig, open_dict
 
 from matching.cli import command
-from matching.data.datamodule import split_prefix
-from matching.data.tasks import Task
-from matching.errors import MissingFileError
+from matching.errors import MissingFileError, RunError
 from matching.files import existing, write_json
-from matching.metrics import chance_warnings
-from matching.results.scores import write_recorded
-from matching.runs import RunError, TrainedRun, find_checkpoint, load_trained
-from matching.system import MatchingSystem
+from matching.run_files import find_checkpoint
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+    from matching.data.tasks import Task
+    from matching.runs import TrainedRun
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,8 @@ def splits_for(requested: str, task: Task) -> list[str]:
 
 def evaluation_trainer(cfg: DictConfig) -> pl.Trainer:
     """The run's own trainer settings (accelerator, precision, determinism), on one device, writing nothing."""
+    from hydra.utils import instantiate
+
     return instantiate(
         cfg.trainer, devices=1, num_nodes=1, strategy="auto", logger=False, enable_checkpointing=False,
         enable_model_summary=False, deterministic=bool(cfg.get("deterministic", False)),
@@ -59,6 +61,11 @@ def evaluation_trainer(cfg: DictConfig) -> pl.Trainer:
 
 def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None, backend: str = "torch",
                  quantize: str | None = None) -> dict[str, float]:  # fmt: skip
+    from matching.data.datamodule import split_prefix
+    from matching.metrics import chance_warnings
+    from matching.results.scores import write_recorded
+    from matching.system import MatchingSystem
+
     names = splits_for(split, run.task)
     scorer = onnx_scorer(run, quantize) if backend == "onnx" or quantize else None  # before the splits are read
     run.data.prepare_splits(names)
@@ -128,6 +135,10 @@ def onnx_scorer(run: TrainedRun, quantize: str | None):
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """The `evaluate` command on a composed config (conf/evaluate.yaml over the run's saved config)."""
+    # Imported here, not at the top: torch and Lightning load only after Hydra has read the arguments, so that
+    # a typo is answered in under a second (benchmarks/bench_cli_errors.py).
+    from matching.runs import load_trained
+
     backend, quantize = str(cfg.get("backend") or "torch"), cfg.get("quantize")
     if backend not in ("torch", "onnx") or quantize not in (None, "int8"):
         raise RunError(f"evaluate takes backend=torch|onnx and quantize=int8 or null, got backend={backend} "

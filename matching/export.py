@@ -25,14 +25,19 @@ from hydra.utils import get_object
 from omegaconf import DictConfig
 
 from matching.cli import command
+from matching.errors import RunError
 from matching.inference import REPO_ID
-from matching.runs import RunError, find_checkpoint, load_trained
-from matching.serving.formats import check_format, export
-from matching.serving.sharing import push
+from matching.run_files import find_checkpoint
 
 
 def export_command(cfg: DictConfig) -> Path:
     """The `export` command on a composed config (conf/export.yaml over the run's saved config)."""
+    # Imported here, not at the top: torch and Lightning load only after Hydra has read the arguments, so that
+    # a typo is answered in under a second (benchmarks/bench_cli_errors.py).
+    from matching.runs import load_trained
+    from matching.serving.formats import check_format, export
+    from matching.serving.sharing import push
+
     fmt = cfg.format
     check_format(fmt, get_object(cfg.embeddings._target_), str(cfg.ckpt))  # before the run (an encoder) is loaded
     if cfg.push_to_hub and (fmt != "hub" or not cfg.repo_id or not REPO_ID.match(str(cfg.repo_id))):

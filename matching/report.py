@@ -21,11 +21,14 @@ from omegaconf import DictConfig, ListConfig
 from matching.cli import command
 from matching.errors import MissingFileError
 from matching.results.rows import Row
-from matching.results.study import report
 
 
 def report_command(cfg: DictConfig) -> list[Row]:
     """The `report` command on its composed config (conf/report.yaml)."""
+    # Imported here, not at the top: its charts and scores load torch; a typo is answered before that, in under a
+    # second (benchmarks/bench_cli_errors.py).
+    from matching.results.study import report
+
     runs = cfg.runs if isinstance(cfg.runs, ListConfig) else [cfg.runs]
     if not runs:
         raise MissingFileError("runs= names no folder; give a multirun or run directory, or a list: runs=[a,b]")

@@ -16,9 +16,6 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from matching.cli import check_plugins, command
 from matching.errors import ConfigError, MissingFileError
-from matching.studies.page import write_page
-from matching.studies.protocol import Launch, StudyIncomplete, run_study
-from matching.studies.spec import read_spec
 
 
 def _list(node: object, key: str) -> tuple[str, ...]:
@@ -57,6 +54,12 @@ def study_node(cfg: DictConfig, chosen: str | None = None) -> DictConfig:
 
 def study_command(cfg: DictConfig) -> Path:
     """The `study` command on its composed config; returns the page."""
+    # Imported here, not at the top: the study's modules load torch; a typo is answered before that, in under a
+    # second (benchmarks/bench_cli_errors.py).
+    from matching.studies.page import write_page
+    from matching.studies.protocol import Launch, StudyIncomplete, run_study
+    from matching.studies.spec import read_spec
+
     chosen = HydraConfig.get().runtime.choices.get("study")
     spec = read_spec(study_node(cfg, chosen), _list(cfg.tasks, "tasks") or None, _list(cfg.train, "train"))
     out = Path(str(cfg.out)) if cfg.out else Path(str(cfg.paths.output_root)) / "studies" / spec.name

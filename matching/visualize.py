@@ -23,19 +23,20 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from omegaconf import DictConfig
 
-from matching.alignment_figures import draw_histograms, heatmap
 from matching.cli import command
 from matching.errors import RunError
 from matching.files import write_json
-from matching.inference import load
-from matching.matcher import Matcher
 from matching.matrices import describe
 from matching.results.discovery import option_name
-from matching.runs import TrainedRun, find_checkpoint, load_trained
+from matching.run_files import find_checkpoint
+
+if TYPE_CHECKING:
+    from matching.runs import TrainedRun
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +81,19 @@ def visualize(cfg: DictConfig) -> Path:
     compare = list(cfg.get("compare") or [])
     if compare and cfg.mode != "heatmap":
         raise RunError("compare= draws several runs' heat-maps of one pair: it needs mode=heatmap")
+    # Imported here, not at the top: a typo is answered before the model's modules load (under a second).
+    from matching.alignment_figures import draw_histograms, heatmap
+    from matching.inference import load
+    from matching.matcher import Matcher
+
     others = tuple(Matcher.load(path, backend="torch") for path in compare)  # each run as it was saved
     if cfg.mode == "heatmap":
         matcher = Matcher(load(cfg.ckpt, backend="torch", config=cfg))
         out = Path(cfg.out or matcher.predictor.about["run_dir"] / ("alignments.png" if others else "alignment.png"))
         heatmap(matcher, str(cfg.a), str(cfg.b), out, cfg.show_intra, others)
     else:  # a split's matrices: the run's data module reads it
+        from matching.runs import load_trained
+
         run = load_trained(find_checkpoint(cfg.ckpt), cfg)
         values = matrix_values(run, str(cfg.split), int(cfg.max_pairs))
         out = Path(cfg.out or run.run_dir / f"matrix_values_{cfg.split}.png")

@@ -23,7 +23,7 @@ from matching.attention import (
     sparsemax,
 )
 from matching.errors import ConfigError
-from matching.train import train
+from matching.training import train
 
 A = torch.tensor([[[1.0, 0.0, 2.0, 0.0], [0.0, 1.0, 0.0, 1.0]]])  # (1, 2, 4)
 B = torch.tensor([[[1.0, 1.0, 1.0, 1.0], [2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 3.0]]])  # (1, 3, 4)

@@ -16,7 +16,7 @@ from hydra.errors import ConfigCompositionException
 from matching.data.encoding import EmptyTextError, LabelError
 from matching.data.tables import read_new_pairs
 from matching.runs import RunError, build_datamodule
-from matching.train import train
+from matching.training import train
 
 
 def _snli(tmp_path, rows):

@@ -1,6 +1,7 @@
 """One way in: every command is a Hydra app with --help, the same override grammar, the run's saved config under
 the command's own, and one way of reporting a user's mistake (one `error:` paragraph, exit status 2)."""
 
+import subprocess
 import sys
 
 import pytest
@@ -130,6 +131,7 @@ def test_a_missing_extra_is_named(snli_run, tmp_path, monkeypatch, capsys):
 
 #: A training whose model breaks in its second epoch: a bug of ours, injected into a subprocess.
 BROKEN_SECOND_EPOCH = """
+import subprocess
 import sys
 from matching import system, train
 
@@ -167,3 +169,26 @@ def test_a_bug_of_ours_shows_its_traceback_says_so_and_keeps_what_was_computed(t
     header, *rows = (run / "logs" / "metrics.csv").read_text().splitlines()
     val = header.split(",").index("val/acc")
     assert [r.split(",")[val] for r in rows if r.split(",")[val]]  # the first epoch's dev score
+
+
+#: Each command with its usual arguments before a typo (`{run}`: a run directory).
+TYPO_COMMANDS = {
+    "train": [], "evaluate": ["ckpt={run}"], "predict": ["ckpt={run}", "input=-"], "visualize": ["ckpt={run}"],
+    "export": ["ckpt={run}"], "serve": ["ckpt={run}"], "report": ["runs=outputs"], "study": [],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(TYPO_COMMANDS))
+def test_a_typo_is_answered_before_torch_and_lightning_load(name, snli_run, tmp_path):
+    """The time of the answer is a benchmark's figure (benchmarks/bench_cli_errors.py, docs/performance.md); what
+    keeps it under a second is checkable here: a command reads its arguments before it imports the heavy libraries."""
+    run, _ = snli_run
+    argv = [w.format(run=run) for w in TYPO_COMMANDS[name]] + ["unknwon_key=1"]
+    code = (
+        f"import sys; from matching.{name} import main; status = main({argv!r}); "
+        "heavy = sorted(m for m in ('torch', 'lightning', 'transformers', 'matplotlib') if m in sys.modules); "
+        "print(status, heavy)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, input="")
+    assert done.stdout.strip() == "2 []", done.stdout + done.stderr[-2000:]
+    assert "unknwon_key" in done.stderr and "Traceback" not in done.stderr

@@ -22,6 +22,7 @@ from hydra import compose, initialize_config_dir
 
 from matching import report as report_module
 from matching import train as train_module
+from matching import training
 from matching.results.discovery import find_runs
 from matching.results.tables import summarise, to_markdown
 
@@ -107,7 +108,7 @@ def test_a_signalled_run_writes_last_ckpt_at_that_step_then_stops(make_cfg, name
         cfg = make_cfg("trainer.max_epochs=3", f"+callbacks.signal._target_={__name__}.SignalAt",
                        "+callbacks.signal.step=1", f"+callbacks.signal.signal={name}")  # fmt: skip
         with pytest.raises(Requeued if name == "SIGUSR1" else SystemExit) as stopped:
-            train_module.train(cfg)
+            training.train(cfg)
         assert signal.getsignal(signal.SIGUSR1) is requeue  # our handler is gone again
     finally:
         signal.signal(signal.SIGUSR1, previous)
@@ -117,7 +118,7 @@ def test_a_signalled_run_writes_last_ckpt_at_that_step_then_stops(make_cfg, name
     state = torch.load(last, weights_only=False)
     assert state["global_step"] == 2 and state["epoch"] == 0
     assert not (Path(cfg.paths.output_dir) / "metrics.json").exists()
-    assert train_module.train(make_cfg(f"resume={cfg.paths.output_dir}"))["epochs"] == 3  # continues from that step
+    assert training.train(make_cfg(f"resume={cfg.paths.output_dir}"))["epochs"] == 3  # continues from that step
 
 
 def test_a_run_stopped_mid_epoch_by_a_signal_resumes_to_the_uninterrupted_result(tmp_path):
@@ -125,12 +126,12 @@ def test_a_run_stopped_mid_epoch_by_a_signal_resumes_to_the_uninterrupted_result
     batches it had not seen, in the same order, with the same dropout: the weights, dev metrics and the training
     accuracy of the interrupted epoch equal those of a run never stopped."""
     common = ("trainer.max_epochs=2", "deterministic=true", "callbacks.early_stopping=null", "seed=4")
-    reference = train_module.train(compose_train(tmp_path / "whole", *common))
+    reference = training.train(compose_train(tmp_path / "whole", *common))
     stopped = compose_train(tmp_path / "stopped", *common, f"+callbacks.signal._target_={__name__}.SignalAt",
                             "+callbacks.signal.step=1", "+callbacks.signal.signal=SIGTERM")  # fmt: skip
     with pytest.raises(SystemExit):
-        train_module.train(stopped)
-    resumed = train_module.train(compose_train(tmp_path / "stopped", f"resume={stopped.paths.output_dir}"))
+        training.train(stopped)
+    resumed = training.train(compose_train(tmp_path / "stopped", f"resume={stopped.paths.output_dir}"))
     untimed = lambda metrics: {k: v for k, v in metrics.items() if "seconds" not in k}  # noqa: E731
     assert untimed(resumed) == untimed(reference) and "val/loss" in resumed
 

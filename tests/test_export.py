@@ -10,7 +10,7 @@ from conftest import compose_train
 from matching.export import main
 from matching.inference.onnx_graph import ServingModel, example_inputs
 from matching.runs import load_trained
-from matching.train import train
+from matching.training import train
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from matching.evaluate import main as evaluate_main
 from matching.export import main as export_main
 from matching.predict import main as predict_main
 from matching.report import main as report_main
-from matching.train import train
+from matching.training import train
 from matching.visualize import main as visualize_main
 
 THROWAWAY_ALIGNER = '''

@@ -329,7 +329,7 @@ def test_a_trained_binary_run_reports_and_selects_by_f1(tmp_path):
     epoch of the best dev F1, and metrics.json and evaluate's JSON carry every metric."""
     from conftest import compose_train, evaluate
 
-    from matching.train import train
+    from matching.training import train
 
     # lr 0.01: the dev F1 of this seed rises at epoch 2 and falls back (on the machine the test was written on)
     cfg = compose_train(tmp_path, "task=scitail", "trainer.max_epochs=6", "optim.lr=0.01", "task.monitor=val/f1")
@@ -353,7 +353,7 @@ def test_a_trained_binary_run_reports_and_selects_by_f1(tmp_path):
 def test_an_unknown_monitor_is_refused_before_any_data_is_prepared(tmp_path):
     from conftest import compose_train
 
-    from matching.train import train
+    from matching.training import train
 
     cfg = compose_train(tmp_path, "task=scitail", "task.monitor=val/f2")
     with pytest.raises(ConfigError, match=r"task.monitor='val/f2' is not a metric .* val/f1, val/precision"):
@@ -385,7 +385,7 @@ def test_a_ranking_no_better_than_chance_is_told_apart_from_one_that_ranks():
 
 def test_a_ranking_run_that_learned_nothing_says_so(make_cfg, caplog):
     """An untrained model (lr 0) ranks WikiQA's fixture dev no better than chance: training ends with a warning."""
-    from matching.train import train
+    from matching.training import train
 
     with caplog.at_level(logging.WARNING, logger="matching.train"):
         train(make_cfg("task=wikiqa", "trainer.max_epochs=1", "optim.lr=0"))

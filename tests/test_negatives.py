@@ -101,7 +101,7 @@ def _mined_file(run_dir, split):
 @pytest.fixture(scope="module")
 def positives_run(tmp_path_factory):
     """A 2-epoch listwise run on the positives-only JSON Lines fixture: (run directory, metrics)."""
-    from matching.train import train
+    from matching.training import train
 
     cfg = compose_train(
         tmp_path_factory.mktemp("positives"), "task=pairs_positives", "trainer.max_epochs=2", "loss.kind=listwise",

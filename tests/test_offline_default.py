@@ -21,7 +21,7 @@ CLAIMS = [f"task.splits.train.path={OWN / 'claims_train.tsv'}", f"task.splits.de
 
 def composed(*overrides: str):
     """The train config as `matching-train <overrides>` composes it (Hydra's overrides recorded, as under the CLI)."""
-    from matching.train import config_choices
+    from matching.training import config_choices
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=list(overrides), return_hydra_config=True)

@@ -15,7 +15,7 @@ from conftest import FIXTURES, compose_train
 
 from matching.data.tables import read_new_pairs, read_pair_table
 from matching.errors import DataFormatError
-from matching.train import train
+from matching.training import train
 
 OWN = FIXTURES / "own"
 

@@ -10,7 +10,7 @@ from hydra.utils import instantiate
 from matching import Matcher, precision
 from matching.data.pairs import Pair
 from matching.runs import build_datamodule, build_model, build_system, load_trained
-from matching.train import train
+from matching.training import train
 from tests.conftest import evaluate
 
 NLI = [("A man plays a guitar.", "A person makes music."), ("Two dogs run in a field.", "The cats sleep."),

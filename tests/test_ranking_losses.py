@@ -138,7 +138,7 @@ def test_queries_without_a_positive_and_a_negative_are_counted(caplog):
 
 @pytest.mark.parametrize("kind", ["pairwise", "listwise"])
 def test_a_ranking_loss_trains_and_evaluates_as_pointwise_does(make_cfg, kind):
-    from matching.train import train
+    from matching.training import train
 
     cfg = make_cfg("task=wikiqa", "trainer.max_epochs=2", f"loss.kind={kind}")
     metrics = train(cfg)
@@ -147,7 +147,7 @@ def test_a_ranking_loss_trains_and_evaluates_as_pointwise_does(make_cfg, kind):
 
 
 def test_class_weights_belong_to_the_pointwise_loss(make_cfg):
-    from matching.train import train
+    from matching.training import train
 
     with pytest.raises(ConfigError, match="loss.class_weights weighs the pointwise"):
         train(make_cfg("task=wikiqa", "trainer.max_epochs=1", "loss.kind=listwise", "loss.class_weights=balanced"))
@@ -162,7 +162,7 @@ def test_class_weights_belong_to_the_pointwise_loss(make_cfg):
 def test_a_loss_that_cannot_train_is_refused_before_any_data_is_read(make_cfg, tmp_path, overrides, said):
     """The loss's settings are checked with the config: with a data folder that does not exist, the error is the
     loss's, not the missing corpus's (which reading would have met first)."""
-    from matching.train import train
+    from matching.training import train
 
     with pytest.raises(ConfigError) as err:
         train(make_cfg(*overrides, f"paths.data_dir={tmp_path / 'nowhere'}"))

@@ -15,7 +15,7 @@ from conftest import ROOT, SUBPROCESS_ENV, big_snli, cli_overrides, evaluate
 from matching.callbacks import NonFiniteLossError
 from matching.data.batching import BucketBatchSampler
 from matching.runs import AtomicCheckpointIO, load_trained
-from matching.train import train
+from matching.training import train
 
 ENV = SUBPROCESS_ENV
 

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf, open_dict
 
 from matching.data.tables import DataFormatError
 from matching.run_names import data_name, hub_name
-from matching.train import train
+from matching.training import train
 
 OWN = FIXTURES / "own"
 CLAIMS = [f"task.splits.train.path={OWN / 'claims_train.tsv'}", f"task.splits.dev.path={OWN / 'claims_dev.tsv'}",

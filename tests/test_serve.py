@@ -182,7 +182,7 @@ def wide_run(tmp_path_factory):
     """A CoDA fixture run at the real hidden width (200), 2 epochs (in fp32, as every fixture run: the weights do not
     depend on the machine). At the fixtures' width of 16 no answer moves with its batch in bf16; at 200 a few of 300
     do, as the full-size models' answers do."""
-    from matching.train import train
+    from matching.training import train
 
     cfg = compose_train(tmp_path_factory.mktemp("wide"), "trainer.max_epochs=2", "model.hidden=200", "aligner=coda")
     train(cfg)

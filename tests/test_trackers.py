@@ -8,7 +8,7 @@ import pytest
 from conftest import compose_train
 
 from matching.extras import MissingExtraError
-from matching.train import train
+from matching.training import train
 
 
 def test_wandb_offline_and_the_csv_log_at_once(tmp_path, monkeypatch):

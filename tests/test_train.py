@@ -12,7 +12,7 @@ import torch
 from conftest import evaluate
 
 from matching.callbacks import EpochTimer, build_callbacks
-from matching.train import cpu_model, train
+from matching.training import cpu_model, train
 
 ALIGNERS = ["softmax", "coda", "conflict", "softmax_conflict"]
 

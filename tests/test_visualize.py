@@ -31,7 +31,7 @@ def test_heatmap_for_coda_shows_affinity_gate_and_m(wikiqa_run, tmp_path, capsys
 
 
 def test_heatmap_for_softmax_labels_tokens_with_null(make_cfg, tmp_path):
-    from matching.train import train
+    from matching.training import train
 
     cfg = make_cfg("trainer.max_epochs=1", "model.null_token=true", "intra=softmax")
     train(cfg)
@@ -153,7 +153,7 @@ def test_value_range_is_what_each_matrix_can_take_by_its_formula():
 
 
 def test_compare_draws_several_runs_heatmaps_of_one_pair_side_by_side(snli_run, make_cfg, tmp_path, monkeypatch):
-    from matching.train import train
+    from matching.training import train
 
     cfg = make_cfg("trainer.max_epochs=1", "aligner=attention", "aligner.distribution=sparsemax", "aligner.heads=4")
     train(cfg)

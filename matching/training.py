@@ -1,0 +1,300 @@
+"""Training one model, for the `train` command (matching/train.py, which imports this only once Hydra has read the
+command line) and for Python: `train(cfg)` on a composed config (`matching.cli.compose_config("train", [...])`).
+
+A run directory holds `config.yaml` (resolved), `vocab.txt`, `checkpoints/{best,last}.ckpt`,
+`metrics.json` (dev metrics of the best checkpoint, its epoch `best_epoch` counted from 1 as in the CSV log and the
+progress bar, optional test metrics, timing), the CSV log, `provenance.json` (the data and embeddings by file name
+and sha256, matching.provenance) and, for a task without curated examples, `examples.json` (a few dev pairs for the
+server's page). A new run that fails before its first checkpoint leaves `outputs/runs/` (see `set_aside`).
+Checkpoints are written atomically at the end of every epoch; `python -m matching.train resume=<run dir>`
+continues an interrupted run from its last completed epoch, with its own saved config. A job of a sweep (`-m`)
+does the same by itself: relaunched into the same sweep directory, it skips a complete run and continues an
+interrupted one (see matching/sweeps.py). A run told to stop (SIGTERM, or the SIGUSR1/SIGUSR2 that SLURM sends
+before a time limit or preemption) first writes `last.ckpt` at the end of the current training step.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+# By name: a sweep launcher (submitit) pickles this module's functions, and cloudpickle cannot pickle
+# torch.backends.cpu reached as an attribute (a GenericModule).
+from torch.backends.cpu import get_cpu_capability
+
+from matching.callbacks import EpochNumbers, run_callbacks
+from matching.configs import check_config
+from matching.data.datamodule import PairDataModule, split_prefix
+from matching.data.vocab import Vocabulary
+from matching.extras import check_installed
+from matching.files import write_json, write_text_atomic
+from matching.metrics import chance_warnings, check_monitor, positive_index
+from matching.precision import describe
+from matching.provenance import write_provenance
+from matching.results.scores import write_recorded
+from matching.runs import (
+    AtomicCheckpointIO,
+    RunError,
+    build_datamodule,
+    build_model,
+    build_system,
+    check_writable,
+    find_run_dir,
+)
+from matching.serving.examples import curated, write_run_examples
+from matching.sweeps import check_sweep_processes, is_sweep_job, prior_run
+
+log = logging.getLogger(__name__)
+
+#: The mark of a new run that failed before its first checkpoint (see `set_aside`).
+FAILED = "failed.txt"
+
+
+def _resume_config(resume: str) -> tuple[DictConfig, Path]:
+    """The saved config of the run to resume and its last checkpoint."""
+    target = Path(resume)
+    run_dir = find_run_dir(target) if target.suffix == ".ckpt" else target
+    if not (run_dir / "config.yaml").exists():
+        raise RunError(f"resume={resume}: no config.yaml there; give the run directory (the one holding checkpoints/)")
+    ckpt = target if target.suffix == ".ckpt" else run_dir / "checkpoints" / "last.ckpt"
+    if not ckpt.exists():
+        raise RunError(
+            f"resume={resume}: no checkpoint at {ckpt}; the run ended before its first epoch, start it again"
+        )
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    return cfg, ckpt
+
+
+def config_choices() -> dict[str, str]:
+    """The option chosen in each config group (`task: wikiqa`, `aligner: coda`, ...), saved with the run so that
+    reports name aligners and tasks by the names a user typed; empty when the config was not composed by Hydra."""
+    if not HydraConfig.initialized():
+        return {}
+    choices = HydraConfig.get().runtime.choices
+    return {k: v for k, v in choices.items() if v is not None and not k.startswith("hydra")}
+
+
+def _floats(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items()}
+
+
+def numerics(cfg: DictConfig) -> str:
+    """What a seed's numbers depend on besides the config and the data: the torch version, the CPU kernel set
+    (PyTorch picks AVX-512 or AVX2 kernels at run time, and they round differently: a softmax over 8 to 15 entries
+    is computed element by element by the AVX-512 kernels and vectorised by the AVX2 ones, and a longer one sums in
+    another order; `ATEN_CPU_CAPABILITY=avx2` makes an AVX-512 machine use the AVX2 kernels), the processor (the
+    same seed, code and kernel set gave other numbers on an Intel Xeon than on an AMD EPYC), the threads, the GPU,
+    and the arithmetic the model computes in (`dtype`, matching.precision)."""
+    threads = torch.get_num_threads()
+    parts = [f"torch {torch.__version__}", f"CPU kernels {get_cpu_capability()}"]
+    if processor := cpu_model():
+        parts.append(f"processor {processor}")
+    parts.append(f"{threads} thread{'s' * (threads > 1)}")
+    gpu = cfg.trainer.get("accelerator") in ("gpu", "cuda") and torch.cuda.is_available()
+    if gpu:
+        parts.append(f"GPU {torch.cuda.get_device_name()}, precision {cfg.trainer.get('precision')}")
+    parts.append(f"dtype {describe(cfg.get('dtype', 'fp32'), 'cuda' if gpu else 'cpu')}")
+    if cfg.get("deterministic"):
+        parts.append("deterministic algorithms")
+    return ", ".join(parts)
+
+
+def cpu_model() -> str:
+    """The processor's model name as the operating system gives it (Linux: /proc/cpuinfo), or "" where it does not."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            return next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "")
+    except OSError:
+        return ""
+
+
+#: The loggers that need an extra: (module, extra).
+LOGGER_EXTRAS = {"WandbLogger": ("wandb", "wandb"), "MLFlowLogger": ("mlflow", "mlflow"),
+                 "TensorBoardLogger": ("tensorboard", "tensorboard")}  # fmt: skip
+
+
+def build_loggers(cfg: DictConfig) -> list[pl.loggers.Logger] | bool:
+    """The configured loggers (`logger=csv`, or several: `logger=[csv,wandb,mlflow]`), each under its own key of
+    `logger`; a run saved before loggers were keyed holds one `_target_` node. False without any. A logger whose
+    library is not installed is a MissingExtraError naming the extra."""
+    node = cfg.get("logger")
+    if not node:
+        return False
+    nodes = [node] if "_target_" in node else [n for n in node.values() if n is not None]
+    for each in nodes:
+        name = str(each._target_).rpartition(".")[2]
+        if name in LOGGER_EXTRAS:
+            module, extra = LOGGER_EXTRAS[name]
+            check_installed(module, extra, f"logger={extra}")
+    loggers = [instantiate(each) for each in nodes]
+    settings = OmegaConf.to_container(cfg, resolve=True)
+    for logger in loggers:  # a tracker shows the run's config beside its metrics (the CSV log has config.yaml)
+        if not isinstance(logger, pl.loggers.CSVLogger):
+            logger.log_hyperparams(settings)
+    return loggers or False
+
+
+def check_metrics(cfg: DictConfig, dm) -> None:
+    """Before any data is prepared: the positive label is one of the task's labels, and every callback's monitored
+    metric (`task.monitor`, which checkpointing and early stopping follow) is one the run logs."""
+    positive = positive_index(dm.labels, dm.task.positive_label, dm.task.kind)
+    if positive is not None and dm.task.kind == "classify":
+        log.info("binary metrics (f1, precision, recall, ap, auroc) are those of the label %r", dm.labels[positive])
+    prefixes = [split_prefix(s) for s in dm.eval_splits]
+    for name, node in (cfg.get("callbacks") or {}).items():
+        if node is not None and node.get("monitor") is not None:
+            key = "task.monitor" if node.monitor == cfg.task.get("monitor") else f"callbacks.{name}.monitor"
+            check_monitor(str(node.monitor), dm.task.kind, dm.labels, prefixes, key)
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    """Train as configured (or resume the run named by `cfg.resume`); returns the dev (and optionally test)
+    metrics of the best checkpoint. A new run that fails before its first checkpoint is set aside (`set_aside`)."""
+    fresh = not cfg.get("resume") and not is_sweep_job()
+    try:
+        return _train(cfg)
+    except BaseException as err:
+        if fresh and not isinstance(err, SystemExit):
+            set_aside(cfg, err)
+        raise
+
+
+def set_aside(cfg: DictConfig, err: BaseException) -> Path | None:
+    """A new run that failed before writing any checkpoint holds nothing to resume or use: its folder gets a
+    `failed.txt` saying why, and leaves the runs tree (`<output_root>/runs/...` moves to `<output_root>/failed/...`,
+    its train.log and config kept), so that the latest folder of `outputs/runs/<task>/<aligner>/` is always a run
+    with checkpoints. A folder outside that tree (one the user named) is only marked. Returns where it is now."""
+    run_dir = Path(cfg.paths.output_dir)
+    if not run_dir.is_dir() or any((run_dir / "checkpoints").glob("*.ckpt")):
+        return None
+    why = f"{type(err).__name__}: {err}".splitlines()[0] if str(err) else type(err).__name__
+    try:
+        write_text_atomic(run_dir / FAILED, f"this run failed before its first checkpoint: {why}\n")
+        runs = Path(cfg.paths.output_root) / "runs"
+        if not run_dir.resolve().is_relative_to(runs.resolve()):
+            return run_dir
+        target = Path(cfg.paths.output_root) / "failed" / run_dir.resolve().relative_to(runs.resolve())
+        target.parent.mkdir(parents=True, exist_ok=True)
+        run_dir.rename(target)  # the open train.log goes with it, and receives the rest of the log
+    except OSError as move_err:  # a read-only or full disk: the folder stays where it is, as it was
+        log.warning("could not set aside the failed run %s (%s)", run_dir, move_err)
+        return run_dir
+    log.warning("the run failed before its first checkpoint; its folder (train.log, config) is now %s", target)
+    for parent in run_dir.parents:  # outputs/runs/<task>/<aligner>/ that held nothing else
+        if parent.resolve() == runs.resolve() or not parent.is_dir() or any(parent.iterdir()):
+            break
+        parent.rmdir()
+    return target
+
+
+def _train(cfg: DictConfig) -> dict[str, float]:
+    resume_from = None
+    if cfg.get("resume"):
+        cfg, resume_from = _resume_config(str(cfg.resume))
+        log.info("resuming %s from %s", cfg.paths.output_dir, resume_from)
+    check_config(cfg)  # before any data is read
+    run_dir = Path(cfg.paths.output_dir)
+    if resume_from is None:
+        with open_dict(cfg):
+            cfg.choices = config_choices()
+        if is_sweep_job():  # a relaunched sweep finishes what an interrupted one left
+            check_sweep_processes(cfg)
+            prior = prior_run(cfg, run_dir)
+            if prior.state == "complete":
+                log.info("sweep run %s: skipped, complete (its metrics.json is for this config)", run_dir)
+                return prior.metrics
+            resume_from = prior.checkpoint
+            log.info("sweep run %s: %s", run_dir, f"resumed from {resume_from}" if resume_from else "started")
+    pl.seed_everything(cfg.seed, workers=True)
+    check_writable(run_dir)
+    if resume_from is None:
+        (run_dir / FAILED).unlink(missing_ok=True)  # a folder used again
+        dm = build_datamodule(cfg)  # first: a generic task's label names, read from the data, go into config.yaml
+        check_metrics(cfg, dm)
+        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        dm.setup("fit")
+        dm.vocab.save(run_dir / "vocab.txt")
+        vectors = dm.vectors.matrix(dm.vocab, cfg.seed, cfg.paths.cache_dir)
+        gpu = cfg.trainer.get("accelerator") in ("gpu", "cuda") and torch.cuda.is_available()
+        write_provenance(
+            cfg, dm.task, dm.vectors, run_dir, describe(cfg.get("dtype", "fp32"), "cuda" if gpu else "cpu")
+        )
+        keep_examples(cfg, dm, run_dir)
+    else:  # the same vocabulary; the checkpoint restores every weight, the vectors file is not needed
+        dm = build_datamodule(cfg, vocab=Vocabulary.load(run_dir / "vocab.txt"))
+        check_metrics(cfg, dm)
+        dm.setup("fit")
+        vectors = torch.zeros(dm.vectors.table_rows(dm.vocab), dm.vectors.dim)
+    model = build_model(cfg, vectors, num_classes=len(dm.labels), source=dm.vectors)
+    if cfg.get("compile"):
+        model.compile(mode=str(cfg.get("compile_mode") or "default"))  # in place: checkpoint keys stay the same
+    system = build_system(cfg, model, dm)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    log.info("model: %s aligner, %s trainable parameters", type(model.aligner).__name__, f"{trainable:,}")
+    log.info("numerics: %s", numerics(cfg))
+
+    callbacks, checkpoint, timer = run_callbacks(cfg)
+    logger = build_loggers(cfg)
+    trainer: pl.Trainer = instantiate(
+        cfg.trainer, callbacks=callbacks, logger=logger, default_root_dir=run_dir, plugins=[AtomicCheckpointIO()]
+    )
+    started = time.perf_counter()
+    try:
+        trainer.fit(system, datamodule=dm, ckpt_path=resume_from)
+    except SIGTERMException:  # stopped, last.ckpt written (StopCheckpoint): a failure for the scheduler, not a success
+        raise SystemExit(128 + signal.SIGTERM) from None
+    metrics: dict[str, float] = {
+        "train_seconds": time.perf_counter() - started,
+        "epochs": trainer.current_epoch,
+    }
+    if timer.seconds:
+        metrics["seconds_per_epoch_median"] = statistics.median(timer.seconds)
+        metrics["seconds_last_epoch"] = timer.seconds[-1]
+    if trainer.fast_dev_run or not checkpoint.best_model_path:
+        metrics |= _floats({k: v for k, v in trainer.callback_metrics.items() if k != "epoch"})
+    else:
+        # Counted from 1, as people count epochs (and as the README's tables do); Lightning counts from 0.
+        metrics["best_epoch"] = 1 + int(
+            torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=False)["epoch"]
+        )
+        for callback in callbacks:  # the best checkpoint's evaluations are logged under its epoch
+            if isinstance(callback, EpochNumbers):
+                callback.evaluated = metrics["best_epoch"]
+        system.record_predictions = True  # each pair's prediction, for scores/ (matching.results.scores)
+        for result in trainer.validate(system, datamodule=dm, ckpt_path="best", verbose=False):
+            metrics |= _floats(result)
+        if cfg.test and dm.test_splits:
+            for result in trainer.test(system, datamodule=dm, ckpt_path="best", verbose=False):
+                metrics |= _floats(result)
+        if trainer.is_global_zero:
+            write_recorded(run_dir, system.recorded, dm, system.labels, system.kind)
+            if system.kind == "rank":
+                for warning in chance_warnings(dm.task.name, system.recorded, metrics):
+                    log.warning(warning)
+    if trainer.is_global_zero:
+        write_json(run_dir / "metrics.json", metrics)
+        shown = {k: round(v, 4) for k, v in metrics.items() if "/" in k}
+        log.info("run dir %s; best checkpoint metrics %s", run_dir, shown)
+    return metrics
+
+
+def keep_examples(cfg: DictConfig, dm: PairDataModule, run_dir: Path) -> None:
+    """A few pairs of the first evaluation split, kept in the run for the server's page (matching.serving.examples);
+    not for a benchmark, whose page shows examples written for it."""
+    option = (cfg.get("choices") or {}).get("task") or dm.task.name
+    if curated(option) is not None or not dm.eval_splits:
+        return
+    split = dm.eval_splits[0]
+    pairs = dm.read_pairs(split)  # with its mined candidates, for a task of positives alone
+    write_run_examples(run_dir, pairs, dm.task.kind, dm.labels, split)
