@@ -38,7 +38,8 @@ def fixture_run(folder: Path) -> Path:
     """A one-epoch run on the test fixtures (SNLI's format), the kind of run the commands load."""
     out = folder / "run"
     command = [sys.executable, "-m", "matching.train", "task=snli", "embeddings=glove",
-               f"embeddings.path={ROOT / 'tests' / 'fixtures' / 'vectors' / 'glove.fixture.20d.txt'}", "embeddings.dim=20",
+               f"embeddings.path={ROOT / 'tests' / 'fixtures' / 'vectors' / 'glove.fixture.20d.txt'}",
+               "embeddings.dim=20",
                f"paths.data_dir={ROOT / 'tests' / 'fixtures'}", f"paths.cache_dir={folder / 'cache'}",
                "trainer.max_epochs=1", f"hydra.run.dir={out}", "logger=csv"]  # fmt: skip
     subprocess.run(command, check=True, capture_output=True, cwd=folder)

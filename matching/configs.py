@@ -11,9 +11,10 @@ import torch
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from matching.distillation import distill_settings
 from matching.errors import ConfigError
 from matching.files import config_dir
-from matching.losses import check_loss
+from matching.losses import check_distill, check_loss
 from matching.precision import check
 
 CONF = config_dir()
@@ -113,6 +114,9 @@ def check_config(cfg: DictConfig) -> None:
     task = cfg.get("task") or {}
     check_loss(str(loss.get("kind") or "pointwise"), str(task.get("kind") or "classify"), loss.get("class_weights"),
                loss.get("margin", 1.0))  # fmt: skip
+    distill = distill_settings(cfg, str(task.get("kind") or "classify"))
+    if distill is not None:
+        check_distill(distill["loss"], str(task.get("kind") or "classify"), distill["weight"], distill["temperature"])
     try:
         instantiate(cfg.optim)([torch.nn.Parameter(torch.zeros(1))])
     except (TypeError, ValueError) as err:

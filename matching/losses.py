@@ -17,6 +17,7 @@ gives a zero loss (with a gradient of zeros, so that every process still runs th
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from matching.errors import ConfigError
 
@@ -87,3 +88,75 @@ def listwise_softmax(scores: torch.Tensor, targets: torch.Tensor, groups: torch.
         0, inverse, targets.to(scores.dtype) * log_softmax
     ) / positives.clamp_min(1)
     return per_query[keep].mean()
+
+
+# -- distillation from a teacher's logits (matching.distillation) ----------------------------------------------------
+
+#: The values of `distill.loss`: kl (classification, and pointwise ranking) | margin_mse | listwise_kl (ranking).
+DISTILL_LOSSES = ("kl", "margin_mse", "listwise_kl")
+
+
+def kl_to_teacher(logits: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Hinton et al.'s soft targets: T² · mean over pairs of KL(softmax(teacher/T) ‖ softmax(logits/T)); the T²
+    keeps the gradient's size as T changes. logits, teacher (N, C)."""
+    t = float(temperature)
+    target = F.log_softmax(teacher.float() / t, dim=-1)
+    return F.kl_div(F.log_softmax(logits.float() / t, dim=-1), target, log_target=True, reduction="batchmean") * t * t
+
+
+def margin_mse(
+    scores: torch.Tensor, teacher: torch.Tensor, targets: torch.Tensor, groups: torch.Tensor
+) -> torch.Tensor:
+    """MarginMSE (Hofstätter et al. 2020): mean over (positive, negative) candidate pairs of one query of
+    ((s_pos − s_neg) − (t_pos − t_neg))²: the student learns the teacher's margins, not its scale. scores, teacher
+    (N,) float (the match margins); targets (N,) 1 for a match; groups (N,) query ids."""
+    groups = _queries(groups)
+    ordered = (groups[:, None] == groups[None, :]) & (targets[:, None] == 1) & (targets[None, :] == 0)
+    if not bool(ordered.any()):
+        return scores.sum() * 0.0
+    student = scores[:, None] - scores[None, :]
+    taught = (teacher[:, None] - teacher[None, :]).to(scores.dtype)
+    return (student - taught)[ordered].pow(2).mean()
+
+
+def listwise_kl(scores: torch.Tensor, teacher: torch.Tensor, groups: torch.Tensor, temperature: float) -> torch.Tensor:
+    """T² · mean over queries of KL(softmax(t/T) ‖ softmax(s/T)) over each query's candidates in the batch (a
+    query of one candidate adds nothing). scores, teacher (N,) float; groups (N,) query ids."""
+    t = float(temperature)
+    _, inverse = torch.unique(_queries(groups), return_inverse=True)
+    queries = int(inverse.max()) + 1 if len(inverse) else 0
+    sizes = torch.zeros(queries, device=scores.device).index_add_(
+        0, inverse, torch.ones_like(scores, dtype=torch.float)
+    )
+    keep = sizes > 1
+    if not bool(keep.any()):
+        return scores.sum() * 0.0
+    student = _query_log_softmax(scores.float() / t, inverse, queries)
+    target = _query_log_softmax(teacher.float() / t, inverse, queries)
+    per_pair = target.exp() * (target - student)
+    per_query = torch.zeros(queries, device=scores.device).index_add_(0, inverse, per_pair)
+    return per_query[keep].mean() * t * t
+
+
+def _query_log_softmax(values: torch.Tensor, inverse: torch.Tensor, queries: int) -> torch.Tensor:
+    """log softmax of `values` (N,) within each query (`inverse`: each value's query), stable."""
+    top = torch.full((queries,), float("-inf"), device=values.device, dtype=values.dtype)
+    top = top.scatter_reduce(0, inverse, values.detach(), reduce="amax")
+    sums = torch.zeros(queries, device=values.device, dtype=values.dtype).index_add_(
+        0, inverse, (values - top[inverse]).exp()
+    )
+    return values - (sums.log() + top)[inverse]
+
+
+def check_distill(loss: str, task_kind: str, weight: object, temperature: object) -> None:
+    """ConfigError unless `distill.loss`, `distill.weight` and `distill.temperature` fit each other and the task."""
+    if loss not in DISTILL_LOSSES:
+        raise ConfigError(f"distill.loss must be one of {list(DISTILL_LOSSES)} (or auto), got {loss!r}")
+    if loss != "kl" and task_kind != "rank":
+        raise ConfigError(
+            f"distill.loss={loss} compares the candidates of one query: it needs a ranking task; a classification "
+            "task distils with distill.loss=kl (or auto)"
+        )
+    for name, value in (("weight", weight), ("temperature", temperature)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ConfigError(f"distill.{name} must be a positive number, got {value!r}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ from matching.data.vocab import NULL
 from matching.errors import DataFormatError, RunError
 from matching.inference import Predictor, load
 from matching.inference.predictor import label_probabilities
+from matching.inference.state_index import StateIndex
 
 PairLike = tuple | list | dict | Pair
 
@@ -167,6 +169,28 @@ class Matcher:
             return []
         answers = self.predict([(query, c) for c in candidates], "candidates")
         return ranking(candidates, answers)[:top_k]
+
+    def index(self, candidates: Iterable[str], save_to: str | Path | None = None) -> StateIndex:
+        """Encode `candidates` once and rank against them from now on: a contextual model (frozen encoder) then runs
+        its encoder on each query alone, the candidates' states read from the index (float16, as the model reads
+        every state: the answers are the same as without it). Replaces an index used before; `save_to`: also
+        write it into that folder, for `use_index` (or `matching-predict index=`) in another process. A text not
+        in the index is still encoded, each distinct one once per call. See docs/ranking.md."""
+        if isinstance(candidates, str):
+            raise DataFormatError("candidates must be a list of texts, not one string; wrap it: [candidate]")
+        index = self.predictor.index(list(candidates))
+        if save_to is not None:
+            index.save(save_to)
+        self.predictor.use_index(index)
+        return index
+
+    def use_index(self, index: StateIndex | str | Path | None) -> StateIndex | None:
+        """Rank against an index (a StateIndex, or the folder `index(..., save_to=)` wrote; None: no index). An
+        index of another encoder or text pipeline than this model's is refused (StaleIndexError)."""
+        if isinstance(index, (str, Path)):
+            index = StateIndex.load(index, self.predictor.index_key())
+        self.predictor.use_index(index)
+        return index
 
     def align(self, a: str, b: str) -> dict:
         """One pair's alignment: `{"a_tokens", "b_tokens", "matrices": {name: (len a, len b) array}, "label",

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from contextlib import ExitStack
 from itertools import islice
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -41,7 +41,9 @@ from matching.data.pairs import Pair
 from matching.data.tables import TABLE_FORMATS, read_new_pairs, text_names
 from matching.errors import RunError
 from matching.files import existing
-from matching.matcher import Matcher, ranking
+
+if TYPE_CHECKING:
+    from matching.matcher import Matcher
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,8 @@ def predict(matcher: Matcher, pairs: Iterable[Pair], out: IO[str], batch_size: i
     # Matcher.predict's check of a caller's pairs.
     chunks = iter(lambda: list(islice(stream, batch_size)), [])
     batches = ((chunk, matcher.answers(matcher.predictor.logits(chunk, source))) for chunk in chunks)
+
+    from matching.matcher import ranking
 
     a, b = text_names(matcher.predictor.columns)
     if matcher.kind == "classify":
@@ -97,18 +101,38 @@ def predict_command(cfg: DictConfig) -> int:
         raise RunError(
             f"input={source}: no such file (looked for {Path(source).absolute()}); give a file of pairs or -"
         )
+    from matching.matcher import Matcher  # here: a typo is answered before the model's modules load
+
     matcher = Matcher(load_predictor(cfg))
     named = OmegaConf.to_container(cfg.columns) if cfg.get("columns") else {}
     options = {"format": cfg.input_format, "header": cfg.header, "preferred": matcher.predictor.columns,
                "named": named}  # fmt: skip
     with ExitStack() as stack:
         pairs = read_new_pairs(sys.stdin.buffer if path is None else path, **options)
+        if cfg.get("index"):
+            pairs = list(pairs)  # read whole: a new index is built from its second texts first
+            use_index(matcher, Path(str(cfg.index)).expanduser(), pairs)
         out = sys.stdout if cfg.output == "-" else stack.enter_context(output_file(cfg.output))
         count = predict(matcher, pairs, out, int(cfg.batch_size), "<stdin>" if path is None else str(path))
     done = matcher.predictor
     cut = f"; {done.truncated} had a text cut to data.max_length={done.max_length} tokens" if done.truncated else ""
     print(f"predicted {count} pair{'' if count == 1 else 's'}{cut}", file=sys.stderr)
     return count
+
+
+def use_index(matcher: Matcher, folder: Path, pairs: list[Pair]) -> None:
+    """Rank against the index in `folder`, or, when it holds none yet, build one there from the pairs' distinct
+    second texts (the candidates) first."""
+    if (folder / "index.json").is_file():
+        index = matcher.use_index(folder)
+        print(f"using the index in {folder} ({len(index)} texts)", file=sys.stderr)
+        return
+    if folder.exists() and any(folder.iterdir()):
+        raise RunError(f"index={folder} is a folder with other files and no index.json; give a new folder (the index "
+                       "is built there) or one that an earlier index= wrote")  # fmt: skip
+    index = matcher.index(dict.fromkeys(p.b for p in pairs), save_to=folder)
+    print(f"indexed {len(index)} candidate texts into {folder}; later runs with index={folder} encode only the "
+          "queries", file=sys.stderr)  # fmt: skip
 
 
 def load_predictor(cfg: DictConfig):

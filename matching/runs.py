@@ -38,6 +38,7 @@ from matching.data.pipeline import PreparedPairs, TextPipeline
 from matching.data.sources import labels_from_data
 from matching.data.tasks import Task
 from matching.data.vocab import Vocabulary
+from matching.distillation import distill_settings
 from matching.errors import (
     ConfigError,
     RunError,  # noqa: F401  (imported from here by the commands and tests, as before)
@@ -73,7 +74,9 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None, run_dir: 
     if vocab is None:
         vectors.check_available()
     pad_to = cfg.data.get("pad_to") or (8 if cfg.get("compile") else 1)
-    whole_queries = loss_kind(cfg) != "pointwise"  # the ranking losses compare the candidates of a query
+    distill = distill_settings(cfg, task.kind)
+    # the ranking losses (and distillation's margin_mse and listwise_kl) compare the candidates of a query
+    whole_queries = loss_kind(cfg) != "pointwise" or (distill is not None and distill["loss"] != "kl")
     run_dir = run_dir or cfg.paths.get("output_dir")
     return build(cfg.data, task=task, vocab=vocab, vectors=vectors, pad_to=pad_to, whole_queries=whole_queries,
                  run_dir=run_dir, trained_logits=trained_logits)  # fmt: skip
@@ -118,6 +121,7 @@ def build_system(cfg: DictConfig, model: DecomposableAttention, dm: PairDataModu
         positive_label=dm.task.positive_label,
         loss_kind=loss_kind(cfg),
         margin=float(cfg.get("loss", {}).get("margin", 1.0)),
+        distill=distill_settings(cfg, dm.task.kind),
     )
 
 

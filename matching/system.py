@@ -17,7 +17,15 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from matching.callbacks import batches_trained
 from matching.errors import ConfigError
-from matching.losses import check_loss, listwise_softmax, pairwise_hinge
+from matching.losses import (
+    check_distill,
+    check_loss,
+    kl_to_teacher,
+    listwise_kl,
+    listwise_softmax,
+    margin_mse,
+    pairwise_hinge,
+)
 from matching.metrics import (
     ClassificationMetrics,
     EvaluationRecord,
@@ -64,6 +72,7 @@ class MatchingSystem(pl.LightningModule):
         positive_label: str | None = None,
         loss_kind: str = "pointwise",
         margin: float = 1.0,
+        distill: dict[str, Any] | None = None,
     ):
         super().__init__()
         self.task = task
@@ -79,6 +88,11 @@ class MatchingSystem(pl.LightningModule):
         self.kind = kind
         check_loss(loss_kind, kind, class_weights, margin)
         self.loss_kind, self.margin = loss_kind, float(margin)
+        if distill is not None:
+            check_distill(distill["loss"], kind, distill["weight"], distill["temperature"])
+        self.distill = distill
+        # The teacher's logits of every training pair (matching.distillation), set before training; not saved.
+        self.teacher_logits: torch.Tensor | None = None
         n = len(self.labels)
         if class_weights is not None and len(class_weights) != n:
             raise ConfigError(f"loss.class_weights needs one weight per label {self.labels}, got {list(class_weights)}")
@@ -142,13 +156,32 @@ class MatchingSystem(pl.LightningModule):
         return loss
 
     def training_loss(self, logits: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
-        """The loss of `loss_kind` (matching.losses); the ranking losses score a pair by its match margin."""
+        """The loss of `loss_kind` (matching.losses); the ranking losses score a pair by its match margin. With a
+        teacher, plus `distill.weight` times the distillation loss against its logits of the batch's pairs."""
+        loss = self.label_loss(logits, batch)
+        if self.distill is None:
+            return loss
+        if self.teacher_logits is None:
+            raise RuntimeError("distillation is configured but no teacher logits were set: a bug in matching")
+        teacher = self.teacher_logits.to(logits.device)[batch["index"]]
+        return loss + float(self.distill["weight"]) * self.distill_loss(logits, teacher, batch)
+
+    def label_loss(self, logits: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
         if self.loss_kind == "pointwise":
             return F.cross_entropy(logits, batch["label"], weight=self.class_weights)
         scores = match_margin(logits)
         if self.loss_kind == "pairwise":
             return pairwise_hinge(scores, batch["label"], batch["group"], self.margin)
         return listwise_softmax(scores, batch["label"], batch["group"])
+
+    def distill_loss(self, logits: torch.Tensor, teacher: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+        kind, temperature = self.distill["loss"], float(self.distill["temperature"])
+        if kind == "kl":
+            return kl_to_teacher(logits, teacher, temperature)
+        scores, taught = match_margin(logits), match_margin(teacher)
+        if kind == "margin_mse":
+            return margin_mse(scores, taught, batch["label"], batch["group"])
+        return listwise_kl(scores, taught, batch["group"], temperature)
 
     def on_train_epoch_end(self) -> None:
         counts = torch.stack([self.train_correct, self.train_correct.new_tensor(self.train_seen)])

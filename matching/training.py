@@ -37,6 +37,7 @@ from matching.callbacks import EpochNumbers, run_callbacks
 from matching.configs import check_config
 from matching.data.datamodule import PairDataModule, split_prefix
 from matching.data.vocab import Vocabulary
+from matching.distillation import teacher_logits
 from matching.extras import check_installed
 from matching.files import write_json, write_text_atomic
 from matching.metrics import chance_warnings, check_monitor, positive_index
@@ -240,6 +241,8 @@ def _train(cfg: DictConfig) -> dict[str, float]:
     if cfg.get("compile"):
         model.compile(mode=str(cfg.get("compile_mode") or "default"))  # in place: checkpoint keys stay the same
     system = build_system(cfg, model, dm)
+    if system.distill is not None:  # the teacher's logits of the training pairs, computed once (cached)
+        system.teacher_logits = torch.from_numpy(teacher_logits(cfg, dm, run_dir, system.distill["teachers"]))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("model: %s aligner, %s trainable parameters", type(model.aligner).__name__, f"{trainable:,}")
     log.info("numerics: %s", numerics(cfg))

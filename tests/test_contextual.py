@@ -14,11 +14,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from matching import Matcher
 from matching.data.contextual import ContextualEncoder, WordPieces
 from matching.data.pairs import Pair
 from matching.encoders import EncoderError, pool_words
 from matching.runs import RunError, build_datamodule, load_trained
-from matching.train import train
+from matching.training import train
 from tests.conftest import ROOT, SUBPROCESS_ENV, cli_overrides, evaluate, save_tiny_encoder
 
 
@@ -495,3 +496,96 @@ def test_evaluating_the_dev_file_as_input_reuses_its_cached_states(contextual_ru
     assert json.loads((run_dir / "as_input.json").read_text())["metrics"]["input/map"] == pytest.approx(
         json.loads((run_dir / "metrics.json").read_text())["val/map"], abs=1e-6
     )
+
+
+# -- each text encoded once, and an index of candidates' states (matching.inference.state_index) ----------------------
+
+QUESTION = "how are glacier caves formed ?"
+CANDIDATES = ["a glacier cave is a cave formed within the ice of a glacier", "caves form in limestone",
+              "the ice melts from below", "glaciers move slowly", "a partly submerged glacier cave"]  # fmt: skip
+
+
+def test_each_distinct_text_of_a_call_is_encoded_once(contextual_run):
+    matcher = Matcher.load(contextual_run[0], backend="torch")
+    encoder = matcher.predictor.state_encoder()
+    before = encoder.encoded
+    matcher.predict([(QUESTION, c) for c in CANDIDATES] + [(QUESTION, CANDIDATES[0])])
+    assert encoder.encoded - before == 1 + len(CANDIDATES)  # the question once, each candidate once
+
+
+def test_ranking_against_an_index_encodes_the_query_alone_and_answers_the_same(contextual_run, tmp_path):
+    plain = Matcher.load(contextual_run[0], backend="torch")
+    expected = plain.rank(QUESTION, CANDIDATES)
+    matcher = Matcher.load(contextual_run[0], backend="torch")
+    index = matcher.index(CANDIDATES, save_to=tmp_path / "index")
+    assert len(index) == len(CANDIDATES) and index.states.dtype == np.float16
+    encoder = matcher.predictor.state_encoder()
+    before = encoder.encoded
+    ranked = matcher.rank(QUESTION, CANDIDATES)
+    assert encoder.encoded - before == 1  # the question; every candidate's states come from the index
+    assert [r["index"] for r in ranked] == [r["index"] for r in expected]
+    np.testing.assert_allclose([r["score"] for r in ranked], [r["score"] for r in expected], atol=1e-5)
+    # the saved folder, in another Matcher (memory-mapped), answers the same
+    other = Matcher.load(contextual_run[0], backend="torch")
+    other.use_index(tmp_path / "index")
+    again = other.rank(QUESTION, CANDIDATES)
+    np.testing.assert_allclose([r["score"] for r in again], [r["score"] for r in ranked], atol=1e-6)
+    # a candidate the index does not hold is encoded (once) and ranked with the others
+    before = encoder.encoded
+    assert len(matcher.rank(QUESTION, [*CANDIDATES, "an unseen candidate"])) == len(CANDIDATES) + 1
+    assert encoder.encoded - before == 2
+
+
+@pytest.mark.parametrize(("field", "value"), [("weights_sha256", "0" * 64), ("stride", 3)])
+def test_an_index_of_another_encoder_is_refused(contextual_run, tmp_path, field, value):
+    import json
+
+    from matching.inference.state_index import StaleIndexError
+
+    matcher = Matcher.load(contextual_run[0], backend="torch")
+    matcher.index(CANDIDATES, save_to=tmp_path / "index")
+    record = json.loads((tmp_path / "index" / "index.json").read_text())
+    record["key"][field] = value
+    (tmp_path / "index" / "index.json").write_text(json.dumps(record))
+    with pytest.raises(StaleIndexError, match=field):
+        Matcher.load(contextual_run[0], backend="torch").use_index(tmp_path / "index")
+
+
+def test_an_index_of_another_text_pipeline_is_refused(contextual_run, tmp_path):
+    from matching.inference.state_index import StaleIndexError
+
+    Matcher.load(contextual_run[0], backend="torch").index(CANDIDATES, save_to=tmp_path / "index")
+    shorter = Matcher.load(contextual_run[0], backend="torch", overrides={"data.max_length": 3})
+    with pytest.raises(StaleIndexError, match="text"):
+        shorter.use_index(tmp_path / "index")
+
+
+def test_a_model_without_a_frozen_encoder_says_why_it_has_no_index(snli_run):
+    from matching.errors import RunError
+
+    matcher = Matcher.load(snli_run[0], backend="torch")
+    with pytest.raises(RunError, match="static word vectors"):
+        matcher.index(["a text"])
+
+
+def test_predict_builds_an_index_once_then_ranks_against_it(contextual_run, tmp_path, capsys):
+    from matching.predict import main as predict_main
+
+    table = tmp_path / "candidates.tsv"
+    table.write_text("".join(f"{QUESTION}\t{c}\n" for c in CANDIDATES) + "".join(f"what melts ?\t{c}\n" for c in
+                                                                               CANDIDATES[:3]))  # fmt: skip
+    common = [f"ckpt={contextual_run[0]}", f"input={table}", "backend=torch"]
+    assert predict_main([*common, f"output={tmp_path / 'plain.jsonl'}"]) == 0
+    capsys.readouterr()
+    assert predict_main([*common, f"output={tmp_path / 'built.jsonl'}", f"index={tmp_path / 'index'}"]) == 0
+    assert f"indexed {len(CANDIDATES)} candidate texts" in capsys.readouterr().err
+    assert predict_main([*common, f"output={tmp_path / 'used.jsonl'}", f"index={tmp_path / 'index'}"]) == 0
+    assert f"using the index in {tmp_path / 'index'} ({len(CANDIDATES)} texts)" in capsys.readouterr().err
+    plain = [json.loads(line) for line in (tmp_path / "plain.jsonl").read_text().splitlines()]
+    for name in ("built", "used"):
+        answers = [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+        assert [[r["line"] for r in q["ranking"]] for q in answers] == [
+            [r["line"] for r in q["ranking"]] for q in plain
+        ]
+        got = [r["score"] for q in answers for r in q["ranking"]]
+        np.testing.assert_allclose(got, [r["score"] for q in plain for r in q["ranking"]], atol=1e-5)

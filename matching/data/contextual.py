@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +202,9 @@ class ContextualEncoder(EmbeddingSource):
         self.pieces = WordPieces(self.tokenizer, self.max_positions, stride)
         self._module: WordEncoder | None = None
         self.weights = weights_hash(self.path)
+        self.index = None  # a matching.inference.StateIndex of known texts' states (Matcher.index), or None
+        self._remembered: dict[tuple[str, ...], np.ndarray] = {}  # the current call's states (`remember`)
+        self.encoded = 0  # texts run through the encoder for new text (a figure for benchmarks and tests)
 
     def identity(self) -> dict:
         """What the states depend on (cache keys, and the check that a run is used with its own encoder)."""
@@ -241,16 +245,53 @@ class ContextualEncoder(EmbeddingSource):
             self._module = self.word_encoder(0).to(self.device)
         return self._module
 
+    def state_key(self) -> dict:
+        """What a text's word states depend on besides its words, wherever the encoder lies (an index's key)."""
+        return {k: v for k, v in self.identity().items() if k != "encoder"}
+
+    def known_states(self, words: Sequence[str]) -> np.ndarray | None:
+        """A text's states without running the encoder: from the current call's (`remember`), else from the attached
+        index (`index`, a matching.inference.StateIndex); None when neither holds it."""
+        key = tuple(words)
+        found = self._remembered.get(key)
+        if found is None and self.index is not None:
+            found = self.index.get(key)
+        return found
+
     @torch.inference_mode()
     def encode(self, texts: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        """Each text's (len(text), dim) float32 word states, frozen encoder (in batches of `batch_size`)."""
+        """Each text's (len(text), dim) word states, frozen encoder (in batches of `batch_size`): each distinct text
+        encoded once, none that the call or the index already holds (`known_states`; float16 then, as the model
+        reads every state)."""
         out: list[np.ndarray] = [np.zeros((0, self.dim), np.float32)] * len(texts)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start : start + self.batch_size]
-            for i, states in zip(chunk, self._encode_batch([texts[i] for i in chunk]), strict=True):
-                out[i] = states
+        missing: dict[tuple[str, ...], list[int]] = {}
+        for i, words in enumerate(texts):
+            found = self.known_states(words)
+            if found is None:
+                missing.setdefault(tuple(words), []).append(i)
+            else:
+                out[i] = found
+        distinct = sorted(missing, key=len)
+        self.encoded += len(distinct)
+        for start in range(0, len(distinct), self.batch_size):
+            chunk = distinct[start : start + self.batch_size]
+            for words, states in zip(chunk, self._encode_batch(chunk), strict=True):
+                for i in missing[words]:
+                    out[i] = states
         return out
+
+    @contextmanager
+    def remember(self, texts: Sequence[Sequence[str]]) -> Iterator[None]:
+        """Within the block, the states of `texts` (each distinct one encoded once, now) are known: a call's batches
+        then never encode a text twice (a query paired with each of its candidates)."""
+        missing = [t for t in dict.fromkeys(map(tuple, texts)) if self.known_states(t) is None]
+        states = self.encode(missing)
+        before = self._remembered
+        self._remembered = before | {t: s.astype(np.float16) for t, s in zip(missing, states, strict=True)}
+        try:
+            yield
+        finally:
+            self._remembered = before
 
     @torch.inference_mode()
     def _encode_batch(self, texts: Sequence[Sequence[str]]) -> list[np.ndarray]:
@@ -262,10 +303,10 @@ class ContextualEncoder(EmbeddingSource):
     def batch_states(self, texts: Sequence[Sequence[str]]) -> Tensor:
         """(len(texts), longest, dim) float16 states of new texts, zero-padded (for a model batch)."""
         states = self.encode(texts)
-        out = torch.zeros(len(texts), max(len(t) for t in texts), self.dim, dtype=torch.float16)
+        out = np.zeros((len(texts), max(len(t) for t in texts), self.dim), np.float16)
         for i, s in enumerate(states):
-            out[i, : len(s)] = torch.from_numpy(s)
-        return out
+            out[i, : len(s)] = s  # an index's states are read-only (memory-mapped): copied here
+        return torch.from_numpy(out)
 
     def report(self, what: str) -> None:
         """Warn about texts longer than a window and words without a piece, seen since the last report."""

@@ -207,6 +207,10 @@ class TextPreparation:
         a, b = [self.vocab.encode(t) for t in words_a], [self.vocab.encode(t) for t in words_b]
         return PreparedPairs(words_a, words_b, a, b, counts, cut, [p.line for p in pairs])
 
+    def second_words(self, texts: Sequence[str]) -> list[list[str]]:
+        """Texts' words as the model sees them when each is a pair's second text (what `prepare` gives it)."""
+        return model_words([([], self.tokenizer(t)) for t in texts], self.max_length)[1]
+
     def check(self, prepared: PreparedPairs, source: str) -> None:
         """BatchTooLargeError naming the line of a pair that does not fit the budget even alone."""
         self.budget.check(prepared.sides(), source, prepared.lines)

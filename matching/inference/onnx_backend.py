@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +94,10 @@ class OnnxBackend:
             self.sessions[threads] = self.ort.InferenceSession(str(self.model_file), options,
                                                                providers=["CPUExecutionProvider"])  # fmt: skip
         return self.sessions[threads]
+
+    def call(self, prepared: PreparedPairs) -> AbstractContextManager[None]:
+        """One call's scope: nothing to keep across its batches (the graph encodes each pair's texts itself)."""
+        return nullcontext()
 
     def logits(self, prepared: PreparedPairs, index: np.ndarray) -> np.ndarray:
         return self.run(self.inputs(prepared, index), call_tokens(prepared.sides()[index]))

@@ -10,6 +10,7 @@ over it) runs where torch is not installed.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,6 +20,7 @@ import numpy as np
 from matching.data.pairs import Pair
 from matching.data.preparation import PreparedPairs, TextPreparation
 from matching.errors import RunError
+from matching.inference.state_index import StaleIndexError, StateIndex
 
 
 class Backend(Protocol):
@@ -28,6 +30,10 @@ class Backend(Protocol):
     threads: int  # intra-op threads of every call (0: chosen per call, matching.inference.threads)
 
     def logits(self, prepared: PreparedPairs, index: np.ndarray) -> np.ndarray: ...
+
+    def call(self, prepared: PreparedPairs) -> AbstractContextManager[None]:
+        """The scope of one call over `prepared` (its batches run inside it)."""
+        ...
 
     def set_threads(self, threads: int, cap: int | None = None) -> None: ...
 
@@ -105,8 +111,9 @@ class Predictor:
         self.truncated += prepared.cut
         self.text.check(prepared, source)
         out = np.empty((len(prepared), len(self.labels)), np.float32)
-        for index in self.text.order(prepared):
-            out[index] = self.backend.logits(prepared, index)
+        with self.backend.call(prepared):
+            for index in self.text.order(prepared):
+                out[index] = self.backend.logits(prepared, index)
         return out
 
     def answers(self, logits: np.ndarray) -> list[dict]:
@@ -116,6 +123,47 @@ class Predictor:
             return [{"label": label, "probs": probs} for label, probs in label_probabilities(logits, self.labels)]
         scores, p_match = match_margin(logits).tolist(), softmax(np.asarray(logits))[:, 1].tolist()
         return [{"score": s, "p_match": p} for s, p in zip(scores, p_match, strict=True)]
+
+    # -- an index of known texts' states ------------------------------------------------------------------------
+    def state_encoder(self):
+        """The frozen contextual encoder whose states an index keeps, or a RunError saying why this model has none."""
+        encoder = getattr(self.backend, "frozen_encoder", None)
+        if encoder is not None:
+            return encoder
+        if not self.reads_every_word:
+            why = "it reads static word vectors: a text costs a table lookup, there is nothing to keep"
+        elif self.backend.name != "torch":
+            why = (f"it runs on {self.backend.name}, whose graph encodes each pair's texts itself; load it with "
+                   "backend=torch to rank against an index")  # fmt: skip
+        else:
+            why = "its encoder is fine-tuned and runs inside the model on every pair"
+        raise RunError(
+            f"an index keeps a frozen contextual encoder's states of known texts; this model has none: {why}"
+        )
+
+    def index_key(self) -> dict:
+        """What an index's states depend on: the encoder (weights sha256, pooling, positions, stride) and the text
+        pipeline that makes a text's words."""
+        tokenizer = self.text.tokenizer
+        text = {"lowercase": tokenizer.lowercase, "keep_tokens": list(tokenizer.keep_tokens),
+                "max_length": self.text.max_length}  # fmt: skip
+        return {**self.state_encoder().state_key(), "text": text}
+
+    def index(self, texts: Sequence[str]) -> StateIndex:
+        """A StateIndex of `texts` (each distinct text once), encoded as a pair's second text."""
+        encoder, key = self.state_encoder(), self.index_key()
+        words = list(dict.fromkeys(map(tuple, self.text.second_words(texts))))
+        with self.backend.threads_for(sum(map(len, words))):
+            states = encoder.encode(words)
+        return StateIndex.of(key, words, states)
+
+    def use_index(self, index: StateIndex | None) -> None:
+        """Rank and predict with `index`'s states of the texts it holds (None: none); checked against the model."""
+        encoder = self.state_encoder()
+        if index is not None and index.key != self.index_key():
+            raise StaleIndexError("this index was built with another encoder or text pipeline than this model's; "
+                                  "build one with this model")  # fmt: skip
+        encoder.index = index
 
     def alignment(self, prepared: PreparedPairs) -> dict:
         """One prepared pair's alignment (`Matcher.align`); only a backend that keeps the matrices has it."""

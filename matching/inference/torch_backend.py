@@ -3,6 +3,8 @@ GPU. No LightningModule: the model and the forward pass that training uses (matc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -68,18 +70,44 @@ class TorchBackend:
             batch = to_device(batch, self.device)
         return run_batch(self.model, batch, self.compute)
 
-    def logits(self, prepared: PreparedPairs, index: np.ndarray) -> np.ndarray:
-        if self.device.type != "cpu":
-            return self.outputs(prepared, index).logits.float().cpu().numpy()
-        wanted = thread_count(self.threads, call_tokens(prepared.sides()[index]), self.cost, self.cap)
+    @property
+    def frozen_encoder(self):
+        """The frozen contextual encoder that encodes new text outside the model (None for static vectors and for a
+        fine-tuned encoder, which runs inside the model)."""
+        source = self.pipeline.source
+        if source is None or not source.reads_every_word or getattr(source, "trainable_layers", 0):
+            return None
+        return source
+
+    @contextmanager
+    def call(self, prepared: PreparedPairs) -> Iterator[None]:
+        """One call's scope: a frozen encoder encodes each distinct text of the call once, here, and its batches
+        read the states (a query is not encoded again with each of its candidates)."""
+        encoder = self.frozen_encoder
+        if encoder is None:
+            yield
+            return
+        with self.threads_for(call_tokens(prepared.sides())), encoder.remember(prepared.words_a + prepared.words_b):
+            yield
+
+    @contextmanager
+    def threads_for(self, tokens: int) -> Iterator[None]:
+        """Intra-op threads chosen for a piece of work of `tokens` tokens (matching.inference.threads), set for the
+        block: the process's own setting is back after it."""
+        wanted = thread_count(self.threads, tokens, self.cost, self.cap) if self.device.type == "cpu" else 0
         before = torch.get_num_threads()
-        if wanted == before:
-            return self.outputs(prepared, index).logits.float().numpy()
-        torch.set_num_threads(wanted)  # for this call: the process's own setting is back after it
+        if not wanted or wanted == before:
+            yield
+            return
+        torch.set_num_threads(wanted)
         try:
-            return self.outputs(prepared, index).logits.float().numpy()
+            yield
         finally:
             torch.set_num_threads(before)
+
+    def logits(self, prepared: PreparedPairs, index: np.ndarray) -> np.ndarray:
+        with self.threads_for(call_tokens(prepared.sides()[index])):
+            return self.outputs(prepared, index).logits.float().cpu().numpy()
 
     def alignment(self, prepared: PreparedPairs) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The first pair's logits (1, C) and every alignment matrix the model used, (len a, len b) each."""
