@@ -11,10 +11,9 @@ import torch
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from matching.distillation import distill_settings
 from matching.errors import ConfigError
 from matching.files import config_dir
-from matching.losses import check_distill, check_loss
+from matching.losses import check_distill, check_loss, distill_settings
 from matching.precision import check
 
 CONF = config_dir()

@@ -21,31 +21,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig
 
 from matching.errors import ConfigError
 from matching.files import file_sha256, write_json
 
 log = logging.getLogger(__name__)
-
-
-def distill_settings(cfg: DictConfig, task_kind: str) -> dict[str, Any] | None:
-    """The run's distillation (teachers, loss, weight, temperature), or None without a teacher."""
-    node = cfg.get("distill") or {}
-    teacher = node.get("teacher")
-    if not teacher:
-        return None
-    teachers = [str(t) for t in teacher] if isinstance(teacher, (list, ListConfig)) else [str(teacher)]
-    loss = str(node.get("loss") or "auto")
-    if loss == "auto":
-        loss = "margin_mse" if task_kind == "rank" else "kl"
-    return {"teachers": teachers, "loss": loss, "weight": node.get("weight", 1.0),
-            "temperature": node.get("temperature", 1.0)}  # fmt: skip
 
 
 def teacher_logits(cfg: DictConfig, dm, run_dir: Path, teachers: list[str]) -> np.ndarray:
@@ -75,7 +61,7 @@ def teacher_logits(cfg: DictConfig, dm, run_dir: Path, teachers: list[str]) -> n
     else:
         logits = np.mean([p.logits(pairs, "the training split") for p in predictors], axis=0).astype(np.float32)
         cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(".tmp.npy")
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp.npy")  # two runs computing at once: one wins, whole
         np.save(tmp, logits)
         tmp.replace(cached)
         how = f"computed over {len(pairs):,} pairs in {time.perf_counter() - started:.1f} s"

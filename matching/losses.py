@@ -16,8 +16,11 @@ gives a zero loss (with a gradient of zeros, so that every process still runs th
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
+from omegaconf import DictConfig, ListConfig
 
 from matching.errors import ConfigError
 
@@ -146,6 +149,20 @@ def _query_log_softmax(values: torch.Tensor, inverse: torch.Tensor, queries: int
         0, inverse, (values - top[inverse]).exp()
     )
     return values - (sums.log() + top)[inverse]
+
+
+def distill_settings(cfg: DictConfig, task_kind: str) -> dict[str, Any] | None:
+    """The run's distillation (teachers, loss, weight, temperature), or None without a teacher."""
+    node = cfg.get("distill") or {}
+    teacher = node.get("teacher")
+    if not teacher:
+        return None
+    teachers = [str(t) for t in teacher] if isinstance(teacher, (list, ListConfig)) else [str(teacher)]
+    loss = str(node.get("loss") or "auto")
+    if loss == "auto":
+        loss = "margin_mse" if task_kind == "rank" else "kl"
+    return {"teachers": teachers, "loss": loss, "weight": node.get("weight", 1.0),
+            "temperature": node.get("temperature", 1.0)}  # fmt: skip
 
 
 def check_distill(loss: str, task_kind: str, weight: object, temperature: object) -> None:

@@ -38,12 +38,12 @@ from matching.data.pipeline import PreparedPairs, TextPipeline
 from matching.data.sources import labels_from_data
 from matching.data.tasks import Task
 from matching.data.vocab import Vocabulary
-from matching.distillation import distill_settings
 from matching.errors import (
     ConfigError,
     RunError,  # noqa: F401  (imported from here by the commands and tests, as before)
 )
 from matching.files import write_atomic
+from matching.losses import distill_settings
 from matching.model import DecomposableAttention, MatchOutput
 from matching.run_files import check_checkpoint, find_checkpoint, find_run_dir
 from matching.system import MatchingSystem

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from matching.data.preparation import PreparedPairs
+from matching.data.preparation import CPU_BATCH_PAIRS, PreparedPairs
 from matching.extras import require
 from matching.inference.threads import call_tokens, thread_count
 
@@ -79,6 +79,7 @@ class OnnxBackend:
         self.ort = require("onnxruntime", "export", "running a model on ONNX Runtime (backend=onnx)")
         self.model_file, self.inputs, self.name, self.cost = model_file, inputs, name, cost
         self.threads, self.cap = threads, cap
+        self.batch_pairs = CPU_BATCH_PAIRS  # ONNX Runtime's CPU provider
         self.sessions: dict[int, object] = {}
         self.session(1)  # a broken file fails here, at load, not at the first request
 

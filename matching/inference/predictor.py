@@ -28,6 +28,7 @@ class Backend(Protocol):
 
     name: str  # "torch", "onnx" or "onnx-int8"
     threads: int  # intra-op threads of every call (0: chosen per call, matching.inference.threads)
+    batch_pairs: int | None  # the most pairs a batch of a call holds (None: only the memory budget bounds it)
 
     def logits(self, prepared: PreparedPairs, index: np.ndarray) -> np.ndarray: ...
 
@@ -112,7 +113,7 @@ class Predictor:
         self.text.check(prepared, source)
         out = np.empty((len(prepared), len(self.labels)), np.float32)
         with self.backend.call(prepared):
-            for index in self.text.order(prepared):
+            for index in self.text.order(prepared, self.backend.batch_pairs):
                 out[index] = self.backend.logits(prepared, index)
         return out
 

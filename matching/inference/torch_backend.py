@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from matching.data.pipeline import TextPipeline
-from matching.data.preparation import PreparedPairs
+from matching.data.preparation import CPU_BATCH_PAIRS, PreparedPairs
 from matching.inference.threads import call_tokens, thread_count
 from matching.model import DecomposableAttention, run_batch
 from matching.precision import resolve
@@ -54,6 +54,7 @@ class TorchBackend:
         self.dtype = dtype
         self.compute = resolve(dtype, self.device)
         self.threads, self.cap = threads, cap
+        self.batch_pairs = CPU_BATCH_PAIRS if self.device.type == "cpu" else None
         self.cost = "contextual" if pipeline.source is not None and pipeline.source.reads_every_word else "static"
         if self.device.type != "cpu":
             self.model.to(self.device)

@@ -1,0 +1,184 @@
+"""The reranking frontier: how fast each model ranks a question's candidates, and how well, in one sitting.
+
+    python benchmarks/bench_rerank.py --pairs WikiQA-dev.tsv.gz --columns Question,Sentence,QuestionID,Label \
+        --model static=<run> --model contextual=<run> --model contextual+index=<run> [--model distilled=<run>] \
+        [--cross-encoder <folder or hub name>] [--threads 1,2] [--queries 0]
+
+For each model (`name=path`, any form `Matcher.load` takes; a name ending in `+index` ranks against an index of
+all the file's candidates, built first and timed apart) and each thread count, it prints:
+
+- `rank` pairs/s: `Matcher.rank(question, its candidates)` once per question, the candidates' pairs over the
+  total time (the encoder's index, when used, is built before the clock starts);
+- `predict` pairs/s: every pair in one `Matcher.predict` call;
+- MAP and MRR over the questions with both a correct and an incorrect candidate (the filtered protocol of
+  WikiQA and TrecQA), from the `rank` answers.
+
+`--cross-encoder`: a sentence-transformers CrossEncoder (e.g. a fine-tuned MiniLM-L6 folder) timed the same way
+(`CrossEncoder.predict` on a question's pairs; on all pairs); its MAP is meaningful only for a fine-tuned one
+(a bi-encoder's weights, e.g. the `minilm` extra's all-MiniLM-L6-v2, get an untrained scoring head: speed only).
+Threads: torch's intra-op threads for everything (`torch.set_num_threads`, Matcher's `threads=`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import io
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from matching import Matcher  # noqa: E402
+
+Question = tuple[str, list[str], list[int]]  # the question, its candidates, their labels (1: correct)
+
+
+def read_questions(path: Path, columns: Sequence[str], limit: int) -> list[Question]:
+    """The file's questions in order of first appearance (a TSV or CSV with a header, plain or .gz)."""
+    a, b, group, label = columns
+    raw = gzip.open(path, "rb").read() if path.suffix == ".gz" else path.read_bytes()
+    text = io.StringIO(raw.decode("utf-8"))
+    delimiter = "," if ".csv" in path.name else "\t"
+    groups: dict[str, Question] = {}
+    for row in csv.DictReader(text, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else 0):
+        question = groups.setdefault(row[group], (row[a], [], []))
+        question[1].append(row[b])
+        question[2].append(int(float(row[label])))
+    questions = list(groups.values())
+    return questions[:limit] if limit else questions
+
+
+def map_mrr(questions: Sequence[Question], scores: Sequence[Sequence[float]]) -> tuple[float, float, int]:
+    """MAP and MRR (in %) over the questions with both a correct and an incorrect candidate, and their count."""
+    aps, rrs = [], []
+    for (_, _, labels), score in zip(questions, scores, strict=True):
+        if 0 < sum(labels) < len(labels):
+            order = np.argsort(-np.asarray(score), kind="stable")
+            hits = np.asarray(labels)[order]
+            ranks = np.flatnonzero(hits) + 1
+            aps.append(float(np.mean(np.arange(1, len(ranks) + 1) / ranks)))
+            rrs.append(1.0 / ranks[0])
+    return 100 * float(np.mean(aps)), 100 * float(np.mean(rrs)), len(aps)
+
+
+def timed(run: Callable[[], object]) -> tuple[float, object]:
+    start = time.perf_counter()
+    out = run()
+    return time.perf_counter() - start, out
+
+
+def bench_matcher(name: str, path: str, questions: Sequence[Question], threads: int) -> dict:
+    matcher = Matcher.load(path, backend="torch", threads=threads)
+    pairs = [(q, c) for q, candidates, _ in questions for c in candidates]
+    built = None
+    if name.endswith("+index"):
+        built, index = timed(lambda: matcher.index(dict.fromkeys(c for _, cs, _ in questions for c in cs)))
+    matcher.rank(*questions[0][:2])  # warm: the encoder's first call loads it
+    seconds, ranked = timed(lambda: [matcher.rank(q, candidates) for q, candidates, _ in questions])
+    scores = []
+    for answers, (_, candidates, _) in zip(ranked, questions, strict=True):
+        by_index = {r["index"]: r["score"] for r in answers}
+        scores.append([by_index[i] for i in range(len(candidates))])
+    predict_seconds, _ = timed(lambda: matcher.predict(pairs))
+    ap, rr, scored = map_mrr(questions, scores)
+    return {"rank": len(pairs) / seconds, "predict": len(pairs) / predict_seconds, "map": ap, "mrr": rr,
+            "questions": scored, "index_seconds": built}  # fmt: skip
+
+
+def bench_cross_encoder(path: str, questions: Sequence[Question], threads: int) -> dict:
+    from sentence_transformers import CrossEncoder
+
+    model = CrossEncoder(path, num_labels=1, device="cpu")
+    pairs = [(q, c) for q, candidates, _ in questions for c in candidates]
+    model.predict(pairs[:8], show_progress_bar=False)
+    seconds, scores = timed(lambda: [model.predict([(q, c) for c in candidates], show_progress_bar=False).tolist()
+                                     for q, candidates, _ in questions])  # fmt: skip
+    predict_seconds, _ = timed(lambda: model.predict(pairs, batch_size=64, show_progress_bar=False))
+    ap, rr, scored = map_mrr(questions, scores)
+    return {"rank": len(pairs) / seconds, "predict": len(pairs) / predict_seconds, "map": ap, "mrr": rr,
+            "questions": scored, "index_seconds": None}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=Path, required=True)
+    parser.add_argument("--columns", default="Question,Sentence,QuestionID,Label", help="a,b,group,label")
+    parser.add_argument("--model", action="append", default=[], help="name=path (name+index: with an index)")
+    parser.add_argument("--cross-encoder", default=None)
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--queries", type=int, default=0, help="the first N questions (0: all)")
+    parser.add_argument(
+        "--cross-encoder-map",
+        type=float,
+        default=None,
+        help="the CrossEncoder's dev MAP measured elsewhere (e.g. a fine-tuned one's), drawn instead",
+    )
+    parser.add_argument("--chart", type=Path, default=None, help="a PNG of MAP against rank pairs/s (log)")
+    parser.add_argument("--json", type=Path, default=None, help="every figure as JSON")
+    args = parser.parse_args()
+    results = []
+    questions = read_questions(args.pairs, args.columns.split(","), args.queries)
+    pairs = sum(len(c) for _, c, _ in questions)
+    print(f"{len(questions)} questions, {pairs} pairs from {args.pairs.name}; torch {torch.__version__}")
+    print(f"{'model':<22} {'threads':>7} {'rank pairs/s':>13} {'predict pairs/s':>16} {'MAP':>6} {'MRR':>6}  note")
+    for threads in (int(t) for t in args.threads.split(",")):
+        torch.set_num_threads(threads)
+        rows = [(spec.split("=", 1)[0], spec.split("=", 1)[1]) for spec in args.model]
+        if args.cross_encoder:
+            rows.append(("cross-encoder", args.cross_encoder))
+        for name, path in rows:
+            if name == "cross-encoder":
+                result = bench_cross_encoder(path, questions, threads)
+            else:
+                result = bench_matcher(name, path, questions, threads)
+            note = (
+                f"index of the candidates built in {result['index_seconds']:.1f} s" if result["index_seconds"] else ""
+            )
+            print(f"{name:<22} {threads:>7} {result['rank']:>13,.0f} {result['predict']:>16,.0f} {result['map']:>6.2f} "
+                  f"{result['mrr']:>6.2f}  {note}", flush=True)  # fmt: skip
+            if name == "cross-encoder" and args.cross_encoder_map is not None:
+                result["map_quoted"] = args.cross_encoder_map
+            results.append({"model": name, "threads": threads, **result})
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    if args.chart:
+        draw(results, args.chart)
+
+
+def draw(results: list[dict], out: Path) -> None:
+    """MAP against `rank` pairs/s (log scale), a colour per thread count, a quoted MAP drawn hollow."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for r in results:
+        quoted = r.get("map_quoted")
+        y = quoted if quoted is not None else r["map"]
+        colour = "C0" if r["threads"] == 1 else "C1"
+        ax.scatter(r["rank"], y, s=55, edgecolors=colour, facecolors="none" if quoted is not None else colour)
+        label = f"{r['model']}{' (MAP quoted)' if quoted is not None else ''}"
+        ax.annotate(label, (r["rank"], y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("Matcher.rank per question: pairs/s (log scale; blue: 1 thread, orange: 2)")
+    ax.set_ylabel("dev MAP (%)")
+    ax.set_title("WikiQA dev: ranking quality against speed")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=130)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
