@@ -589,3 +589,17 @@ def test_predict_builds_an_index_once_then_ranks_against_it(contextual_run, tmp_
         ]
         got = [r["score"] for q in answers for r in q["ranking"]]
         np.testing.assert_allclose(got, [r["score"] for q in plain for r in q["ranking"]], atol=1e-5)
+
+
+def test_the_server_ranks_against_an_index_as_matcher_does(contextual_run, tmp_path):
+    import httpx
+
+    from matching.serving.server import serving
+
+    matcher = Matcher.load(contextual_run[0], backend="torch")
+    expected = matcher.rank(QUESTION, CANDIDATES)
+    matcher.index(CANDIDATES, save_to=tmp_path / "index")
+    with serving(contextual_run[0], [f"index={tmp_path / 'index'}", "backend=torch"]) as url:
+        answer = httpx.post(f"{url}/rank", json={"query": QUESTION, "candidates": CANDIDATES}, timeout=60).json()
+    got = {r["index"]: r["score"] for r in answer["ranking"]}
+    np.testing.assert_allclose([got[r["index"]] for r in expected], [r["score"] for r in expected], atol=1e-5)

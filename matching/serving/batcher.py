@@ -74,6 +74,7 @@ class WorkerSpec:
     device: str  # cpu or cuda
     backend: str = "auto"  # torch | onnx | auto (matching.inference.load)
     quantize: str | None = None  # int8 (ONNX Runtime)
+    index: str | None = None  # a folder of candidates' states (Matcher.index) that /rank and /classify read
 
 
 class Rejected(NamedTuple):
@@ -104,6 +105,8 @@ class Worker:
         predictor = load(spec.ckpt, backend=spec.backend, quantize=spec.quantize, device=spec.device, config=config)
         predictor.backend.set_threads(spec.threads, spec.cap)  # the worker's share of the cores
         self.matcher = Matcher(predictor)
+        if spec.index:
+            self.matcher.use_index(spec.index)
         self.predictor = predictor
         # A word outside the vocabulary has no trained vector: it hashes to one of the OOV buckets' random vectors
         # (unless the model reads every word, as an encoder does: then none is marked).

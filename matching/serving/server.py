@@ -150,6 +150,13 @@ def build_server(cfg: DictConfig) -> Server:
         )  # fmt: skip
         for ckpt, config in configs
     ]
+    index = str(cfg.index) if cfg.get("index") else None
+    if index is not None:  # a missing or stale index is refused before any worker starts
+        if compare:
+            raise RunError("index= serves one contextual run against its candidates' states; drop compare=")
+        from matching.inference.state_index import StateIndex
+
+        predictors[0].use_index(StateIndex.load(index, predictors[0].index_key()))
     infos = [model_info(predictor, limits) for predictor in predictors]
     del predictors  # each worker loads its own
     kinds = {info["kind"] for info in infos}
@@ -172,7 +179,7 @@ def build_server(cfg: DictConfig) -> Server:
     clients = []
     for name, (ckpt, config), info in zip(_run_names([i["aligner"] for i in infos]), configs, infos, strict=True):
         spec = WorkerSpec(ckpt, config, limits, threads, cap, max_batch_size, float(cfg.batch_timeout),
-                          float(cfg.timeout), device, backend, quantize)  # fmt: skip
+                          float(cfg.timeout), device, backend, quantize, index)  # fmt: skip
         requests = context.Queue()
         answers, sending = context.Pipe(duplex=False)
         process = context.Process(target=work, args=(spec, requests, sending), name=f"matching-serve {name}",
