@@ -43,8 +43,13 @@ def check_loss(kind: str, task_kind: str, class_weights: object, margin: object)
             f"loss.class_weights weighs the pointwise cross-entropy; loss.kind={kind} has no classes to "
             "weigh: leave loss.class_weights=null"
         )
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin > 0:
-        raise ConfigError(f"loss.margin must be a positive number, got {margin!r}")
+    check_positive("loss.margin", margin)
+
+
+def check_positive(key: str, value: object) -> None:
+    """ConfigError unless the setting `key` is a positive number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{key} must be a positive number, got {value!r}")
 
 
 def _queries(groups: torch.Tensor) -> torch.Tensor:
@@ -174,6 +179,5 @@ def check_distill(loss: str, task_kind: str, weight: object, temperature: object
             f"distill.loss={loss} compares the candidates of one query: it needs a ranking task; a classification "
             "task distils with distill.loss=kl (or auto)"
         )
-    for name, value in (("weight", weight), ("temperature", temperature)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ConfigError(f"distill.{name} must be a positive number, got {value!r}")
+    check_positive("distill.weight", weight)
+    check_positive("distill.temperature", temperature)

@@ -1,5 +1,5 @@
-"""Training one model, for the `train` command (matching/train.py, which imports this only once Hydra has read the
-command line) and for Python: `train(cfg)` on a composed config (`matching.cli.compose_config("train", [...])`).
+"""Training one model: for the `train` command (matching/train.py, which imports this only once Hydra has read the
+command line) and for Python, `train(cfg)` on a composed config (`matching.cli.compose_config("train", [...])`).
 
 A run directory holds `config.yaml` (resolved), `vocab.txt`, `checkpoints/{best,last}.ckpt`,
 `metrics.json` (dev metrics of the best checkpoint, its epoch `best_epoch` counted from 1 as in the CSV log and the
