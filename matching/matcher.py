@@ -85,6 +85,7 @@ class Matcher:
         threads: int = 0,
         revision: str | None = None,
         overrides: dict[str, Any] | None = None,
+        encoder_backend: str = "torch",
     ) -> Matcher:
         """The model at `path`: a run directory (its checkpoints/best.ckpt), its checkpoints/ folder, a checkpoint
         file, a shared model folder (`matching-export format=hub`), a Hugging Face hub repository id `owner/name` of
@@ -97,7 +98,9 @@ class Matcher:
         arithmetic of the torch backend, "fp32", "bf16" (faster on CPUs with AMX or AVX512-BF16; logits within
         about 1 % of fp32's) or "auto"; default: the run's own `dtype` (see matching.precision). `threads`: intra-op
         threads of every call (default 0: one for a small call, more for a big one while cores are free).
-        `overrides`: other keys of the run's config, e.g. `{"data.max_length": 128}`.
+        `overrides`: other keys of the run's config, e.g. `{"data.max_length": 128}`. `encoder_backend="onnx"`: a
+        contextual model's frozen encoder runs new text on ONNX Runtime (2.3x as fast on a short query), the model on
+        PyTorch (the `export` extra; exported once into the ONNX cache).
         Offline, a shared folder or a run directory needs nothing else; a shared folder is read from safetensors
         and YAML only, never unpickled."""
         settings = dict(overrides or {})
@@ -105,7 +108,7 @@ class Matcher:
             if value is not None:
                 settings[key] = value
         predictor = load(path, backend=backend, quantize=quantize, device=device, dtype=dtype, revision=revision,
-                         overrides=settings, threads=threads)  # fmt: skip
+                         overrides=settings, threads=threads, encoder_backend=encoder_backend)  # fmt: skip
         return cls(predictor)
 
     # -- what the model is ---------------------------------------------------------------------------------------

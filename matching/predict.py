@@ -141,7 +141,8 @@ def load_predictor(cfg: DictConfig):
     from matching.inference import load
 
     return load(cfg.ckpt, backend=str(cfg.get("backend") or "auto"), quantize=cfg.get("quantize"),
-                threads=int(cfg.get("threads") or 0), config=cfg if "task" in cfg else None)  # fmt: skip
+                threads=int(cfg.get("threads") or 0), config=cfg if "task" in cfg else None,
+                encoder_backend=str(cfg.get("encoder_backend") or "torch"))  # fmt: skip
 
 
 def output_file(name: str) -> IO[str]:

@@ -603,3 +603,22 @@ def test_the_server_ranks_against_an_index_as_matcher_does(contextual_run, tmp_p
         answer = httpx.post(f"{url}/rank", json={"query": QUESTION, "candidates": CANDIDATES}, timeout=60).json()
     got = {r["index"]: r["score"] for r in answer["ranking"]}
     np.testing.assert_allclose([got[r["index"]] for r in expected], [r["score"] for r in expected], atol=1e-5)
+
+
+def test_the_encoder_on_onnx_runtime_ranks_as_on_pytorch(contextual_run, onnx_cache):
+    pytest.importorskip("onnxruntime")
+    expected = Matcher.load(contextual_run[0], backend="torch").rank(QUESTION, CANDIDATES)
+    matcher = Matcher.load(contextual_run[0], backend="torch", encoder_backend="onnx")
+    encoder = matcher.predictor.state_encoder()
+    assert encoder.runtime is not None and encoder.runtime.path.is_file()
+    ranked = matcher.rank(QUESTION, CANDIDATES)
+    got = {r["index"]: r["score"] for r in ranked}
+    np.testing.assert_allclose([got[r["index"]] for r in expected], [r["score"] for r in expected], atol=1e-3)
+    matcher.index(CANDIDATES)  # and against an index: the query alone through ONNX Runtime
+    again = {r["index"]: r["score"] for r in matcher.rank(QUESTION, CANDIDATES)}
+    np.testing.assert_allclose([again[i] for i in sorted(got)], [got[i] for i in sorted(got)], atol=1e-5)
+
+
+def test_encoder_backend_onnx_needs_a_frozen_encoder(snli_run):
+    with pytest.raises(RunError, match="encoder_backend=onnx runs a contextual model's frozen encoder"):
+        Matcher.load(snli_run[0], backend="torch", encoder_backend="onnx")

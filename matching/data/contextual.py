@@ -37,7 +37,7 @@ from matching.data.embeddings import EmbeddingSource, ServingInputs
 from matching.data.encoding import EncodedSplit
 from matching.data.pipeline import pad_batch
 from matching.data.preparation import PIECE_INPUTS, PIECE_KEYS, piece_windows
-from matching.encoders import EncoderError, EncoderServingModel, WordEncoder
+from matching.encoders import EncoderError, EncoderServingModel, WordEncoder, pool_words
 from matching.extras import require
 from matching.files import file_sha256
 
@@ -205,6 +205,8 @@ class ContextualEncoder(EmbeddingSource):
         self.index = None  # a matching.inference.StateIndex of known texts' states (Matcher.index), or None
         self._remembered: dict[tuple[str, ...], np.ndarray] = {}  # the current call's states (`remember`)
         self.encoded = 0  # texts run through the encoder for new text (a figure for benchmarks and tests)
+        # new text's encoder on another runtime: (ids, mask) -> piece states (matching.inference.onnx_encoder)
+        self.runtime = None
 
     def identity(self) -> dict:
         """What the states depend on (cache keys, and the check that a run is used with its own encoder)."""
@@ -297,7 +299,12 @@ class ContextualEncoder(EmbeddingSource):
     def _encode_batch(self, texts: Sequence[Sequence[str]]) -> list[np.ndarray]:
         inputs = {k: v.to(self.device) for k, v in self.pieces(texts).items()}
         words = max(len(t) for t in texts)
-        pooled = self.module(**inputs, texts=len(texts), words=words).cpu().numpy()  # (T, W, D)
+        if self.runtime is None:
+            pooled = self.module(**inputs, texts=len(texts), words=words)
+        else:  # another runtime's encoder (matching.inference.onnx_encoder), the same word pooling
+            pooled = pool_words(self.runtime(inputs["ids"], inputs["mask"]), inputs["word"], inputs["row"],
+                                len(texts), words)  # fmt: skip
+        pooled = pooled.cpu().numpy()  # (T, W, D)
         return [pooled[i, : len(t)] for i, t in enumerate(texts)]
 
     def batch_states(self, texts: Sequence[Sequence[str]]) -> Tensor:

@@ -111,12 +111,16 @@ def load(
     overrides: dict[str, Any] | None = None,
     config: Any = None,
     threads: int = 0,
+    encoder_backend: str = "torch",
 ) -> Predictor:
     """The `Predictor` of the model at `path` (see the module docstring). `device`: cpu, cuda[:N] or auto (torch
     only); `dtype`: fp32, bf16 or auto, default the run's own (torch only); `overrides`: dotted config keys, e.g.
     `{"data.batch_tokens": 4096}`; `config`: the run's config as a command composed it (else the saved one);
     `threads`: intra-op threads of every call (0: chosen per call, matching.inference.threads); `quantize`: int8
-    (ONNX Runtime; `reduce_range`: None picks it from the CPU)."""
+    (ONNX Runtime; `reduce_range`: None picks it from the CPU); `encoder_backend`: onnx runs a contextual model's
+    frozen encoder on ONNX Runtime for new text, the model on PyTorch (matching.inference.onnx_encoder)."""
+    if encoder_backend not in ("torch", "onnx"):
+        raise RunError(f"encoder_backend must be torch or onnx, got {encoder_backend!r}")
     if backend not in BACKENDS:
         raise RunError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if quantize not in QUANTIZE:
@@ -140,7 +144,18 @@ def load(
             raise RunError("an exported ONNX model runs in float32 on the CPU (or int8 with quantize=int8)")
         return from_export(where, quantize, reduce_range, overrides or {}, threads)
     backend = "onnx" if backend == "auto" and quantize else ("torch" if backend == "auto" else backend)
-    return from_weights(form, where, backend, quantize, reduce_range, device, dtype, overrides or {}, config, threads)
+    predictor = from_weights(form, where, backend, quantize, reduce_range, device, dtype, overrides or {}, config,
+                             threads)  # fmt: skip
+    if encoder_backend == "onnx":
+        from matching.inference.onnx_encoder import OnnxEncoder
+
+        encoder = getattr(predictor.backend, "frozen_encoder", None)
+        if encoder is None or predictor.backend.device.type != "cpu":
+            raise RunError("encoder_backend=onnx runs a contextual model's frozen encoder on ONNX Runtime for new "
+                           "text, with the model on PyTorch on the CPU (backend=torch, device=cpu); this model has "
+                           "no such encoder here")  # fmt: skip
+        encoder.runtime = OnnxEncoder(encoder, cache_root())
+    return predictor
 
 
 # -- a run or a shared folder: the PyTorch model --------------------------------------------------------------------

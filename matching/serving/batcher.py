@@ -75,6 +75,7 @@ class WorkerSpec:
     backend: str = "auto"  # torch | onnx | auto (matching.inference.load)
     quantize: str | None = None  # int8 (ONNX Runtime)
     index: str | None = None  # a folder of candidates' states (Matcher.index) that /rank and /classify read
+    encoder_backend: str = "torch"  # onnx: a contextual model's frozen encoder on ONNX Runtime for new text
 
 
 class Rejected(NamedTuple):
@@ -102,7 +103,8 @@ class Worker:
             from omegaconf import OmegaConf
 
             config = OmegaConf.create(config)
-        predictor = load(spec.ckpt, backend=spec.backend, quantize=spec.quantize, device=spec.device, config=config)
+        predictor = load(spec.ckpt, backend=spec.backend, quantize=spec.quantize, device=spec.device, config=config,
+                         encoder_backend=spec.encoder_backend)  # fmt: skip
         predictor.backend.set_threads(spec.threads, spec.cap)  # the worker's share of the cores
         self.matcher = Matcher(predictor)
         if spec.index:

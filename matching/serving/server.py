@@ -179,7 +179,8 @@ def build_server(cfg: DictConfig) -> Server:
     clients = []
     for name, (ckpt, config), info in zip(_run_names([i["aligner"] for i in infos]), configs, infos, strict=True):
         spec = WorkerSpec(ckpt, config, limits, threads, cap, max_batch_size, float(cfg.batch_timeout),
-                          float(cfg.timeout), device, backend, quantize, index)  # fmt: skip
+                          float(cfg.timeout), device, backend, quantize, index,
+                          str(cfg.get("encoder_backend") or "torch"))  # fmt: skip
         requests = context.Queue()
         answers, sending = context.Pipe(duplex=False)
         process = context.Process(target=work, args=(spec, requests, sending), name=f"matching-serve {name}",
