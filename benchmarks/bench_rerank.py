@@ -4,8 +4,9 @@
         --model static=<run> --model contextual=<run> --model contextual+index=<run> [--model distilled=<run>] \
         [--cross-encoder <folder or hub name>] [--threads 1,2] [--queries 0]
 
-For each model (`name=path`, any form `Matcher.load` takes; a name ending in `+index` ranks against an index of
-all the file's candidates, built first and timed apart) and each thread count, it prints:
+For each model (`name=path`, any form `Matcher.load` takes; a name with `+index` ranks against an index of all the
+file's candidates, built first and timed apart; with `+ort`, a contextual model's encoder runs new text on ONNX
+Runtime, `encoder_backend="onnx"`) and each thread count, it prints:
 
 - `rank` pairs/s: `Matcher.rank(question, its candidates)` once per question, the candidates' pairs over the
   total time (the encoder's index, when used, is built before the clock starts);
@@ -78,10 +79,12 @@ def timed(run: Callable[[], object]) -> tuple[float, object]:
 
 
 def bench_matcher(name: str, path: str, questions: Sequence[Question], threads: int) -> dict:
-    matcher = Matcher.load(path, backend="torch", threads=threads)
+    flags = set(name.split("+")[1:])
+    encoder = "onnx" if "ort" in flags else "torch"
+    matcher = Matcher.load(path, backend="torch", threads=threads, encoder_backend=encoder)
     pairs = [(q, c) for q, candidates, _ in questions for c in candidates]
     built = None
-    if name.endswith("+index"):
+    if "index" in flags:
         built, index = timed(lambda: matcher.index(dict.fromkeys(c for _, cs, _ in questions for c in cs)))
     matcher.rank(*questions[0][:2])  # warm: the encoder's first call loads it
     seconds, ranked = timed(lambda: [matcher.rank(q, candidates) for q, candidates, _ in questions])
