@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from matching.extras import require
 from matching.files import write_atomic
+from matching.inference.threads import thread_count
 
 
 class _LastHiddenState(nn.Module):
@@ -51,8 +52,12 @@ class OnnxEncoder:
         return self.sessions[threads]
 
     def __call__(self, ids: Tensor, mask: Tensor) -> Tensor:
+        """The states of a batch of windows, on at most the call's threads (torch's, as the backend set them for
+        the call) and on one for a short text (matching.inference.threads: ONNX Runtime's pool gains from a second
+        thread from 256 pieces on; a 14-piece query ran at 270 pairs/s on two against 586 on one)."""
         feed = {"ids": ids.cpu().numpy().astype(np.int64), "mask": mask.cpu().numpy().astype(np.int64)}
-        return torch.from_numpy(self.session(torch.get_num_threads()).run(["states"], feed)[0])
+        threads = thread_count(0, int(mask.sum()), "onnx", cap=torch.get_num_threads())
+        return torch.from_numpy(self.session(threads).run(["states"], feed)[0])
 
 
 def _export(source, path: Path) -> None:
