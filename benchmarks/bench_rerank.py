@@ -14,7 +14,8 @@ Runtime, `encoder_backend="onnx"`) and each thread count, it prints:
 - MAP and MRR over the questions with both a correct and an incorrect candidate (the filtered protocol of
   WikiQA and TrecQA), from the `rank` answers.
 
-`--cross-encoder`: a sentence-transformers CrossEncoder (e.g. a fine-tuned MiniLM-L6 folder) timed the same way
+`--cross-encoder`: a sentence-transformers CrossEncoder (e.g. a fine-tuned MiniLM-L6 folder; `pip install
+sentence-transformers`, not a dependency of matching) timed the same way
 (`CrossEncoder.predict` on a question's pairs; on all pairs); its MAP is meaningful only for a fine-tuned one
 (a bi-encoder's weights, e.g. the `minilm` extra's all-MiniLM-L6-v2, get an untrained scoring head: speed only).
 Threads: torch's intra-op threads for everything (`torch.set_num_threads`, Matcher's `threads=`).
@@ -99,7 +100,13 @@ def bench_matcher(name: str, path: str, questions: Sequence[Question], threads: 
 
 
 def bench_cross_encoder(path: str, questions: Sequence[Question], threads: int) -> dict:
-    from sentence_transformers import CrossEncoder
+    try:
+        from sentence_transformers import CrossEncoder
+    except ImportError:
+        raise SystemExit(
+            "--cross-encoder needs sentence-transformers, which matching does not depend on: "
+            "pip install sentence-transformers (6.2 gave docs/performance.md's figures)"
+        ) from None
 
     model = CrossEncoder(path, num_labels=1, device="cpu")
     pairs = [(q, c) for q, candidates, _ in questions for c in candidates]
