@@ -70,6 +70,23 @@ def quantized(model_file: Path, reduce_range: bool | None = None) -> Path:
     return out
 
 
+class Sessions:
+    """ONNX Runtime sessions over one graph file, one per intra-op thread count used (ONNX Runtime fixes a session's
+    threads when it is made), on the CPU provider, errors only in its log (no warnings about unused initializers)."""
+
+    def __init__(self, ort, path: Path):
+        self.ort, self.path = ort, path
+        self.made: dict[int, object] = {}
+
+    def __call__(self, threads: int):
+        if threads not in self.made:
+            options = self.ort.SessionOptions()
+            options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+            options.log_severity_level = 3
+            self.made[threads] = self.ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+        return self.made[threads]
+
+
 class OnnxBackend:
     """An ONNX Runtime session over `model_file`, fed by `inputs` (the ids; an encoder's word pieces), one session
     per thread count used (ONNX Runtime fixes its intra-op threads when a session is made)."""
@@ -80,21 +97,11 @@ class OnnxBackend:
         self.model_file, self.inputs, self.name, self.cost = model_file, inputs, name, cost
         self.threads, self.cap = threads, cap
         self.batch_pairs = CPU_BATCH_PAIRS  # ONNX Runtime's CPU provider
-        self.sessions: dict[int, object] = {}
+        self.session = Sessions(self.ort, model_file)
         self.session(1)  # a broken file fails here, at load, not at the first request
 
     def set_threads(self, threads: int, cap: int | None = None) -> None:
         self.threads, self.cap = threads, cap
-
-    def session(self, threads: int):
-        if threads not in self.sessions:
-            options = self.ort.SessionOptions()
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-            options.log_severity_level = 3  # errors only: no warnings about unused initializers
-            self.sessions[threads] = self.ort.InferenceSession(str(self.model_file), options,
-                                                               providers=["CPUExecutionProvider"])  # fmt: skip
-        return self.sessions[threads]
 
     def call(self, prepared: PreparedPairs) -> AbstractContextManager[None]:
         """One call's scope: nothing to keep across its batches (the graph encodes each pair's texts itself)."""

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from matching.extras import require
 from matching.files import write_atomic
+from matching.inference.onnx_backend import Sessions
 from matching.inference.threads import thread_count
 
 
@@ -39,17 +40,8 @@ class OnnxEncoder:
         if not self.path.is_file():
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(self.path, lambda tmp: _export(source, tmp))
-        self.sessions: dict[int, object] = {}
+        self.session = Sessions(self.ort, self.path)
         self.session(1)  # a broken file fails here, at load
-
-    def session(self, threads: int):
-        if threads not in self.sessions:
-            options = self.ort.SessionOptions()
-            options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-            options.log_severity_level = 3
-            self.sessions[threads] = self.ort.InferenceSession(str(self.path), options,
-                                                               providers=["CPUExecutionProvider"])  # fmt: skip
-        return self.sessions[threads]
 
     def __call__(self, ids: Tensor, mask: Tensor) -> Tensor:
         """The states of a batch of windows, on at most the call's threads (torch's, as the backend set them for
