@@ -10,6 +10,14 @@ owns both the scoring and the normalisation (CoDA has no softmax at all), and ze
 gets zero weight and contributes nothing. `matrices` holds the (B, La, Lb) matrices it used, for inspection
 and plots. `score_bias` (La, Lb) is added to the raw scores; the intra-sentence attention passes Parikh's
 distance biases through it.
+
+Token centring (`center_tokens`, every aligner's option, one implementation: `layers.center_over_pair`) scores the
+tokens' vectors minus the pair's mean vector over both sides' valid tokens, so that a constant offset in every vector
+(the model projection's bias) puts nothing into the scores. Where it applies: to F(a), F(b) for softmax and CoDA (the
+vectors their scores compare), to the aligner's inputs a, b for conflict (its W_u and W_v project each side into a
+space of its own) and for the attention parts (their compatibility functions take a and b). The aligned vectors are
+always weighted sums of the inputs as given. Each argument's default is False so that a run saved before the option
+existed (its config has no such key) loads as it was trained; docs/aligners.md says what it does to each score.
 """
 
 from __future__ import annotations
@@ -22,7 +30,15 @@ import torch
 from torch import Tensor, nn
 
 from matching.errors import ConfigError
-from matching.layers import Dropout, FeedForward, masked_mean, masked_softmax, pair_mask, per_token
+from matching.layers import (
+    Dropout,
+    FeedForward,
+    center_over_pair,
+    masked_mean,
+    masked_softmax,
+    pair_mask,
+    per_token,
+)
 
 
 class Alignment(NamedTuple):
@@ -96,19 +112,31 @@ def _attend_both_ways(
 class SoftmaxAligner(Aligner):
     """Vanilla Decomposable Attention: e_ij = F(a_i)ᵀF(b_j), softmax over j for β and over i for α.
 
-    `projection` is F (see PROJECTIONS); "parikh" is the original model.
+    `projection` is F (see PROJECTIONS); "parikh" is the original model. `center_tokens` scores F(x) minus the
+    pair's mean F (the module docstring): the softmax over j cancels any term constant along j, but a projection's
+    bias c puts cᵀF(b_j) into e_ij, a prior for b_j whatever a_i is, which centring replaces by −F̄ᵀF(b_j), F̄ the
+    pair's own mean.
     """
 
     def __init__(
-        self, dim: int, hidden: int = 200, dropout: float = 0.2, projection: str = "parikh", scale: bool = False
+        self,
+        dim: int,
+        hidden: int = 200,
+        dropout: float = 0.2,
+        projection: str = "parikh",
+        scale: bool = False,
+        center_tokens: bool = False,
     ):
         super().__init__(dim)
         self.project, width = _projection(dim, hidden, dropout, projection)
         self.scale = 1.0 / math.sqrt(width) if scale else 1.0
+        self.center_tokens = center_tokens
 
     def forward(self, a, b, mask_a, mask_b, score_bias=None):
         self._check(a, b, mask_a, mask_b)
         fa, fb = per_token(self.project, a, b)
+        if self.center_tokens:
+            fa, fb = center_over_pair(fa, fb, mask_a, mask_b)
         e = torch.bmm(fa, fb.transpose(1, 2))  # (B, La, Lb)
         if self.scale != 1.0:
             e = e * self.scale
@@ -203,11 +231,7 @@ class CoDAAligner(Aligner):
         self._check(a, b, mask_a, mask_b)
         fa, fb = per_token(self.project_e, a, b)
         if self.center_tokens:  # F_E(x) − the pair's mean F_E: a constant offset (a projection's bias) leaves E
-            wide = torch.promote_types(fa.dtype, torch.float32)
-            weight_a, weight_b = mask_a.unsqueeze(-1).to(wide), mask_b.unsqueeze(-1).to(wide)
-            total = (fa.to(wide) * weight_a).sum(1, keepdim=True) + (fb.to(wide) * weight_b).sum(1, keepdim=True)
-            mean = total / (weight_a.sum(1, keepdim=True) + weight_b.sum(1, keepdim=True)).clamp_min(1.0)  # (B, 1, D)
-            fa, fb = fa - mean.to(fa.dtype), fb - mean.to(fb.dtype)
+            fa, fb = center_over_pair(fa, fb, mask_a, mask_b)
         e = torch.bmm(fa, fb.transpose(1, 2))  # (B, La, Lb)
         if self.alpha * self.scale != 1.0:
             e = e * (self.alpha * self.scale)
@@ -249,12 +273,19 @@ class ConflictAligner(Aligner):
     - "literal": eq. 7 as printed, c_ij = w_sᵀ(u'_i − v'_j). It is linear in the difference, so it equals
       s(a_i) − s(b_j) with s(x) = w_sᵀ tanh(W x): the softmax over j cancels s(a_i), every a_i receives the
       same weights (the same pooled vector of b) and every b_j likewise. Kept for ablation only.
+
+    `center_tokens` centres the inputs a, b over the pair before W_u and W_v (module docstring): u' and v' are
+    projections of their own, so a shift common to both would cancel in u'_i − v'_j anyway; an offset c in the
+    inputs does not, it moves the two sides' pre-activations by W_u c and W_v c, apart.
     """
 
     SCORES = ("l1", "literal")
 
-    def __init__(self, dim: int, hidden: int = 200, dropout: float = 0.2, score: str = "l1"):
+    def __init__(
+        self, dim: int, hidden: int = 200, dropout: float = 0.2, score: str = "l1", center_tokens: bool = False
+    ):
         super().__init__(dim)
+        self.center_tokens = center_tokens
         if score not in self.SCORES:
             raise ConfigError(f"unknown conflict score {score!r}; choose one of {list(self.SCORES)}")
         self.score_kind = score
@@ -267,8 +298,9 @@ class ConflictAligner(Aligner):
 
     def forward(self, a, b, mask_a, mask_b, score_bias=None):
         self._check(a, b, mask_a, mask_b)
-        u = torch.tanh(self.project_a(self.dropout(a)))  # (B, La, H)
-        v = torch.tanh(self.project_b(self.dropout(b)))  # (B, Lb, H)
+        xa, xb = center_over_pair(a, b, mask_a, mask_b) if self.center_tokens else (a, b)
+        u = torch.tanh(self.project_a(self.dropout(xa)))  # (B, La, H)
+        v = torch.tanh(self.project_b(self.dropout(xb)))  # (B, Lb, H)
         if self.score_kind == "l1":
             w = self.score.weight.squeeze(0)  # (H,)
             pos, neg = w.clamp_min(0), (-w).clamp_min(0)
@@ -282,16 +314,24 @@ class ConflictAligner(Aligner):
 
 
 class SoftmaxConflictAligner(Aligner):
-    """Attention and conflict side by side (conflict paper eq. 11): compare sees [a_i; β_att; β_conf]."""
+    """Attention and conflict side by side (conflict paper eq. 11): compare sees [a_i; β_att; β_conf].
+    `center_tokens` centres both, each where it applies."""
 
     copies = 2
 
     def __init__(
-        self, dim: int, hidden: int = 200, dropout: float = 0.2, projection: str = "parikh", score: str = "l1"
+        self,
+        dim: int,
+        hidden: int = 200,
+        dropout: float = 0.2,
+        projection: str = "parikh",
+        score: str = "l1",
+        center_tokens: bool = False,
     ):
         super().__init__(dim)
-        self.attention = SoftmaxAligner(dim, hidden, dropout, projection=projection)
-        self.conflict = ConflictAligner(dim, hidden, dropout, score=score)
+        self.center_tokens = center_tokens
+        self.attention = SoftmaxAligner(dim, hidden, dropout, projection=projection, center_tokens=center_tokens)
+        self.conflict = ConflictAligner(dim, hidden, dropout, score=score, center_tokens=center_tokens)
 
     def forward(self, a, b, mask_a, mask_b, score_bias=None):
         att = self.attention(a, b, mask_a, mask_b, score_bias)

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from matching.aligners import Aligner, Alignment
 from matching.errors import ConfigError
-from matching.layers import Dropout, masked_softmax, pair_mask
+from matching.layers import Dropout, center_over_pair, masked_softmax, pair_mask
 
 # ------------------------------------------------------------------------------------------ compatibility
 
@@ -330,7 +330,9 @@ DISTRIBUTIONS: dict[str, type[Distribution]] = {
 class AttentionAligner(Aligner):
     """An aligner from parts (see the module docstring): `score` (SCORES), `distribution` (DISTRIBUTIONS), `heads`
     (a divisor of the input width; `feature_wise=true` sets it to the width). `alpha` is entmax's α, `hidden` the
-    width of the additive and deep scores. Matrices for plots: the weights of each side, averaged over heads."""
+    width of the additive and deep scores. `center_tokens`: every score function compares a and b minus the pair's
+    mean token (matching/aligners.py); the aligned vectors stay sums of a and b as given. Matrices for plots: the
+    weights of each side, averaged over heads."""
 
     def __init__(
         self,
@@ -342,8 +344,10 @@ class AttentionAligner(Aligner):
         heads: int = 1,
         feature_wise: bool = False,
         alpha: float = 1.5,
+        center_tokens: bool = False,
     ):
         super().__init__(dim)
+        self.center_tokens = center_tokens
         if score not in SCORES:
             raise ConfigError(f"unknown aligner.score {score!r}; choose one of {sorted(SCORES)}")
         if distribution not in DISTRIBUTIONS:
@@ -361,7 +365,8 @@ class AttentionAligner(Aligner):
 
     def forward(self, a, b, mask_a, mask_b, score_bias=None):
         self._check(a, b, mask_a, mask_b)
-        scores = self.score(self.dropout(a), self.dropout(b))  # (B, K, La, Lb)
+        xa, xb = center_over_pair(a, b, mask_a, mask_b) if self.center_tokens else (a, b)
+        scores = self.score(self.dropout(xa), self.dropout(xb))  # (B, K, La, Lb)
         if score_bias is not None:
             scores = scores + score_bias
         rows = self.distribution(scores, mask_b[:, None, None, :], dim=3)  # each a_i over b

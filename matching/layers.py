@@ -150,6 +150,20 @@ def masked_mean(values: Tensor, mask: Tensor, dims: tuple[int, ...]) -> Tensor:
     return total / mask.sum(dims, keepdim=True).clamp_min(1.0)
 
 
+def center_over_pair(a: Tensor, b: Tensor, mask_a: Tensor, mask_b: Tensor) -> tuple[Tensor, Tensor]:
+    """Token centring, the design choice `center_tokens` of every aligner: (B, La, D) and (B, Lb, D) minus the pair's
+    mean vector over the valid tokens of both sides (one (B, 1, D) mean per example; padding neither counts nor
+    moves it). A constant offset in every token's vector, such as the bias c of a projection Px + c, leaves the
+    result unchanged, so no score built from it carries the offset's terms (‖c‖², cᵀPx_i, cᵀPx_j). The mean is taken
+    in float32 at least and each side keeps its dtype. Padding positions come out shifted, not zero: every aligner
+    masks them itself."""
+    wide = torch.promote_types(a.dtype, torch.float32)
+    weight_a, weight_b = mask_a.unsqueeze(-1).to(wide), mask_b.unsqueeze(-1).to(wide)
+    total = (a.to(wide) * weight_a).sum(1, keepdim=True) + (b.to(wide) * weight_b).sum(1, keepdim=True)
+    mean = total / (weight_a.sum(1, keepdim=True) + weight_b.sum(1, keepdim=True)).clamp_min(1.0)  # (B, 1, D)
+    return a - mean.to(a.dtype), b - mean.to(b.dtype)
+
+
 def per_token(module: nn.Module, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     """`module` (a position-wise net) applied to both (B, La, D) and (B, Lb, D) sides in one call: one kernel per
     layer instead of two. Returns views of one (B, La + Lb, D') output (see `split_sides`)."""

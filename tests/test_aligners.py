@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from matching.aligners import CoDAAligner, ConflictAligner, SoftmaxAligner, SoftmaxConflictAligner
-from matching.layers import masked_softmax
+from matching.attention import AttentionAligner
+from matching.layers import center_over_pair, masked_softmax
 
 DIM = 6
 ALIGNERS = {
@@ -16,6 +17,9 @@ ALIGNERS = {
     "coda_center_tokens": partial(CoDAAligner, hidden=5, center_tokens=True),
     "conflict": partial(ConflictAligner, hidden=5),
     "softmax_conflict": partial(SoftmaxConflictAligner, hidden=5),
+    "softmax_centred": partial(SoftmaxAligner, hidden=5, center_tokens=True),
+    "conflict_centred": partial(ConflictAligner, hidden=5, center_tokens=True),
+    "softmax_conflict_centred": partial(SoftmaxConflictAligner, hidden=5, projection="none", center_tokens=True),
 }
 
 
@@ -150,6 +154,76 @@ def test_coda_center_tokens_removes_a_constant_offset_and_ignores_padding():
     a_pad = torch.cat([a, torch.full((2, 1, DIM), 9.0)], dim=1)
     ma_pad = torch.cat([ma, torch.zeros(2, 1, dtype=torch.bool)], dim=1)
     torch.testing.assert_close(centred(a_pad, b, ma_pad, mb).matrices["M"][:, :4], centred(a, b, ma, mb).matrices["M"])
+
+
+#: Every aligner whose scores compare the inputs through a map that carries a constant offset into a constant offset
+#: (F = none or linear) or that centres the inputs themselves (conflict, the attention parts).
+OFFSET_CASES = {
+    "softmax F=none": partial(SoftmaxAligner, projection="none"),
+    "softmax F=linear": partial(SoftmaxAligner, hidden=5, projection="linear"),
+    "coda F=none": partial(CoDAAligner, projection="none"),
+    "coda F=linear": partial(CoDAAligner, hidden=5, projection="linear"),
+    "conflict l1": partial(ConflictAligner, hidden=5),
+    "conflict literal": partial(ConflictAligner, hidden=5, score="literal"),
+    "softmax_conflict F=none": partial(SoftmaxConflictAligner, hidden=5, projection="none"),
+    **{
+        f"attention {score}": partial(AttentionAligner, hidden=5, score=score)
+        for score in ("dot", "scaled_dot", "similarity", "general", "biased_general", "activated_general", "additive")
+    },
+    "attention dot, 2 heads, sparsemax": partial(AttentionAligner, score="dot", heads=2, distribution="sparsemax"),
+}
+
+
+@pytest.mark.parametrize("name", OFFSET_CASES)
+def test_a_constant_offset_in_every_token_changes_no_centred_aligner(name):
+    """Token centring, the option of every aligner: the same vector added to every token of both sides (a
+    projection's bias) leaves every matrix the aligner computes unchanged, padding tokens of any value included;
+    the aligned vectors, weighted sums of the inputs as given, move by the offset times the weights' sums. Without
+    centring the matrices change (except where an aligner's scores ignore the offset by construction)."""
+    torch.manual_seed(0)
+    aligner = OFFSET_CASES[name](dim=DIM, center_tokens=True).eval()
+    plain = OFFSET_CASES[name](dim=DIM).eval()
+    plain.load_state_dict(aligner.state_dict())
+    a, b, ma, mb = _inputs(batch=2, la=4, lb=3, seed=5)
+    ma[1, 3] = False  # a padding token, holding a value of its own
+    offset = torch.linspace(-0.9, 1.3, DIM).view(1, 1, DIM)
+    before, after = aligner(a, b, ma, mb), aligner(a + offset, b + offset, ma, mb)
+    for key, matrix in before.matrices.items():
+        torch.testing.assert_close(after.matrices[key], matrix, atol=1e-5, rtol=1e-5, msg=f"{name}: {key} moved")
+    if name not in ("conflict literal", "attention similarity"):
+        moved = max(
+            (plain(a + offset, b + offset, ma, mb).matrices[key] - m).abs().max()
+            for key, m in plain(a, b, ma, mb).matrices.items()
+        )
+        assert moved > 1e-3, f"{name}: the offset should move the uncentred aligner's matrices"
+
+
+def test_token_centring_subtracts_the_pairs_mean_over_valid_tokens_of_both_sides():
+    a = torch.tensor([[[1.0, 0.0], [3.0, 2.0], [50.0, 50.0]]])  # the third token is padding
+    b = torch.tensor([[[2.0, 4.0]]])
+    ma, mb = torch.tensor([[True, True, False]]), torch.tensor([[True]])
+    ca, cb = center_over_pair(a, b, ma, mb)
+    mean = torch.tensor([2.0, 2.0])  # (1+3+2)/3, (0+2+4)/3
+    torch.testing.assert_close(ca[0, :2], a[0, :2] - mean)
+    torch.testing.assert_close(cb[0], b[0] - mean)
+    ca16, cb16 = center_over_pair(a.bfloat16(), b.bfloat16(), ma, mb)
+    assert ca16.dtype == cb16.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("group", ["softmax", "conflict", "softmax_conflict", "attention", "coda"])
+def test_every_aligner_config_takes_center_tokens(group):
+    """`aligner=<any> aligner.center_tokens=true` composes and reaches the aligner (CoDA's default is true)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from matching.configs import CONF
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=[f"aligner={group}", "aligner.center_tokens=true"])
+    aligner = instantiate(cfg.aligner)(dim=cfg.model.hidden)
+    assert aligner.center_tokens is True
+    if group == "softmax_conflict":
+        assert aligner.attention.center_tokens and aligner.conflict.center_tokens
 
 
 @pytest.mark.parametrize("gate", ["center", "scale", "none"])
