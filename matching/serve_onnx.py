@@ -23,8 +23,8 @@ Serves a model exported with matching-export format=onnx on ONNX Runtime alone (
 the page at /, POST /classify and /rank, GET /health and /info; /align needs the PyTorch model (matching-serve).
 Keys: conf/serve.yaml's own, as key=value."""
 #: The keys `matching-serve-onnx` takes: conf/serve.yaml's own (the run's config is not there to override).
-EXPORTED_KEYS = ("ckpt", "host", "port", "threads", "max_batch_size", "batch_timeout", "timeout", "log_level",
-                 "access_log", "limits", "quantize")  # fmt: skip
+EXPORTED_KEYS = ("ckpt", "host", "port", "workers", "allowed_hosts", "cors_origins", "threads", "max_batch_size",
+                 "batch_timeout", "timeout", "log_level", "access_log", "limits", "quantize")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,32 +1,34 @@
-"""The model side of `matching-serve`: one worker process per served run, and its token-budget micro-batcher.
+"""The model side of `matching-serve`: a loaded run answering jobs (`Worker`) and its micro-batcher (`Batcher`), both in
+the serving process.
 
-The HTTP front (matching/serving/http.py) puts each checked request on the worker's request queue as a `Job` and
-awaits its answer. The worker sleeps on the queue until a job comes, then takes every job already queued (those
-that arrived while its previous batch ran) and, for `batch_timeout` seconds, more, up to `max_batch_size` jobs.
-Each job's pairs are prepared once by the run's text pipeline (matching.data.pipeline), which gives both the checks
-(an empty text, a text over `limits.max_text_tokens`, counted by the run's own tokenizer) and the model's inputs.
-The pairs of a batch's /classify and /rank jobs run through one `Predictor.logits_of` call (matching.inference),
-which cuts them into model batches within the run's memory budget (`data.batch_tokens`, `data.batch_cells`), so one
-large request cannot exhaust memory; /align jobs run one pair at a time. A refused job answers for itself and
-never fails the others of its batch. Answers leave the worker as finished HTTP bodies (JSON bytes), one message
-per batch on a pipe that the front reads in its event loop.
+The HTTP front (matching/serving/http.py) hands each checked request to the run's `Batcher` and awaits its answer. The
+batcher is an asyncio task: it waits for a job, takes every job already queued (those that arrived while its previous
+batch ran) and, for `batch_timeout` seconds, more, up to `max_batch_size` jobs, and runs the batch in the run's one
+model thread (PyTorch and ONNX Runtime release the GIL while they compute, so the event loop goes on reading and
+answering requests meanwhile). Each job's pairs are prepared once by the run's text pipeline (matching.data.pipeline),
+which gives both the checks (an empty text, a text over `limits.max_text_tokens`, counted by the run's own tokenizer)
+and the model's inputs. The pairs of a batch's /classify and /rank jobs run through one `Predictor.logits_of` call
+(matching.inference), which cuts them into model batches within the run's memory budget (`data.batch_tokens`,
+`data.batch_cells`); /align jobs run one pair at a time. A job answers for itself: one refused, or one whose
+preparation fails, never fails the others of its batch, and a batch whose forward pass fails is scored again job by
+job, so that only the job that causes it gets the 500.
 
-Only the standard library's multiprocessing (spawn: no state of the front is inherited) and our own code: the
-worker ends on a `None` job (the clean stop) and also when the process that started it is gone (killed with
-SIGKILL), so that no orphan lives on.
+No pipe, no protocol of our own between the front and the model: an answer of any size is a Python object handed to
+a future. More cores are used by more server processes (`workers=N`, each with its own model:
+matching/serving/server.py).
 """
 
 from __future__ import annotations
 
-import gc
+import asyncio
 import itertools
 import json
+import logging
 import os
-import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from queue import Empty
 from typing import Any, NamedTuple
 
 from matching.data.preparation import PreparedPairs
@@ -40,7 +42,8 @@ class Limits:
     max_pairs: int = 256  # pairs in one /classify request
     max_candidates: int = 1000  # candidates in one /rank request
     max_text_tokens: int = 512  # tokens in one text, counted by the run's tokenizer
-    max_request_bytes: int = 4_000_000  # the request body
+    max_request_bytes: int = 4_000_000  # the request body, counted while it is read
+    max_header_bytes: int = 16_384  # a request's headers, names and values
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -90,21 +93,30 @@ def error_body(status: int, message: str) -> bytes:
     return json.dumps({"error": message, "status": status}, ensure_ascii=False).encode()
 
 
-class Worker:
-    """A loaded run answering jobs (in the worker process; tests may build one in-process)."""
+log = logging.getLogger(__name__)
 
-    def __init__(self, spec: WorkerSpec):
-        from matching.inference import load
+#: What a client is told when our code fails on its request (the traceback goes to the server's log).
+BUG = "the model failed on this request ({}); this is a bug in matching: please report it with the server's log"
+
+
+class Worker:
+    """A loaded run answering jobs, in the thread its `Batcher` runs it in (tests may call it directly). `predictor`:
+    the run already loaded (else it is loaded from `spec`)."""
+
+    def __init__(self, spec: WorkerSpec, predictor: Any = None):
         from matching.matcher import Matcher
 
         self.spec, self.limits = spec, spec.limits
-        config = spec.config if "task" in spec.config else None  # an exported ONNX folder has none to apply
-        if config is not None:
-            from omegaconf import OmegaConf
+        if predictor is None:
+            from matching.inference import load
 
-            config = OmegaConf.create(config)
-        predictor = load(spec.ckpt, backend=spec.backend, quantize=spec.quantize, device=spec.device, config=config,
-                         encoder_backend=spec.encoder_backend)  # fmt: skip
+            config = spec.config if "task" in spec.config else None  # an exported ONNX folder has none to apply
+            if config is not None:
+                from omegaconf import OmegaConf
+
+                config = OmegaConf.create(config)
+            predictor = load(spec.ckpt, backend=spec.backend, quantize=spec.quantize, device=spec.device,
+                             config=config, encoder_backend=spec.encoder_backend)  # fmt: skip
         predictor.backend.set_threads(spec.threads, spec.cap)  # the worker's share of the cores
         self.matcher = Matcher(predictor)
         if spec.index:
@@ -155,39 +167,66 @@ class Worker:
 
     # -- answers -------------------------------------------------------------------------------------------------
     def answer(self, jobs: list[Job]) -> list[tuple[int, int, bytes]]:
-        """(job id, HTTP status, JSON body) of each job, in their order."""
-        from matching.matcher import ranking
-
+        """(job id, HTTP status, JSON body) of each job, in their order. Whatever fails answers for its own job."""
         now = time.monotonic()
-        work: list[list | Rejected] = []
+        work: list[PreparedPairs | Rejected] = []
         for job in jobs:
             waited = now - job.received
             if waited > self.spec.timeout:
                 work.append(Rejected(504, f"the request waited {waited:.1f} s in the queue, over this server's "
                                           f"timeout of {self.spec.timeout:g} s (timeout=); the server is overloaded: "
                                           f"retry later, or serve with a larger timeout"))  # fmt: skip
-            else:
+                continue
+            try:
                 work.append(self.prepare(job))
+            except Exception as err:  # noqa: BLE001 - ours, and this job's alone
+                log.exception("preparing a %s request failed", job.kind)
+                work.append(Rejected(500, BUG.format(f"{type(err).__name__}: {err}")))
         batched = [i for i, (job, w) in enumerate(zip(jobs, work, strict=True))
                    if job.kind != "align" and not isinstance(w, Rejected)]  # fmt: skip
-        if batched:
-            joined = PreparedPairs.join([work[i] for i in batched])
-            answers = self.matcher.answers(self.predictor.logits_of(joined, "request"))
-        else:
-            answers = []
-        ends = dict(zip(batched, itertools.accumulate(len(work[i]) for i in batched), strict=True))
+        answers = self._score([work[i] for i in batched])  # type: ignore[misc]
         out = []
-        for i, (job, w) in enumerate(zip(jobs, work, strict=True)):
-            if isinstance(w, Rejected):
-                out.append((job.id, w.status, error_body(w.status, w.message)))
-                continue
-            if job.kind == "align":
-                body = self.align(w)
-            else:
-                mine = answers[ends[i] - len(w) : ends[i]]
-                body = {"predictions": mine} if job.kind == "classify" else {"ranking": ranking(job.texts[1], mine)}
-            out.append((job.id, 200, json.dumps(body, ensure_ascii=False).encode()))
+        for job, w in zip(jobs, work, strict=True):
+            if not isinstance(w, Rejected):
+                try:
+                    body = self.align(w) if job.kind == "align" else self._body(job, answers.pop(0))
+                    out.append((job.id, 200, json.dumps(body, ensure_ascii=False).encode()))
+                    continue
+                except _Failed as failed:
+                    w = failed.rejected
+                except Exception as err:  # noqa: BLE001 - ours, and this job's alone
+                    log.exception("answering a %s request failed", job.kind)
+                    w = Rejected(500, BUG.format(f"{type(err).__name__}: {err}"))
+            out.append((job.id, w.status, error_body(w.status, w.message)))
         return out
+
+    def _score(self, prepared: list[PreparedPairs]) -> list[list[dict] | Rejected]:
+        """Each prepared job's answers, from one forward pass over them all; if it fails, job by job, so that only
+        a job that causes a failure gets it."""
+        if not prepared:
+            return []
+        try:
+            answers = self.matcher.answers(self.predictor.logits_of(PreparedPairs.join(prepared), "request"))
+        except Exception:  # noqa: BLE001 - scored again one by one below, each failure its own job's
+            return [self._score_alone(p) for p in prepared]
+        ends = itertools.accumulate(len(p) for p in prepared)
+        return [answers[end - len(p) : end] for p, end in zip(prepared, ends, strict=True)]
+
+    def _score_alone(self, prepared: PreparedPairs) -> list[dict] | Rejected:
+        try:
+            return self.matcher.answers(self.predictor.logits_of(prepared, "request"))
+        except Exception as err:  # noqa: BLE001 - ours, and this job's alone
+            log.exception("scoring a request failed")
+            return Rejected(500, BUG.format(f"{type(err).__name__}: {err}"))
+
+    def _body(self, job: Job, answers: list[dict] | Rejected) -> dict:
+        from matching.matcher import ranking
+
+        if isinstance(answers, Rejected):
+            raise _Failed(answers)
+        if job.kind == "classify":
+            return {"predictions": answers}
+        return {"ranking": ranking(job.texts[1], answers)}
 
     def align(self, prepared: PreparedPairs) -> dict:
         """`Matcher.align` as JSON, with what a reader of the matrices needs: which tokens are unknown words, what
@@ -204,6 +243,12 @@ class Worker:
         return aligned
 
 
+class _Failed(Exception):
+    def __init__(self, rejected: Rejected):
+        super().__init__(rejected.message)
+        self.rejected = rejected
+
+
 def _exit_with_parent(parent: int) -> None:
     while os.getppid() == parent:
         time.sleep(1.0)
@@ -211,60 +256,82 @@ def _exit_with_parent(parent: int) -> None:
 
 
 def watch_parent(parent: int) -> None:
-    """End this process when `parent` is gone (a thread polls once a second)."""
+    """End this process when `parent` is gone (a thread polls once a second): a server process of `workers=N`
+    whose supervisor was killed (kill -9, the OOM killer) does not live on holding the port."""
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
 
 
-def take_batch(requests: Any, max_batch_size: int, batch_timeout: float) -> list[Job | None] | None:
-    """The next batch of jobs: waits up to a second for one (None when nothing came), then takes every job already
-    queued and, for `batch_timeout` seconds, more, up to `max_batch_size`."""
-    try:
-        jobs = [requests.get(timeout=1.0)]
-    except Empty:
-        return None
-    end = time.monotonic() + batch_timeout
-    while len(jobs) < max_batch_size and jobs[-1] is not None:
-        try:
-            jobs.append(requests.get_nowait())
-        except Empty:
-            remaining = end - time.monotonic()
-            if remaining <= 0:
-                break
-            try:
-                jobs.append(requests.get(timeout=remaining))
-            except Empty:
-                break
-    return jobs
+class Batcher:
+    """The micro-batcher of one run in the serving process: `ask` queues a job and awaits its (status, JSON body);
+    one asyncio task takes the queued jobs in batches and runs each batch in the run's single model thread. It
+    holds no state a failure could corrupt: an exception in a batch answers that batch's jobs (see `Worker.answer`,
+    which already answers each job for itself), and the task goes on."""
 
+    def __init__(self, worker: Worker, name: str, max_batch_size: int, batch_timeout: float):
+        self.worker, self.name = worker, name
+        self.max_batch_size, self.batch_timeout = max_batch_size, batch_timeout
+        self.queue: asyncio.Queue | None = None
+        self.task: asyncio.Task | None = None
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix=f"matching-serve {name}")
+        self.ids = itertools.count()
+        self.batches = 0  # batches run so far (for /info and the tests)
 
-def work(spec: WorkerSpec, requests: Any, answers: Any) -> None:
-    """The worker process: load the run, say "ready" (or the error that stopped it), then answer batches until a
-    `None` job comes. `requests`: a multiprocessing Queue of Jobs; `answers`: the sending end of a Pipe. Ctrl+C in a
-    terminal (SIGINT to the whole process group) and a SIGTERM sent to every process of the server (systemd's
-    default) are the server's to handle: it answers the requests under way, then sends the stop job."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    watch_parent(os.getppid())
-    try:
-        worker = Worker(spec)
-    except Exception as err:  # reported by the server as its own error; it exits with status 2
-        answers.send(("error", f"{type(err).__name__}: {err}" if not isinstance(err, ValueError) else str(err)))
-        return
-    gc.collect()
-    gc.freeze()  # the model, vocabulary and imports stay; full collections need not walk them on every request
-    answers.send(("ready", None))
-    while True:
-        jobs = take_batch(requests, spec.max_batch_size, spec.batch_timeout)
-        if jobs is None:
-            continue
-        stop = jobs[-1] is None
-        jobs = [j for j in jobs if j is not None]
-        if jobs:
+    def start(self) -> None:
+        """Start the batching task in the running event loop (the app's lifespan)."""
+        self.queue = asyncio.Queue()
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"batcher {self.name}")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
             try:
-                answers.send(("answers", worker.answer(jobs)))
-            except Exception as err:  # a bug of ours, not the request's: answer 500 and go on serving
-                message = f"the model failed on this batch ({type(err).__name__}: {err}); please report it"
-                answers.send(("answers", [(j.id, 500, error_body(500, message)) for j in jobs]))
-        if stop:
-            answers.close()
-            return
+                await self.task
+            except asyncio.CancelledError:
+                pass
+        self.thread.shutdown(wait=True, cancel_futures=True)
+
+    @property
+    def alive(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+    async def ask(self, kind: str, texts: tuple) -> tuple[int, bytes]:
+        assert self.queue is not None, "the batcher was not started"
+        future = asyncio.get_running_loop().create_future()
+        self.queue.put_nowait((Job(next(self.ids), kind, texts, time.monotonic()), future))
+        return await future
+
+    async def _take(self) -> list:
+        assert self.queue is not None
+        batch = [await self.queue.get()]
+        end = time.monotonic() + self.batch_timeout
+        while len(batch) < self.max_batch_size:
+            try:
+                batch.append(self.queue.get_nowait())
+            except asyncio.QueueEmpty:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    batch.append(await asyncio.wait_for(self.queue.get(), remaining))
+                except asyncio.TimeoutError:
+                    break
+        return batch
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await self._take()
+            batch = [(job, future) for job, future in batch if not future.done()]  # a client that left
+            if not batch:
+                continue
+            jobs = [job for job, _ in batch]
+            try:
+                answers = await loop.run_in_executor(self.thread, self.worker.answer, jobs)
+            except Exception as err:  # noqa: BLE001 - a bug of ours outside any one job: each job is told
+                log.exception("a batch of run %s failed", self.name)
+                message = BUG.format(f"{type(err).__name__}: {err}")
+                answers = [(job.id, 500, error_body(500, message)) for job in jobs]
+            self.batches += 1
+            for (_, future), (_, status, body) in zip(batch, answers, strict=True):
+                if not future.done():
+                    future.set_result((status, body))

@@ -1,19 +1,18 @@
 """The HTTP front of `matching-serve` (see matching/serve.py): a FastAPI app, its request schemas, the JSON error
-answers, the page at `/`, and its handle on each model worker (matching/serving/batcher.py). Needs the serve extra
-(fastapi, uvicorn); only their documented APIs are used.
+answers, the page at `/`, the rerank API the ecosystem calls, and the guards a server on localhost needs. Needs the
+serve extra (fastapi, uvicorn); only their documented APIs are used.
 
-The front parses and checks what it can without the model (the body's size, its Content-Type, its JSON against
-the schema, the number of pairs or candidates), then hands the request to the worker of the run it names
-(`?run=<name>`; the first run without it) and awaits the finished answer. It never runs the model and never
-encodes an answer: both happen in the worker, on another core."""
+The front parses and checks what it can without the model (the body's size while it is read, its media type, its JSON
+and nesting, the schema, the number of pairs or candidates, every text's encoding), then hands the request to the
+`Batcher` of the run it names (`?run=<name>`; the first run without it) and awaits the finished answer. What reaches
+a browser is guarded: JSON only (a form post or `text/plain` cannot reach the API without a CORS preflight), a Host
+allow-list (against DNS rebinding), no CORS unless configured, a Content-Security-Policy and frame headers."""
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import json
-import time
-from dataclasses import asdict
+import uuid
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -21,12 +20,12 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from matching.data.tables import pair_of_mapping, text_names
-from matching.errors import DataFormatError
+from matching.data.tables import TEXT_COLUMNS, text_names
 from matching.files import file_sha256
 from matching.inference import Predictor
-from matching.serving.batcher import Job, Limits, error_body
+from matching.serving.batcher import Batcher, Limits, error_body
 from matching.serving.examples import page_examples
 
 #: What each endpoint expects, quoted by the error messages.
@@ -34,6 +33,22 @@ EXPECTED = {
     "/classify": '{"pairs": [{"a": "first text", "b": "second text"}, ...]}',
     "/rank": '{"query": "a question", "candidates": ["an answer", "another answer", ...]}',
     "/align": '{"a": "first text", "b": "second text"}',
+    "/rerank": '{"query": "a question", "documents": ["a passage", ...], "top_n": 3, "return_documents": false}',
+}
+for _alias in ("/v1/rerank", "/v2/rerank"):
+    EXPECTED[_alias] = EXPECTED["/rerank"]
+
+#: The deepest JSON nesting a request may have (a valid request nests 3 deep: an object, a list, an object).
+MAX_JSON_DEPTH = 32
+#: The localhost names a server bound to 127.0.0.1 or ::1 answers by default (`allowed_hosts=` adds others).
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
+#: The page's headers: scripts, styles and requests from the server itself only, in no frame of another site.
+PAGE_HEADERS = {
+    "content-security-policy": "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
+    "frame-ancestors 'none'; form-action 'none'",
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
 }
 
 #: The page's files (HTML, JS, CSS), shipped inside the package: nothing is fetched from elsewhere.
@@ -61,6 +76,23 @@ class AlignRequest(_Strict):
     b: str
 
 
+class RerankDocument(_Strict):
+    text: str
+
+
+class RerankRequest(_Strict):
+    """The rerank request shared by Cohere's, Jina's and Infinity's APIs (and what LangChain, LlamaIndex and
+    Haystack send to them): a query, its documents (texts, or objects with a text), the best `top_n`, and whether
+    the answer repeats each document. `model` is accepted and echoed (a client names one); it selects nothing:
+    `?run=` does."""
+
+    query: str
+    documents: list[str | RerankDocument]
+    top_n: int | None = None
+    return_documents: bool = False
+    model: str | None = None
+
+
 class Refusal(Exception):
     """A request the front answers itself with a 4xx JSON error."""
 
@@ -85,21 +117,45 @@ def validation_message(path: str, err: ValidationError) -> Refusal:
     return Refusal(422, f"invalid request: {problems}; expected {EXPECTED[path]}")
 
 
-def pair_refusal(index: int, pair: Any, columns: dict[str, str], err: DataFormatError) -> str:
-    """What an HTTP client is told when a pair of its /classify request has no two texts the model can find: the
-    keys it may use (the model's own column names, else a and b, or the usual pairs), in its own terms (a pair whose
-    texts are found but are not strings: `err` says so)."""
-    if "must be strings" in str(err):
-        return f"invalid request: {err}"
+def pair_names(columns: dict[str, str]) -> list[tuple[str, str]]:
+    """The key pairs a /classify pair may use, in the order tried: the run's own column names, a/b, then the usual
+    pairs (matching.data.tables.TEXT_COLUMNS: premise/hypothesis, question/answer, sentence1/sentence2, ...)."""
+    names = [text_names(columns), ("a", "b"), *TEXT_COLUMNS]
+    return list(dict.fromkeys(names))
+
+
+def read_pair(index: int, pair: Any, columns: dict[str, str]) -> tuple[str, str]:
+    """A /classify pair's two texts. Its keys must be exactly one documented pair of names (`pair_names`): any
+    other key, a missing one or two pairs at once is a 422 that names the keys this model takes; nothing is
+    guessed."""
+    where = f"pairs[{index}]"
+    if not isinstance(pair, dict):
+        raise Refusal(422, f"invalid request: {where}: Input should be a valid dictionary")
+    keys = set(pair)
+    for a, b in pair_names(columns):
+        if keys == {a, b}:
+            if not isinstance(pair[a], str) or not isinstance(pair[b], str):
+                raise Refusal(422, f"invalid request: {where}: {a!r} and {b!r} must be strings, got "
+                                   f"{pair[a]!r:.40}, {pair[b]!r:.40}")  # fmt: skip
+            return checked_text(f"{where}.{a}", pair[a]), checked_text(f"{where}.{b}", pair[b])
     a, b = text_names(columns)
     example = json.dumps({a: "first text", b: "second text"})
-    got = f"the keys {sorted(pair)}" if isinstance(pair, dict) else f"{pair!r:.60}"
     other = "" if (a, b) == ("a", "b") else ' or {"a": ..., "b": ...}'
-    return (
-        f"invalid request: pairs[{index}] has {got}, and no two texts under the names this model reads; give each "
-        f"pair as {example}{other} (also premise/hypothesis, question/answer, sentence1/sentence2, ...; GET /info "
-        'lists the model\'s own names under "columns")'
-    )
+    usual = ", ".join(f"{x}/{y}" for x, y in pair_names(columns)[1 if (a, b) == ("a", "b") else 2 :])
+    raise Refusal(422, f"invalid request: {where} has the keys {sorted(map(str, keys))}, and no two texts under the "
+                       f"names this model reads; give each pair as {example}{other}, with exactly two keys, one of "
+                       f"these pairs: {usual} (GET /info lists the model's own names under \"columns\")")  # fmt: skip
+
+
+def checked_text(field_name: str, text: str) -> str:
+    """A text of a request, refused (422, naming the field) when it cannot be encoded as UTF-8: a lone surrogate
+    such as "\\ud800", which JSON's escapes allow and no text holds."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise Refusal(422, f"invalid request: {field_name} holds a lone surrogate (\\u{ord(text[err.start]):04x} at "
+                           f"character {err.start}), which is not text; send valid Unicode") from None  # fmt: skip
+    return text
 
 
 def _count(field: str, n: int, limit: int, key: str) -> None:
@@ -109,86 +165,149 @@ def _count(field: str, n: int, limit: int, key: str) -> None:
         raise Refusal(413, f"{field} has {n} entries, over this server's limit of {limit} ({key}); split the request")
 
 
-class ModelClient:
-    """The front's handle on one model worker: its request queue, the pipe its answers come back on, and the
-    requests awaiting an answer. `name` is the run's name in `?run=` and on the page; `info` is what /info says
-    about it."""
+@dataclass
+class ServedRun:
+    """A run the app serves: its name in `?run=` and on the page, what /info says about it, and its batcher."""
 
-    def __init__(self, name: str, info: dict, process: Any, requests: Any, answers: Any):
-        self.name, self.info, self.process = name, info, process
-        self.requests, self.answers = requests, answers
-        self.pending: dict[int, asyncio.Future] = {}
-        self.ids = itertools.count()
-        self.stopped: str | None = None  # why the worker no longer answers
-
-    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Read answers in `loop` whenever the pipe is readable (no thread, no polling)."""
-        loop.add_reader(self.answers.fileno(), self._readable, loop)
-
-    def _readable(self, loop: asyncio.AbstractEventLoop) -> None:
-        try:
-            while self.answers.poll():
-                kind, batch = self.answers.recv()
-                for job_id, status, body in batch if kind == "answers" else ():
-                    future = self.pending.pop(job_id, None)
-                    if future is not None and not future.done():
-                        future.set_result((status, body))
-        except (EOFError, OSError):  # the worker is gone: its requests cannot be answered any more
-            loop.remove_reader(self.answers.fileno())
-            self.stopped = f"the model worker of run {self.name!r} stopped (exit code {self.process.exitcode})"
-            for future in self.pending.values():
-                if not future.done():
-                    future.set_result((503, error_body(503, f"{self.stopped}; restart the server")))
-            self.pending.clear()
+    name: str
+    info: dict
+    batcher: Batcher
 
     async def ask(self, kind: str, texts: tuple) -> Response:
-        if self.stopped:
-            return error_response(503, f"{self.stopped}; restart the server")
-        job_id = next(self.ids)
-        future = asyncio.get_running_loop().create_future()
-        self.pending[job_id] = future
-        self.requests.put(Job(job_id, kind, texts, time.monotonic()))
-        status, body = await future
+        status, body = await self.batcher.ask(kind, texts)
         return Response(body, status_code=status, media_type="application/json")
 
 
+@dataclass(frozen=True)
+class Guards:
+    """What guards the server against browsers and oversized requests (conf/serve.yaml): the Host names it
+    answers (empty: any), the origins allowed to call it from a page of theirs (CORS; empty: none), the bytes of
+    headers a request may have."""
+
+    allowed_hosts: tuple[str, ...] = LOCAL_HOSTS
+    cors_origins: tuple[str, ...] = ()
+    max_header_bytes: int = 16384
+    extra_headers: dict = field(default_factory=lambda: dict(PAGE_HEADERS))
+
+
+def _too_deep(text: bytes, limit: int) -> bool:
+    """Whether JSON `text` nests deeper than `limit`: counts brackets outside strings, one pass (bytes.translate
+    and find do the work in C for the usual body)."""
+    if text.count(b"[") + text.count(b"{") <= limit:
+        return False
+    depth, in_string, escaped = 0, False, False
+    for byte in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            if depth > limit:
+                return True
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return False
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 async def _read(request: Request, schema: type[BaseModel], limits: Limits) -> Any:
-    """The request's body, checked for size and Content-Type and validated against `schema`."""
+    """The request's body, read within limits.max_request_bytes (a declared length over it is refused before
+    reading; a chunked body as soon as it passes it), its media type application/json, its JSON nested at most
+    MAX_JSON_DEPTH deep, validated against `schema`."""
     path = request.url.path
+    too_large = ("Payload too large: the request body has {size} bytes, over this server's limit of "
+                 f"{limits.max_request_bytes:,} (limits.max_request_bytes); split the request")  # fmt: skip
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limits.max_request_bytes:
-        size = int(declared)
-    else:
-        body = await request.body()
-        size = len(body)
-    if size > limits.max_request_bytes:
-        raise Refusal(413, f"Payload too large: the request body has {size:,} bytes, over this server's limit of "
-                           f"{limits.max_request_bytes:,} (limits.max_request_bytes); split the request")  # fmt: skip
-    content_type = request.headers.get("content-type", "")
-    if "json" not in content_type:
+        raise Refusal(413, too_large.format(size=f"{int(declared):,}"))
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/json":
+        shown = request.headers.get("content-type") or "none"
         raise Refusal(415, f"the request body must be JSON sent with the header Content-Type: application/json "
-                           f"(this request's Content-Type: {content_type or 'none'}; with curl, add -H "
+                           f"(this request's Content-Type: {shown:.80}; with curl, add -H "
                            f"'Content-Type: application/json'); expected {EXPECTED[path]}")  # fmt: skip
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limits.max_request_bytes:
+            raise Refusal(413, too_large.format(size=f"over {limits.max_request_bytes:,}"))
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    if _too_deep(body, MAX_JSON_DEPTH):
+        raise Refusal(400, f"the request body nests deeper than {MAX_JSON_DEPTH} levels of arrays and objects; send "
+                           f"{EXPECTED[path]}")  # fmt: skip
     try:
-        data = json.loads(body)
-    except ValueError as err:  # not JSON, or not UTF-8
-        raise Refusal(400, f"the request body is not valid JSON ({err}); send {EXPECTED[path]} with Content-Type: "
-                           f"application/json") from None  # fmt: skip
+        data = json.loads(body, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as err:  # not JSON, not UTF-8, NaN/Infinity, a number of 4,300+ digits
+        raise Refusal(400, f"the request body is not valid JSON ({str(err):.200}); send {EXPECTED[path]} with "
+                           f"Content-Type: application/json") from None  # fmt: skip
     try:
         return schema.model_validate(data)
     except ValidationError as err:
         raise validation_message(path, err) from None
 
 
-def build_app(clients: list[ModelClient], limits: Limits, server: dict) -> FastAPI:
-    """The app over the started workers. `server`: what /info says about the server's settings."""
-    by_name = {c.name: c for c in clients}
+class GuardMiddleware:
+    """ASGI middleware in front of the app: a request whose headers exceed `max_header_bytes` gets a 431 and one
+    whose Host is not allowed a 400, both in the documented JSON shape, before any route runs; every answer carries
+    the page's security headers. Pure ASGI (no per-request task of Starlette's BaseHTTPMiddleware)."""
+
+    def __init__(self, app: Any, guards: Guards):
+        self.app, self.guards = app, guards
+        self.hosts = {h.lower() for h in guards.allowed_hosts}
+        self.extra = [(k.encode(), v.encode()) for k, v in guards.extra_headers.items()]
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = scope.get("headers") or []
+        size = sum(len(k) + len(v) + 4 for k, v in headers)
+        refusal = None
+        if size > self.guards.max_header_bytes:
+            refusal = (431, f"the request's headers have {size:,} bytes, over this server's limit of "
+                            f"{self.guards.max_header_bytes:,}; send fewer or shorter headers")  # fmt: skip
+        elif self.hosts:
+            host = next((v.decode("latin-1") for k, v in headers if k == b"host"), "")
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            if name.lower() not in self.hosts:
+                refusal = (400, f"this server does not answer for the host {host[:100]!r}; it answers "
+                                f"{sorted(self.hosts)} (allowed_hosts= at its start; a name a page of another "
+                                "site resolves to this machine is refused on purpose)")  # fmt: skip
+        if refusal is not None:
+            status, message = refusal
+            response = Response(error_body(status, message), status_code=status, media_type="application/json",
+                                headers={"connection": "close"})  # fmt: skip
+            return await response(scope, receive, send)
+
+        async def send_with_headers(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *self.extra]}
+            await send(message)
+
+        return await self.app(scope, receive, send_with_headers)
+
+
+def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guards | None = None) -> Any:
+    """The app over the loaded runs, wrapped in its guards (`GuardMiddleware`; CORS for `guards.cors_origins`
+    only). `server`: what /info says about the server's settings."""
+    guards = guards or Guards()
+    by_name = {r.name: r for r in runs}
 
     async def lifespan(app: FastAPI) -> Any:
-        loop = asyncio.get_running_loop()
-        for client in clients:
-            client.attach(loop)
+        for run in runs:
+            run.batcher.start()
         yield
+        for run in runs:
+            await run.batcher.stop()
 
     app = FastAPI(title="matching-serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -196,55 +315,87 @@ def build_app(clients: list[ModelClient], limits: Limits, server: dict) -> FastA
     async def refused(request: Request, exc: Refusal) -> Response:
         return error_response(exc.status, exc.message)
 
-    def client_of(request: Request) -> ModelClient:
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:  # 404, 405 of the router
+        if exc.status_code == 404:
+            message = f"no endpoint {request.url.path[:100]!r}; the endpoints: {ENDPOINTS}"
+        elif exc.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path}; the endpoints: {ENDPOINTS}"
+        else:
+            message = str(exc.detail)
+        return error_response(exc.status_code, message)
+
+    def run_of(request: Request) -> ServedRun:
         name = request.query_params.get("run")
         if name is None:
-            return clients[0]
+            return runs[0]
         if name not in by_name:
-            raise Refusal(404, f"no run named {name!r} is served here; runs: {list(by_name)} (GET /info lists them)")
+            raise Refusal(404, f"no run named {name[:100]!r} is served here; runs: {list(by_name)} (GET /info lists "
+                               "them)")  # fmt: skip
         return by_name[name]
 
-    @app.post("/classify")
-    async def classify(request: Request) -> Response:
-        client = client_of(request)
-        body = await _read(request, ClassifyRequest, limits)
-        _count("pairs", len(body.pairs), limits.max_pairs, "limits.max_pairs")
-        pairs = []
-        for i, p in enumerate(body.pairs):
-            try:
-                pairs.append(pair_of_mapping(p, f"pairs[{i}]", client.info["columns"]))
-            except DataFormatError as err:
-                raise Refusal(422, pair_refusal(i, p, client.info["columns"], err)) from None
-        return await client.ask("classify", tuple((p.a, p.b) for p in pairs))
-
-    @app.post("/rank")
-    async def rank(request: Request) -> Response:
-        client = client_of(request)
-        body = await _read(request, RankRequest, limits)
-        info = client.info
+    def ranking_run(request: Request) -> ServedRun:
+        run = run_of(request)
+        info = run.info
         if info["kind"] != "rank":
             raise Refusal(400, f"this model classifies pairs into {info['labels']} (task {info['task']}); it does not "
                                f"rank. POST the pairs to /classify, or serve a model trained on a ranking task "
                                f"(wikiqa, trecqa, ubuntu, or a table of your own: pairs_rank, "
                                f"pairs_positives)")  # fmt: skip
+        return run
+
+    @app.post("/classify")
+    async def classify(request: Request) -> Response:
+        run = run_of(request)
+        body = await _read(request, ClassifyRequest, limits)
+        _count("pairs", len(body.pairs), limits.max_pairs, "limits.max_pairs")
+        pairs = tuple(read_pair(i, p, run.info["columns"]) for i, p in enumerate(body.pairs))
+        return await run.ask("classify", pairs)
+
+    @app.post("/rank")
+    async def rank(request: Request) -> Response:
+        run = ranking_run(request)
+        body = await _read(request, RankRequest, limits)
         _count("candidates", len(body.candidates), limits.max_candidates, "limits.max_candidates")
-        return await client.ask("rank", (body.query, tuple(body.candidates)))
+        candidates = tuple(checked_text(f"candidates[{i}]", c) for i, c in enumerate(body.candidates))
+        return await run.ask("rank", (checked_text("query", body.query), candidates))
+
+    async def rerank(request: Request) -> Response:
+        run = ranking_run(request)
+        body = await _read(request, RerankRequest, limits)
+        _count("documents", len(body.documents), limits.max_candidates, "limits.max_candidates")
+        if body.top_n is not None and body.top_n < 1:
+            raise Refusal(422, f"invalid request: top_n must be a positive whole number, got {body.top_n}")
+        texts = tuple(checked_text(f"documents[{i}]", d if isinstance(d, str) else d.text)
+                      for i, d in enumerate(body.documents))  # fmt: skip
+        status, answer = await run.batcher.ask("rank", (checked_text("query", body.query), texts))
+        if status != 200:
+            return Response(answer, status_code=status, media_type="application/json")
+        ranked = json.loads(answer)["ranking"][: body.top_n]
+        results = [{"index": r["index"], "relevance_score": r["p_match"],
+                    **({"document": {"text": r["candidate"]}} if body.return_documents else {})}
+                   for r in ranked]  # fmt: skip
+        return JSONResponse({"id": str(uuid.uuid4()), "model": body.model or run.name, "results": results,
+                             "meta": {"billed_units": {"search_units": 1}}})  # fmt: skip
+
+    for path in ("/rerank", "/v1/rerank", "/v2/rerank"):  # the paths Cohere's, Jina's and Infinity's clients post to
+        app.post(path)(rerank)
 
     @app.post("/align")
     async def align(request: Request) -> Response:
-        client = client_of(request)
+        run = run_of(request)
         body = await _read(request, AlignRequest, limits)
-        return await client.ask("align", (body.a, body.b))
+        return await run.ask("align", (checked_text("a", body.a), checked_text("b", body.b)))
 
     @app.get("/health")
     async def health() -> Response:
-        stopped = [c.stopped for c in clients if c.stopped]
+        stopped = [f"the batcher of run {r.name!r} stopped" for r in runs if not r.batcher.alive]
         return PlainTextResponse("ok") if not stopped else PlainTextResponse("; ".join(stopped), status_code=503)
 
     @app.get("/info")
     async def info() -> Response:
-        runs = [{"name": c.name, **c.info} for c in clients]
-        return JSONResponse({"model": clients[0].info, "runs": runs, "server": server})
+        listed = [{"name": r.name, **r.info} for r in runs]
+        return JSONResponse({"model": runs[0].info, "runs": listed, "server": server})
 
     @app.get("/")
     async def page() -> Response:
@@ -253,10 +404,20 @@ def build_app(clients: list[ModelClient], limits: Limits, server: dict) -> FastA
     @app.get("/page/{name}")
     async def page_file(name: str) -> Response:
         if name not in PAGE_TYPES:
-            return error_response(404, f"no page file {name!r}; the page is at /")
+            return error_response(404, f"no page file {name[:100]!r}; the page is at /")
         return Response((PAGE / name).read_bytes(), media_type=PAGE_TYPES[name])
 
-    return app
+    wrapped: Any = app
+    if guards.cors_origins:
+        from starlette.middleware.cors import CORSMiddleware
+
+        wrapped = CORSMiddleware(wrapped, allow_origins=list(guards.cors_origins), allow_methods=["GET", "POST"],
+                                 allow_headers=["content-type"])  # fmt: skip
+    return GuardMiddleware(wrapped, guards)
+
+
+#: The endpoints, for the 404 and 405 answers.
+ENDPOINTS = "GET / /health /info; POST /classify /rank /rerank /align"
 
 
 def model_info(predictor: Predictor, limits: Limits, examples: list | None = None) -> dict:
@@ -303,7 +464,7 @@ def model_info(predictor: Predictor, limits: Limits, examples: list | None = Non
         "null_token": predictor.null_token,
         "vocabulary_size": len(predictor.vocab),
         "max_length": predictor.max_length,
-        "endpoints": (["/classify", "/rank"] if predictor.kind == "rank" else ["/classify"])
+        "endpoints": (["/classify", "/rank", "/rerank"] if predictor.kind == "rank" else ["/classify"])
         + (["/align"] if hasattr(predictor.backend, "alignment") else []),
         "limits": asdict(limits),
     }
@@ -327,9 +488,10 @@ def weights_label(run_dir: Path, weights: Path) -> str:
 def run_label(folder: Path) -> str:
     """A run directory as /info and the page name it: relative to the working directory when it lies under it
     (`outputs/runs/claims/coda/<time>`), else its last three parts (`claims/coda/<time>`; a shared folder: its
-    name), never a path from the root of the machine."""
+    name) and never its first one, so that no label is a path from the root of the machine (`/tmp/run`: `run`)."""
     resolved = folder.resolve()
     if resolved.is_relative_to(Path.cwd()) and resolved != Path.cwd():
         return resolved.relative_to(Path.cwd()).as_posix()
     parts = resolved.parts[1:]
-    return "/".join(parts[-3:] if (folder / "checkpoints").is_dir() else parts[-1:])
+    keep = 3 if (folder / "checkpoints").is_dir() else 1
+    return "/".join(parts[-min(keep, len(parts) - 1) :] if len(parts) > 1 else parts)

@@ -1,7 +1,9 @@
-"""The HTTP server of `matching-serve` and `matching-serve-onnx`: its HTTP front (matching.serving.http) and one model
-worker process per served model (matching.serving.batcher), started from a composed serve config (conf/serve.yaml),
-stopped cleanly on Ctrl+C or SIGTERM; and `serving()`, a server in a child process for tests, benchmarks and
-notebooks. It imports neither torch nor Hydra: the workers load their models through matching.inference.
+"""The HTTP server of `matching-serve` and `matching-serve-onnx`: its HTTP front (matching.serving.http) and each served
+run's model with its micro-batcher (matching.serving.batcher), all in the serving process, started from a composed
+serve config (conf/serve.yaml) and stopped cleanly on Ctrl+C or SIGTERM; `workers=N` runs N such processes on one
+listening socket (each with its own models, as uvicorn's and gunicorn's workers do) under a supervisor process; and
+`serving()`, a server in a child process for tests, benchmarks and notebooks. It imports neither torch nor Hydra: the
+models load through matching.inference.
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ from matching.inference.threads import cores
 
 @dataclass
 class Server:
-    """A configured server, its model workers started: `run()` serves until Ctrl+C or SIGTERM, then stops them."""
+    """A configured server, its runs loaded: `run()` serves until Ctrl+C or SIGTERM."""
 
     app: Any
-    clients: list
+    runs: list
     sock: socket.socket
     cfg: DictConfig
 
@@ -50,20 +52,7 @@ class Server:
         try:
             uvicorn.Server(config).run(sockets=[self.sock])
         finally:
-            self.stop()
-
-    def stop(self) -> None:
-        """Each worker gets a stop job, finishes what it holds and ends; one that does not within 10 s is killed."""
-        for client in self.clients:
-            if client.process.is_alive():
-                client.requests.put(None)
-        deadline = time.monotonic() + 10
-        for client in self.clients:
-            client.process.join(max(0.0, deadline - time.monotonic()))
-            if client.process.is_alive():
-                client.process.kill()
-                client.process.join()
-        self.sock.close()
+            self.sock.close()
 
 
 def _stopped(signum: int, frame: Any) -> None:
@@ -103,17 +92,35 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def build_server(cfg: DictConfig) -> Server:
-    """The server of a composed serve config. Every run is loaded here first, so that a wrong ckpt=, compare= or
-    override is reported before anything listens; then each run's worker starts and loads it again (its own
-    process, its own core) and the port is bound."""
-    require("fastapi", "serve", "serving a model over HTTP")
-    require("uvicorn", "serve", "serving a model over HTTP")
-    from matching.serving.batcher import Limits, WorkerSpec, work
-    from matching.serving.http import ModelClient, build_app, model_info
+def _hosts(cfg: DictConfig) -> tuple[str, ...]:
+    """The Host names the server answers: `allowed_hosts` when given (`["*"]`: any), else the localhost names and
+    the address it listens on when that is one address (not 0.0.0.0 or ::, which a page of any site may resolve to
+    through DNS rebinding: name the machine's names then)."""
+    from matching.serving.http import LOCAL_HOSTS
+
+    given = cfg.get("allowed_hosts")
+    if given is not None and not OmegaConf.is_list(given) and not isinstance(given, list):
+        raise RunError(f"allowed_hosts must be a list of host names, e.g. allowed_hosts=[myhost.example.org], or "
+                       f"[\"*\"] for any; got {given!r}")  # fmt: skip
+    if given:
+        names = tuple(str(h) for h in given)
+        return () if "*" in names else names
+    host = str(cfg.host)
+    if host in ("0.0.0.0", "::", ""):
+        print(f"host={host} listens on every address, but the server answers only requests that name it by a "
+              f"localhost name (the Host header); add the names clients use: allowed_hosts=[<name>,...] "
+              f"(or allowed_hosts=[\"*\"] behind a proxy that checks them)", file=sys.stderr)  # fmt: skip
+        return LOCAL_HOSTS
+    return (*LOCAL_HOSTS, host.strip("[]"), f"[{host.strip('[]')}]" if ":" in host else host)
+
+
+def check_settings(cfg: DictConfig) -> dict:
+    """The server's settings from a composed serve config, each checked (a RunError naming the key)."""
+    from matching.serving.batcher import Limits
 
     limits = Limits(**OmegaConf.to_container(cfg.limits, resolve=True))
     port, max_batch_size = _positive(cfg, "port"), _positive(cfg, "max_batch_size")
+    workers = _positive(cfg, "workers") if "workers" in cfg else 1
     if not isinstance(cfg.batch_timeout, (int, float)) or cfg.batch_timeout < 0:
         raise RunError(f"batch_timeout must be a number of seconds >= 0, got {cfg.batch_timeout!r}")
     if not isinstance(cfg.timeout, (int, float)) or cfg.timeout <= 0:
@@ -123,6 +130,28 @@ def build_server(cfg: DictConfig) -> Server:
     compare = [] if cfg.compare is None else [cfg.compare] if isinstance(cfg.compare, str) else cfg.compare
     if not isinstance(compare, list) and not OmegaConf.is_list(compare):
         raise RunError(f"compare must be a list of runs, e.g. compare=[outputs/runs/snli/coda/<time>], got {compare!r}")
+    origins = cfg.get("cors_origins") or []
+    if isinstance(origins, str) or not all(isinstance(o, str) for o in origins):
+        raise RunError(f"cors_origins must be a list of origins, e.g. cors_origins=[\"https://app.example.org\"], "
+                       f"got {origins!r}")  # fmt: skip
+    threads = int(cfg.threads)
+    if threads < 0:
+        raise RunError(f"threads must be a whole number >= 0 (0: chosen per call), got {threads}")
+    return {"limits": limits, "port": port, "max_batch_size": max_batch_size, "workers": workers,
+            "compare": list(compare), "hosts": _hosts(cfg), "origins": tuple(origins), "threads": threads}  # fmt: skip
+
+
+def build_server(cfg: DictConfig, sock: socket.socket | None = None, workers: int = 1) -> Server:
+    """The server of a composed serve config, its runs loaded in this process (a wrong ckpt=, compare= or override is
+    reported before anything listens), each with its batcher and its one model thread; listening on `sock` when
+    given (a worker of `workers=N`), else on a socket bound here. `workers`: how many processes share the cores."""
+    require("fastapi", "serve", "serving a model over HTTP")
+    require("uvicorn", "serve", "serving a model over HTTP")
+    from matching.serving.batcher import Batcher, Worker, WorkerSpec
+    from matching.serving.http import Guards, ServedRun, build_app, model_info
+
+    settings = check_settings(cfg)
+    limits, compare, threads = settings["limits"], settings["compare"], settings["threads"]
     device = cfg.accelerator
     if device == "auto":  # torch, when there is one to ask (an ONNX Runtime server runs on the CPU)
         try:
@@ -133,32 +162,21 @@ def build_server(cfg: DictConfig) -> Server:
             device = "cuda" if torch.cuda.is_available() else "cpu"
 
     backend, quantize = str(cfg.get("backend") or "auto"), cfg.get("quantize")
-    threads = int(cfg.threads)
-    if threads < 0:
-        raise RunError(f"threads must be a whole number >= 0 (0: chosen per call), got {threads}")
     # (model, its config) of every run: the first composed by the command line, the others as saved
     configs = [(str(cfg.ckpt), OmegaConf.to_container(cfg, resolve=True) if "task" in cfg else {})]
     for other in compare:
         configs.append((str(other), OmegaConf.to_container(saved_config(str(other)), resolve=True)))
+    encoder_backend = str(cfg.get("encoder_backend") or "torch")
     predictors = [
-        load(
-            ckpt,
-            backend=backend,
-            quantize=quantize,
-            device=device,
-            config=OmegaConf.create(config) if "task" in config else None,
-        )  # fmt: skip
+        load(ckpt, backend=backend, quantize=quantize, device=device,
+             config=OmegaConf.create(config) if "task" in config else None, encoder_backend=encoder_backend)
         for ckpt, config in configs
-    ]
+    ]  # fmt: skip
     index = str(cfg.index) if cfg.get("index") else None
-    if index is not None:  # a missing or stale index is refused before any worker starts
+    if index is not None:  # a missing or stale index is refused before anything listens
         if compare:
             raise RunError("index= serves one contextual run against its candidates' states; drop compare=")
-        from matching.inference.state_index import StateIndex
-
-        predictors[0].use_index(StateIndex.load(index, predictors[0].index_key()))
     infos = [model_info(predictor, limits) for predictor in predictors]
-    del predictors  # each worker loads its own
     kinds = {info["kind"] for info in infos}
     if len(kinds) > 1:
         listed = ", ".join(
@@ -166,53 +184,96 @@ def build_server(cfg: DictConfig) -> Server:
         )
         raise RunError(f"the runs served side by side must all classify or all rank, got {listed}; serve the others "
                        f"with a server of their own")  # fmt: skip
-    sock = _listen(cfg.host, port)
-
-    # The workers share the cores (the HTTP front keeps one when there are more than two): workers × threads never
-    # exceed them (matching.inference.threads).
-    cap = max(1, (cores() - (1 if cores() > 2 else 0)) // len(configs))
+    # The runs' model threads share the cores with each other and with the other server processes: threads per
+    # forward pass x runs x processes never exceed them (matching.inference.threads).
+    cap = max(1, cores() // (len(configs) * workers))
     if threads > cap:
-        print(f"threads={threads} per model worker x {len(configs)} workers is more than this machine's {cores()} "
-              f"cores: each worker uses {cap}", file=sys.stderr)  # fmt: skip
+        print(f"threads={threads} per run x {len(configs)} runs x {workers} processes is more than this machine's "
+              f"{cores()} cores: each run uses {cap}", file=sys.stderr)  # fmt: skip
         threads = cap
-    context = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing of this process is inherited
-    clients = []
-    for name, (ckpt, config), info in zip(_run_names([i["aligner"] for i in infos]), configs, infos, strict=True):
-        spec = WorkerSpec(ckpt, config, limits, threads, cap, max_batch_size, float(cfg.batch_timeout),
-                          float(cfg.timeout), device, backend, quantize, index,
-                          str(cfg.get("encoder_backend") or "torch"))  # fmt: skip
-        requests = context.Queue()
-        answers, sending = context.Pipe(duplex=False)
-        process = context.Process(target=work, args=(spec, requests, sending), name=f"matching-serve {name}",
-                                  daemon=True)  # fmt: skip
-        process.start()
-        sending.close()
-        clients.append(ModelClient(name, info, process, requests, answers))
-    server_info = {"max_batch_size": max_batch_size, "batch_timeout": float(cfg.batch_timeout),
+    runs = []
+    for name, (ckpt, config), info, predictor in zip(_run_names([i["aligner"] for i in infos]), configs, infos,
+                                                     predictors, strict=True):  # fmt: skip
+        spec = WorkerSpec(ckpt, config, limits, threads, cap, settings["max_batch_size"], float(cfg.batch_timeout),
+                          float(cfg.timeout), device, backend, quantize, index, encoder_backend)  # fmt: skip
+        worker = Worker(spec, predictor)
+        runs.append(ServedRun(name, info, Batcher(worker, name, settings["max_batch_size"], float(cfg.batch_timeout))))
+    server_info = {"max_batch_size": settings["max_batch_size"], "batch_timeout": float(cfg.batch_timeout),
                    "timeout": float(cfg.timeout), "threads": threads, "threads_cap": cap, "accelerator": device,
-                   "max_request_bytes": limits.max_request_bytes}  # fmt: skip
-    server = Server(build_app(clients, limits, server_info), clients, sock, cfg)
-    for client in clients:  # each worker says "ready" once its run is loaded, or why it could not load it
-        try:
-            message = client.answers.recv() if client.answers.poll(300) else ("error", "it did not load within 300 s")
-        except EOFError:
-            message = ("error", f"it exited with code {client.process.exitcode} while loading the run")
-        if message[0] != "ready":
-            server.stop()
-            raise RunError(f"the model worker of {client.info['checkpoint']} could not start: {message[1]}")
-    return server
+                   "workers": workers, "max_request_bytes": limits.max_request_bytes}  # fmt: skip
+    guards = Guards(allowed_hosts=settings["hosts"], cors_origins=settings["origins"],
+                    max_header_bytes=limits.max_header_bytes)  # fmt: skip
+    sock = sock if sock is not None else _listen(cfg.host, settings["port"])
+    return Server(build_app(runs, limits, server_info, guards), runs, sock, cfg)
+
+
+def _worker_process(cfg: dict, sock: socket.socket, ready: Any, workers: int) -> None:
+    """One server process of `workers=N`: loads the runs, says "ready" (or why not), serves on the shared socket,
+    and ends when its supervisor is gone."""
+    from matching.serving.batcher import watch_parent
+
+    watch_parent(os.getppid())
+    try:
+        server = build_server(OmegaConf.create(cfg), sock=sock, workers=workers)
+    except Exception as err:  # reported by the supervisor, which exits with status 2
+        ready.put(f"{type(err).__name__}: {err}" if not isinstance(err, RunError) else str(err))
+        return
+    ready.put("ready")
+    gc.collect()
+    gc.freeze()
+    server.run()
+
+
+def supervise(cfg: DictConfig, workers: int) -> None:
+    """`workers=N`: N server processes on one listening socket, each with its own models (the kernel spreads the
+    connections); this process waits, passes Ctrl+C and SIGTERM on, and stops them all if one fails to start."""
+    settings = check_settings(cfg)
+    sock = _listen(cfg.host, settings["port"])
+    context = multiprocessing.get_context("spawn")
+    ready = context.Queue()
+    config = OmegaConf.to_container(cfg, resolve=True)
+    processes = [context.Process(target=_worker_process, args=(config, sock, ready, workers), daemon=False,
+                                 name=f"matching-serve worker {i + 1}") for i in range(workers)]  # fmt: skip
+
+    def stop(*_: Any) -> None:
+        for process in processes:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+    for process in processes:
+        process.start()
+    for _ in processes:
+        message = ready.get(timeout=600)
+        if message != "ready":
+            stop()
+            for process in processes:
+                process.join(15)
+                if process.is_alive():
+                    process.kill()
+            raise RunError(f"a server process could not start: {message}")
+    for process in processes:
+        process.join()
+    sock.close()
 
 
 def run_server(cfg: DictConfig) -> None:
-    """Build the server of a composed serve config, say what it serves, and serve until stopped."""
+    """Build the server of a composed serve config, say what it serves, and serve until stopped (`workers=N`: N
+    processes under a supervisor)."""
+    workers = check_settings(cfg)["workers"]
+    if workers > 1:
+        print(f"serving {cfg.ckpt} with {workers} server processes on http://{cfg.host}:{cfg.port}", file=sys.stderr)
+        supervise(cfg, workers)
+        return
     server = build_server(cfg)
-    names = ", ".join(f"{c.name} ({c.info['task']}, {c.info['checkpoint']}, {c.info['backend']})"
-                      for c in server.clients)  # fmt: skip
-    endpoints = sorted({e for c in server.clients for e in c.info["endpoints"]})
+    names = ", ".join(f"{r.name} ({r.info['task']}, {r.info['checkpoint']}, {r.info['backend']})"
+                      for r in server.runs)  # fmt: skip
+    endpoints = sorted({e for r in server.runs for e in r.info["endpoints"]})
     print(f"serving {names} on http://{cfg.host}:{cfg.port} (the page at /; POST {' '.join(endpoints)}, GET /health "
           f"/info)", file=sys.stderr)  # fmt: skip
-    # What is loaded now (torch, Lightning, the app) stays for the server's life: full collections, which every
-    # request's garbage triggers now and then, need not walk it (they took 0.1-0.5 s each under load: the p99).
+    # What is loaded now (torch, Lightning, the app, the models) stays for the server's life: full collections,
+    # which every request's garbage triggers now and then, need not walk it (they took 0.1-0.5 s each under load).
     gc.collect()
     gc.freeze()
     server.run()
