@@ -313,7 +313,10 @@ def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guard
 
     @app.exception_handler(Refusal)
     async def refused(request: Request, exc: Refusal) -> Response:
-        return error_response(exc.status, exc.message)
+        response = error_response(exc.status, exc.message)
+        if exc.status == 413:  # the rest of the body is not read: the connection closes instead of draining it
+            response.headers["connection"] = "close"
+        return response
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:  # 404, 405 of the router

@@ -30,6 +30,9 @@ from matching.extras import require
 from matching.inference import load, saved_config
 from matching.inference.threads import cores
 
+#: `workers=auto`: one server process per core, at most this many (each holds its own copy of the models).
+MAX_AUTO_WORKERS = 4
+
 
 @dataclass
 class Server:
@@ -77,10 +80,15 @@ def _run_names(aligners: list[str]) -> list[str]:
     return names
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+    """A listening socket on host:port. `reuse_port`: one of several processes' sockets on the same port
+    (SO_REUSEPORT), among which the kernel spreads the connections evenly (one shared socket would give most
+    of them to whichever process happens to be awake)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError as err:
@@ -120,7 +128,12 @@ def check_settings(cfg: DictConfig) -> dict:
 
     limits = Limits(**OmegaConf.to_container(cfg.limits, resolve=True))
     port, max_batch_size = _positive(cfg, "port"), _positive(cfg, "max_batch_size")
-    workers = _positive(cfg, "workers") if "workers" in cfg else 1
+    workers = cfg.get("workers", 1)
+    if workers == "auto":
+        workers = min(cores(), MAX_AUTO_WORKERS)
+    elif not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise RunError(f"workers must be a positive whole number or auto (one per core, at most {MAX_AUTO_WORKERS}), "
+                       f"got {workers!r}")  # fmt: skip
     if not isinstance(cfg.batch_timeout, (int, float)) or cfg.batch_timeout < 0:
         raise RunError(f"batch_timeout must be a number of seconds >= 0, got {cfg.batch_timeout!r}")
     if not isinstance(cfg.timeout, (int, float)) or cfg.timeout <= 0:
@@ -207,14 +220,16 @@ def build_server(cfg: DictConfig, sock: socket.socket | None = None, workers: in
     return Server(build_app(runs, limits, server_info, guards), runs, sock, cfg)
 
 
-def _worker_process(cfg: dict, sock: socket.socket, ready: Any, workers: int) -> None:
-    """One server process of `workers=N`: loads the runs, says "ready" (or why not), serves on the shared socket,
-    and ends when its supervisor is gone."""
+def _worker_process(cfg: dict, ready: Any, workers: int) -> None:
+    """One server process of `workers=N`: loads the runs, listens on the port beside the others (SO_REUSEPORT),
+    says "ready" (or why not), serves, and ends when its supervisor is gone."""
     from matching.serving.batcher import watch_parent
 
     watch_parent(os.getppid())
     try:
-        server = build_server(OmegaConf.create(cfg), sock=sock, workers=workers)
+        config = OmegaConf.create(cfg)
+        server = build_server(config, sock=_listen(str(config.host), int(config.port), reuse_port=True),
+                              workers=workers)  # fmt: skip
     except Exception as err:  # reported by the supervisor, which exits with status 2
         ready.put(f"{type(err).__name__}: {err}" if not isinstance(err, RunError) else str(err))
         return
@@ -225,14 +240,17 @@ def _worker_process(cfg: dict, sock: socket.socket, ready: Any, workers: int) ->
 
 
 def supervise(cfg: DictConfig, workers: int) -> None:
-    """`workers=N`: N server processes on one listening socket, each with its own models (the kernel spreads the
-    connections); this process waits, passes Ctrl+C and SIGTERM on, and stops them all if one fails to start."""
-    settings = check_settings(cfg)
-    sock = _listen(cfg.host, settings["port"])
+    """`workers=N`: N server processes on one port, each with its own models and its own listening socket
+    (SO_REUSEPORT: the kernel spreads the connections among them); this process waits, passes Ctrl+C and SIGTERM
+    on, and stops them all if one fails to start."""
+    check_settings(cfg)
+    if not hasattr(socket, "SO_REUSEPORT"):
+        raise RunError("workers= above 1 needs SO_REUSEPORT (Linux, macOS, the BSDs); serve with workers=1")
+    _listen(cfg.host, int(cfg.port)).close()  # the port is free (else the usual message), before any model loads
     context = multiprocessing.get_context("spawn")
     ready = context.Queue()
     config = OmegaConf.to_container(cfg, resolve=True)
-    processes = [context.Process(target=_worker_process, args=(config, sock, ready, workers), daemon=False,
+    processes = [context.Process(target=_worker_process, args=(config, ready, workers),
                                  name=f"matching-serve worker {i + 1}") for i in range(workers)]  # fmt: skip
 
     def stop(*_: Any) -> None:
@@ -255,7 +273,6 @@ def supervise(cfg: DictConfig, workers: int) -> None:
             raise RunError(f"a server process could not start: {message}")
     for process in processes:
         process.join()
-    sock.close()
 
 
 def run_server(cfg: DictConfig) -> None:

@@ -1,0 +1,293 @@
+"""matching-serve tried as a hostile user and a browser would: answers of any size under concurrency, a request that
+would poison its batch, limits while streaming, guessing on the wire, the browser cases, and the rerank API that
+third-party clients call. A real server on a free local port, its own process, spoken to over HTTP and raw sockets."""
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+httpx = pytest.importorskip("httpx", reason="the serve extra: pip install -e '.[serve]'")
+pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
+
+from matching.matcher import Matcher  # noqa: E402
+from matching.serving.server import free_port  # noqa: E402
+
+WORDS = ["a", "man", "dog", "plays", "runs", "music", "field", "woman", "reads", "book", "cat", "sleeps", "the"]
+
+
+def _text(n: int, shift: int = 0) -> str:
+    return " ".join(WORDS[(i * 7 + shift) % len(WORDS)] for i in range(n))
+
+
+@pytest.fixture(scope="module")
+def server(wikiqa_run):
+    """A WikiQA (CoDA, ranking) server at the default limits in one process (whose memory a test reads), started as
+    a user starts it: (base URL, its pid)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "matching.serve", f"ckpt={wikiqa_run[0]}", f"port={port}", "threads=1", "workers=1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while True:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
+        try:
+            if httpx.get(f"{url}/health", timeout=2).text == "ok":
+                break
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    yield url, proc.pid
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+def test_answers_of_any_size_under_concurrency_and_health_stays_ok(server, wikiqa_run):
+    """The answer that stopped the old server for good (over 16 KB through its pipe): 256-pair /classify requests
+    (~40 KB each) and /align of two 120-token texts (~1 MB of matrices), 24 at once, three rounds."""
+    url, _ = server
+    pairs = [{"a": _text(6, i), "b": _text(20, i + 3)} for i in range(256)]
+    want = Matcher.load(wikiqa_run[0]).predict([(p["a"], p["b"]) for p in pairs])
+
+    async def rounds():
+        async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=32)) as http:
+            for _ in range(3):
+                calls = [http.post(f"{url}/classify", json={"pairs": pairs}) for _ in range(16)]
+                calls += [http.post(f"{url}/align", json={"a": _text(120, k), "b": _text(120, k + 1)})
+                          for k in range(8)]  # fmt: skip
+                answers = await asyncio.gather(*calls)
+                assert [a.status_code for a in answers] == [200] * 24, [a.text[:300] for a in answers]
+                assert len(answers[-1].content) > 16384 and len(answers[0].content) > 12000
+                got = answers[0].json()["predictions"]
+                assert [g["p_match"] for g in got] == pytest.approx([w["p_match"] for w in want], abs=1e-5)
+                assert (await http.get(f"{url}/health")).text == "ok"
+
+    asyncio.run(rounds())
+
+
+def test_a_lone_surrogate_answers_for_itself_and_poisons_no_batch(server, wikiqa_run):
+    """One request holding "\\ud800" among 30 good ones sent at once: one 422 naming the field, 30 right answers."""
+    url, _ = server
+    pairs = [(_text(4 + i % 5, i), _text(10 + i % 7, i + 2)) for i in range(30)]
+    want = Matcher.load(wikiqa_run[0]).predict(pairs)
+    good = [json.dumps({"pairs": [{"a": a, "b": b}]}).encode() for a, b in pairs]
+    poisoned = b'{"pairs": [{"a": "a man \\ud800 plays", "b": "music"}]}'
+    raw_bytes = b'{"pairs": [{"a": "a man \xed\xa0\x80 plays", "b": "music"}]}'  # the UTF-8-like bytes of one
+
+    async def burst():
+        async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=40)) as http:
+            bodies = [*good[:15], poisoned, *good[15:], raw_bytes]
+            calls = [http.post(f"{url}/classify", content=body, headers={"Content-Type": "application/json"})
+                     for body in bodies]  # fmt: skip
+            return await asyncio.gather(*calls)
+
+    answers = asyncio.run(burst())
+    bad, surrogate_bytes = answers.pop(15), answers.pop()
+    assert bad.status_code == 422 and "pairs[0].a holds a lone surrogate" in bad.json()["error"], bad.text
+    assert surrogate_bytes.status_code == 422 and "lone surrogate" in surrogate_bytes.json()["error"]
+    for answer, w in zip(answers, want, strict=True):
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["predictions"][0]["p_match"] == pytest.approx(w["p_match"], abs=1e-5)
+
+
+def test_a_huge_chunked_body_is_refused_while_it_streams(server):
+    """100 MB sent chunked (no length declared): a 413 once 4 MB have passed, the server growing by < 10 MB."""
+    url, pid = server
+    port = int(url.rsplit(":", 1)[1])
+    before = _rss_kib(pid)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(b"POST /classify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+    chunk = b"10000\r\n" + b'{"pairs": [' + b" " * (0x10000 - 11) + b"\r\n"
+    sent = 0
+    try:
+        while sent < 100_000_000:
+            sock.sendall(chunk)
+            sent += 0x10000
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    answer = b""
+    try:
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            data = sock.recv(65536)
+            if not data:
+                break
+            answer += data
+    except (ConnectionResetError, TimeoutError):
+        pass
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b'"status": 413' in answer and b"limits.max_request_bytes" in answer
+    assert sent < 100_000_000, "the server read the whole body"
+    grown = (_rss_kib(pid) - before) / 1024
+    assert grown < 10, f"the server grew by {grown:.1f} MB"
+    assert httpx.get(f"{url}/health").text == "ok"
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "words"),
+    [
+        (b"[" * 10000 + b"]" * 10000, {}, 400, "nests deeper than 32"),
+        (b'{"pairs": [{"a": "x", "b": NaN}]}', {}, 400, "not valid JSON"),
+        (b'{"pairs": [{"a": "x", "b": ' + b"9" * 5000 + b"}]}", {}, 400, "not valid JSON"),
+        (b'{"pairs": [{"a": "x", "b": "y"}]}', {"Content-Type": "text/plain; a=json"}, 415, "application/json"),
+        (b'{"pairs": [{"a": "x", "b": "y"}]}', {"Content-Type": "application/jsonp"}, 415, "application/json"),
+        (b'{"pairs": [{"first": "x", "second": "y"}]}', {}, 422, "no two texts under the names"),
+        (b'{"pairs": [{"b": "x", "text": "y"}]}', {}, 422, "['b', 'text']"),
+        (b'{"pairs": [{"a": "x", "b": "y", "c": "z"}]}', {}, 422, "with exactly two keys"),
+        (b'{"query": "q", "documents": ["d"], "top_n": 0}', {"path": "/rerank"}, 422, "top_n must be a positive"),
+        (b'{"query": "q", "documents": ["d"], "rank_fields": ["x"]}', {"path": "/rerank"}, 422, "rank_fields"),
+    ],
+)
+def test_malformed_and_guessed_bodies_get_a_json_4xx(server, body, headers, status, words):
+    url, _ = server
+    headers = {"Content-Type": "application/json", **headers}
+    path = headers.pop("path", "/classify")
+    answer = httpx.post(f"{url}{path}", content=body, headers=headers, timeout=30)
+    assert answer.status_code == status, answer.text
+    error = answer.json()
+    assert error["status"] == status and words in error["error"], error
+
+
+def test_the_usual_names_and_a_charset_are_taken(server):
+    url, _ = server
+    answer = httpx.post(f"{url}/classify", content=json.dumps({"pairs": [{"question": "q", "answer": "an answer"}]}),
+                        headers={"Content-Type": "application/json; charset=utf-8"}, timeout=30)  # fmt: skip
+    assert answer.status_code == 200, answer.text
+
+
+def test_headers_hosts_and_the_browser(server, tmp_path):
+    url, _ = server
+    big = {f"x-filler-{i}": "v" * 1000 for i in range(40)}
+    answer = httpx.get(f"{url}/info", headers=big, timeout=30)
+    assert answer.status_code == 431 and "headers" in answer.json()["error"]
+    answer = httpx.get(f"{url}/info", headers={"Host": "attacker.example"}, timeout=30)
+    assert answer.status_code == 400 and "allowed_hosts=" in answer.json()["error"]
+    for host in ("localhost", f"127.0.0.1:{url.rsplit(':', 1)[1]}"):
+        assert httpx.get(f"{url}/health", headers={"Host": host}).status_code == 200
+    answer = httpx.post(f"{url}/classify", json={"pairs": [{"a": "x", "b": "y"}]},
+                        headers={"Origin": "https://attacker.example"})  # fmt: skip
+    assert "access-control-allow-origin" not in answer.headers
+    page = httpx.get(f"{url}/")
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    assert page.headers["x-frame-options"] == "DENY" and page.headers["x-content-type-options"] == "nosniff"
+    for method, path, status in [("GET", "/nowhere", 404), ("GET", "/classify", 405), ("DELETE", "/info", 405)]:
+        answer = httpx.request(method, f"{url}{path}")
+        assert answer.status_code == status and answer.json()["status"] == status, answer.text
+    info = httpx.get(f"{url}/info").json()["model"]
+    assert not info["run_dir"].startswith("/") and not info["checkpoint"].startswith("/")
+
+
+def test_a_run_label_is_never_a_whole_path(tmp_path, monkeypatch):
+    from matching.serving.http import run_label
+
+    monkeypatch.chdir(tmp_path)
+    assert run_label(tmp_path.parent) == tmp_path.parent.name
+    assert run_label(__import__("pathlib").Path("/tmp")) == "tmp"
+
+
+# The request and response bodies of the rerank APIs that third-party clients speak (LangChain's CohereRerank and
+# JinaRerank, LlamaIndex's CohereRerank and JinaRerank, Haystack's rankers post these; documented at
+# docs.cohere.com/reference/rerank, jina.ai/reranker, michaelfeil.github.io/infinity).
+RERANK_CLIENTS = {
+    "cohere v1": ("/v1/rerank", {"model": "rerank-english-v3.0", "query": "how are glacier caves formed?",
+                                 "documents": ["A glacier cave is a cave formed within the ice of a glacier.",
+                                               "The ice facade is 60 m high.", "Caves form by melting water."],
+                                 "top_n": 2, "return_documents": True}),
+    "cohere v2": ("/v2/rerank", {"model": "rerank-v3.5", "query": "how are glacier caves formed?",
+                                 "documents": ["A glacier cave is a cave formed within the ice of a glacier.",
+                                               "The ice facade is 60 m high.", "Caves form by melting water."],
+                                 "top_n": 2}),
+    "jina": ("/v1/rerank", {"model": "jina-reranker-v2-base-multilingual", "query": "how are glacier caves formed?",
+                            "documents": [{"text": "A glacier cave is a cave formed within the ice of a glacier."},
+                                          {"text": "The ice facade is 60 m high."},
+                                          {"text": "Caves form by melting water."}],
+                            "top_n": 3, "return_documents": True}),
+    "infinity": ("/rerank", {"query": "how are glacier caves formed?",
+                             "documents": ["A glacier cave is a cave formed within the ice of a glacier.",
+                                           "The ice facade is 60 m high.", "Caves form by melting water."],
+                             "return_documents": False}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("client", RERANK_CLIENTS)
+def test_rerank_answers_the_shared_rerank_shape(server, client):
+    url, _ = server
+    path, body = RERANK_CLIENTS[client]
+    answer = httpx.post(f"{url}{path}", json=body, timeout=30)
+    assert answer.status_code == 200, answer.text
+    results = answer.json()["results"]
+    ranked = httpx.post(f"{url}/rank", json={"query": body["query"], "candidates": [
+        d if isinstance(d, str) else d["text"] for d in body["documents"]]}).json()["ranking"]  # fmt: skip
+    top = body.get("top_n") or len(body["documents"])
+    assert [r["index"] for r in results] == [r["index"] for r in ranked][:top]
+    assert [r["relevance_score"] for r in results] == pytest.approx([r["p_match"] for r in ranked][:top])
+    scores = [r["relevance_score"] for r in results]
+    assert scores == sorted(scores, reverse=True) and all(0 <= s <= 1 for s in scores)
+    if body.get("return_documents"):
+        texts = [d if isinstance(d, str) else d["text"] for d in body["documents"]]
+        assert [r["document"]["text"] for r in results] == [texts[r["index"]] for r in results]
+    else:
+        assert all("document" not in r for r in results)
+
+
+def test_two_server_processes_answer_alike_and_end_with_their_supervisor(snli_run):
+    """workers=2: two processes on one port (SO_REUSEPORT), each with its model; 40 connections at once all get
+    Matcher's answers; kill -9 of the supervisor leaves no process and frees the port."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "matching.serve", f"ckpt={snli_run[0]}", f"port={port}", "threads=1", "workers=2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
+            try:
+                if httpx.get(f"{url}/health", timeout=2).text == "ok":
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        assert httpx.get(f"{url}/info").json()["server"]["workers"] == 2
+        pairs = [(_text(3 + i % 6, i), _text(4 + i % 5, i + 5)) for i in range(40)]
+        want = Matcher.load(snli_run[0]).predict(pairs)
+
+        async def burst():
+            clients = [httpx.AsyncClient(timeout=60) for _ in pairs]  # one connection each: spread over both
+            try:
+                return await asyncio.gather(*(c.post(f"{url}/classify", json={"pairs": [{"a": a, "b": b}]})
+                                              for c, (a, b) in zip(clients, pairs, strict=True)))  # fmt: skip
+            finally:
+                await asyncio.gather(*(c.aclose() for c in clients))
+
+        for answer, w in zip(asyncio.run(burst()), want, strict=True):
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["predictions"][0]["probs"] == pytest.approx(w["probs"], abs=1e-5)
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.3)
+        else:
+            raise AssertionError("server processes outlived their supervisor")
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{url}/health", timeout=2)
+    finally:
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
