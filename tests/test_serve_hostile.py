@@ -291,3 +291,48 @@ def test_two_server_processes_answer_alike_and_end_with_their_supervisor(snli_ru
     finally:
         with __import__("contextlib").suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_the_app_on_a_local_ray_serve_answers_as_the_server_does(server, wikiqa_run):
+    """engine=ray: the same app as a Ray Serve deployment (2 replicas) on a Ray instance started on this machine
+    answers /classify, /rank, /rerank and /info as the single-process server does, bad requests included."""
+    pytest.importorskip("ray.serve", reason="the ray-serve extra: pip install -e '.[ray-serve]'")
+    url, _ = server
+    port = free_port()
+    cmd = [sys.executable, "-m", "matching.serve", f"ckpt={wikiqa_run[0]}", f"port={port}", "threads=1", "engine=ray",
+           "ray.replicas=2", "ray.cpus_per_replica=0.5"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    ray_url = f"http://127.0.0.1:{port}"
+    try:
+        started = time.monotonic()
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            assert time.monotonic() - started < 300, "Ray Serve did not get ready in 5 minutes"
+            try:
+                if httpx.get(f"{ray_url}/health", timeout=5).text == "ok":
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1.0)
+        print(f"Ray Serve ready in {time.monotonic() - started:.1f} s")
+        requests = [
+            ("/classify", {"pairs": [{"a": _text(5, i), "b": _text(12, i + 1)} for i in range(20)]}),
+            ("/rank", {"query": _text(5), "candidates": [_text(8, k) for k in range(10)]}),
+            RERANK_CLIENTS["cohere v1"],
+            ("/classify", {"pairs": [{"first": "x", "second": "y"}]}),
+        ]
+        for path, body in requests:
+            mine, theirs = httpx.post(f"{ray_url}{path}", json=body, timeout=60), httpx.post(f"{url}{path}", json=body)
+            assert mine.status_code == theirs.status_code, (path, mine.text)
+            a, b = mine.json(), theirs.json()
+            a.pop("id", None), b.pop("id", None)
+            assert a == b, path
+        assert httpx.get(f"{ray_url}/info").json()["model"]["checkpoint_sha256"] == httpx.get(
+            f"{url}/info").json()["model"]["checkpoint_sha256"]  # fmt: skip
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -155,9 +155,17 @@ def check_settings(cfg: DictConfig) -> dict:
 
 
 def build_server(cfg: DictConfig, sock: socket.socket | None = None, workers: int = 1) -> Server:
-    """The server of a composed serve config, its runs loaded in this process (a wrong ckpt=, compare= or override is
-    reported before anything listens), each with its batcher and its one model thread; listening on `sock` when
-    given (a worker of `workers=N`), else on a socket bound here. `workers`: how many processes share the cores."""
+    """The server of a composed serve config: its app (`build_served_app`) listening on `sock` when given (a worker
+    of `workers=N`), else on a socket bound here once the runs are loaded."""
+    app, runs = build_served_app(cfg, workers)
+    sock = sock if sock is not None else _listen(cfg.host, int(cfg.port))
+    return Server(app, runs, sock, cfg)
+
+
+def build_served_app(cfg: DictConfig, workers: int = 1) -> tuple[Any, list]:
+    """The ASGI app of a composed serve config and its runs, loaded in this process (a wrong ckpt=, compare= or
+    override is reported before anything listens), each with its batcher and its one model thread. `workers`: how
+    many processes (or Ray replicas on this machine) share the cores."""
     require("fastapi", "serve", "serving a model over HTTP")
     require("uvicorn", "serve", "serving a model over HTTP")
     from matching.serving.batcher import Batcher, Worker, WorkerSpec
@@ -216,8 +224,7 @@ def build_server(cfg: DictConfig, sock: socket.socket | None = None, workers: in
                    "workers": workers, "max_request_bytes": limits.max_request_bytes}  # fmt: skip
     guards = Guards(allowed_hosts=settings["hosts"], cors_origins=settings["origins"],
                     max_header_bytes=limits.max_header_bytes)  # fmt: skip
-    sock = sock if sock is not None else _listen(cfg.host, settings["port"])
-    return Server(build_app(runs, limits, server_info, guards), runs, sock, cfg)
+    return build_app(runs, limits, server_info, guards), runs
 
 
 def _worker_process(cfg: dict, ready: Any, workers: int) -> None:
@@ -279,6 +286,13 @@ def run_server(cfg: DictConfig) -> None:
     """Build the server of a composed serve config, say what it serves, and serve until stopped (`workers=N`: N
     processes under a supervisor)."""
     workers = check_settings(cfg)["workers"]
+    if cfg.get("engine", "uvicorn") == "ray":
+        from matching.serving.ray_serve import run_on_ray
+
+        run_on_ray(cfg)
+        return
+    if cfg.get("engine", "uvicorn") != "uvicorn":
+        raise RunError(f"engine must be uvicorn (this machine's processes) or ray (Ray Serve), got {cfg.engine!r}")
     if workers > 1:
         print(f"serving {cfg.ckpt} with {workers} server processes on http://{cfg.host}:{cfg.port}", file=sys.stderr)
         supervise(cfg, workers)
