@@ -42,10 +42,11 @@ for _alias in ("/v1/rerank", "/v2/rerank"):
 MAX_JSON_DEPTH = 32
 #: The localhost names a server bound to 127.0.0.1 or ::1 answers by default (`allowed_hosts=` adds others).
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
-#: The page's headers: scripts, styles and requests from the server itself only, in no frame of another site.
+#: The page's headers: scripts, styles and requests from the server itself only (and the blob: of its JSON download),
+#: in no frame of another site.
 PAGE_HEADERS = {
-    "content-security-policy": "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
-    "frame-ancestors 'none'; form-action 'none'",
+    "content-security-policy": "default-src 'self'; img-src 'self' data: blob:; connect-src 'self' blob:; "
+    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'none'",
     "x-frame-options": "DENY",
     "x-content-type-options": "nosniff",
     "referrer-policy": "no-referrer",
