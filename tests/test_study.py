@@ -284,3 +284,34 @@ def test_the_reproduce_hint_names_where_the_data_must_be():
     bench = {"snli_check": ["experiment=snli_dev_split"]}
     assert "paths.data_dir=/path/to/corpora" in " ".join(data_hint(bench, "python -m matching.study study=x"))
     assert data_hint(bench, "python -m matching.study study=x paths.data_dir=/corpora") == []
+
+
+def test_a_family_against_its_twin_on_the_page_and_in_the_seed_rule(study, tmp_path):
+    """`study.twins` compares a family with one other family alone (centred against uncentred, say): the page gets a
+    table of those comparisons, counted once in Holm's family with the baselines' (A against B and B against A are
+    one comparison), and the sequential rule adds seeds for them too."""
+    import shutil
+
+    from matching.studies.seeds import comparisons
+
+    spec_file = study / "fixture_study.yaml"
+    node = yaml.safe_load(spec_file.read_text())
+    node["twins"] = {"coda": "softmax"}
+    copy = tmp_path / "twins"
+    shutil.copytree(study / "study", copy / "study")
+    (copy / "fixture_study.yaml").write_text(yaml.safe_dump(node, sort_keys=False))
+    run_study(copy, "train_runs=false", f"paths.data_dir={study}")
+    page = (copy / "study" / "study.md").read_text()
+    table = page.split("### Each family against its twin", 1)[1]
+    dev = next(line for line in table.splitlines() if line.startswith("| CoDA") or line.startswith("| coda"))
+    cells = [c.strip() for c in dev.strip("|").split("|")]
+    assert cells[1:4] == ["softmax, F=none", "dev", "acc"]
+    baseline_row = next(line for line in page.split("### Confirmed on dev", 1)[1].splitlines()
+                        if line.startswith("| coda") and "| acc |" in line)  # fmt: skip
+    assert cells[4] in baseline_row  # the same Δ and interval as against the baseline
+    assert "m = 3" not in dev  # deduplicated: softmax vs coda once per metric (acc, f1, ap are separate families)
+    spec = read_spec(node)
+    assert comparisons(spec) == [("overlap", "coda", "softmax")]
+    node["twins"] = {"coda": "nosuch"}
+    with pytest.raises(ConfigError, match="study.twins: 'nosuch' is not one of the families"):
+        read_spec(node)

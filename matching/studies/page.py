@@ -14,6 +14,7 @@ import logging
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from matching.extras import MissingExtraError
@@ -149,9 +150,7 @@ def write_page(
     kept = {(c.task, c.family): c.chosen.slug for c in choices if c.chosen is not None}
     runs = _runs(results, kept)
     rows = summarise(runs) if runs else []
-    compared = dict(zip(spec.baselines, adjust_for_many([compare(rows, runs, b) for b in spec.baselines]), strict=True))
-    if not rows:
-        compared = {}
+    compared, twinned = _compared(spec, rows, runs)
     finished = [r for r in results if r.finished]
     minutes = [r.minutes for r in finished if r.minutes is not None]
     lines = [f"# Study `{spec.name}`", ""]
@@ -215,6 +214,8 @@ def write_page(
             lines += [f"### {title}", ""]
             lines += _confirmed_table(spec, task, split, task_rows, compared, results, kept, table_rows,
                                       _sequential(seeds, task) if split == "dev" else {})  # fmt: skip
+        if twinned:
+            lines += _twins_table(spec, task, twinned, table_rows, _sequential(seeds, task))
         if seeds is not None:
             lines += _seeds_section(spec, task, seeds)
         for c in choices:
@@ -247,6 +248,52 @@ def write_page(
     page = write_text_atomic(study_dir / "study.md", "\n".join(lines).rstrip() + "\n")
     write_text_atomic(study_dir / "study.csv", _csv(table_rows))
     return page
+
+
+def _compared(spec: StudySpec, rows: list[Row], runs: list[Run]) -> tuple[dict[str, list[Row]], list[Row]]:
+    """Every row against each baseline ({baseline: rows}) and each family's row against its twin (`study.twins`),
+    with Holm's adjustment over all of them together (one family of comparisons per split and metric)."""
+    if not rows:
+        return {}, []
+    lists = [compare(rows, runs, b) for b in spec.baselines]
+    twins_of = {}
+    for family, twin in spec.twins.items():
+        twins_of.setdefault(twin, set()).add(family)
+    for twin, families in twins_of.items():  # only the twinned families' rows: the others are not compared
+        lists.append([r if r.aligner in families else replace(r, comparison=None) for r in compare(rows, runs, twin)])
+    adjusted = adjust_for_many(lists)
+    twinned = [r for rows_ in adjusted[len(spec.baselines) :] for r in rows_ if r.comparison is not None]
+    return dict(zip(spec.baselines, adjusted[: len(spec.baselines)], strict=True)), twinned
+
+
+def _twins_table(
+    spec: StudySpec, task: str, twinned: list[Row], table_rows: list[dict[str, object]], sequential: dict
+) -> list[str]:
+    """Each family against its twin (`study.twins`) on one task: the difference, its interval and verdict."""
+    mine = [r for r in twinned if r.task == task]
+    if not mine:
+        return []
+    order = {f: i for i, f in enumerate(spec.families)}
+    head = f"| family | against | split | metric | {' | '.join(VERSUS_HEADS)} |"
+    lines = ["### Each family against its twin", "", head, "|---" * (4 + len(VERSUS_HEADS)) + "|"]
+    for row in sorted(mine, key=lambda r: (r.split, r.metric, order[r.aligner])):
+        twin = spec.twins[row.aligner]
+        cells = list(versus_cells(row.comparison or Comparison()))
+        decided = sequential.get((row.aligner, twin, row.metric)) or sequential.get((twin, row.aligner, row.metric))
+        if decided and row.split == "dev":
+            cells[2] = decided
+        lines.append(f"| {spec.families[row.aligner].label} | {spec.families[twin].label} | {row.split} | "
+                     f"{row.metric} | {' | '.join(cells)} |")  # fmt: skip
+        c = row.comparison
+        record = next((r for r in table_rows if (r["task"], r["family"], r["split"], r["metric"])
+                       == (task, row.aligner, row.split, row.metric)), None)  # fmt: skip
+        if record is not None and c is not None:
+            record |= {
+                "twin": twin, "twin_diff": c.diff, "twin_ci": f"{c.ci_low} {c.ci_high}" if c.tested else "",
+                "twin_p": c.p_value, "twin_p_holm": c.p_adjusted, "twin_detectable": c.detectable,
+                "twin_verdict": c.verdict, "twin_seeds_needed": c.seeds_needed,
+            }  # fmt: skip
+    return [*lines, ""]
 
 
 def _seeds_text(spec: StudySpec) -> str:

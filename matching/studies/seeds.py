@@ -95,18 +95,22 @@ class SeedPlan:
 
 
 RULE = (
-    "Every family starts with the minimum seeds; at each look every undecided comparison (a family against a "
-    "baseline, on the task's monitored dev metric) is tested over the first seeds of both sides with the seed-aware "
-    "test, Holm-adjusted over the comparisons of the look, against the look's level from an O'Brien-Fleming-type "
-    "alpha-spending function (Lan & DeMets) over the seeds (information fraction: seeds / maximum); a comparison "
-    "below it is resolved, one whose Δ even the maximum seeds could not find stops (futility), the others ask for "
+    "Every family starts with the minimum seeds; at each look every undecided comparison (a family against a baseline"
+    " or its twin, on the task's monitored dev metric) is tested over the first seeds of both sides with the seed-"
+    "aware test, Holm-adjusted over the comparisons of the look, against the look's level from an O'Brien-Fleming-"
+    "type alpha-spending function (Lan & DeMets) over the seeds (information fraction: seeds / maximum); a comparison"
+    " below it is resolved, one whose Δ even the maximum seeds could not find stops (futility), the others ask for "
     "the next look's seeds for both of their families"
 )
 
 
 def comparisons(spec: StudySpec) -> list[tuple[str, str, str]]:
-    """(task, family, baseline) of every comparison the seeds are added for."""
-    return [(t, f, b) for t in spec.tasks for b in spec.baselines for f in spec.families if f != b]
+    """(task, family, baseline) of every comparison the seeds are added for: each family against each baseline,
+    and each family against its twin (`study.twins`), each pair once."""
+    against_baselines = [(t, f, b) for t in spec.tasks for b in spec.baselines for f in spec.families if f != b]
+    seen = {(t, frozenset((f, b))) for t, f, b in against_baselines}
+    twins = [(t, f, b) for t in spec.tasks for f, b in spec.twins.items() if (t, frozenset((f, b))) not in seen]
+    return against_baselines + twins
 
 
 def _scores(

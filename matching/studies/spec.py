@@ -85,6 +85,7 @@ class StudySpec:
     heatmaps: dict[str, dict[str, str]] = field(default_factory=dict)  # task -> {a, b}: the pair drawn
     max_seeds: int | None = None  # `seeds: {min, max, step}`: the study adds seeds up to this many a family
     seed_step: int = 2  # seeds added at each look
+    twins: dict[str, str] = field(default_factory=dict)  # family -> the family it is compared with alone
 
     @property
     def adaptive(self) -> bool:
@@ -219,6 +220,14 @@ def read_spec(node: DictConfig | Mapping, tasks: Sequence[str] | None = None, tr
     for baseline in baselines:
         if baseline not in families:
             raise ConfigError(f"study.baselines: {baseline!r} is not one of the families ({', '.join(families)})")
+    twins = {}
+    for family, twin in (study.get("twins") or {}).items():
+        for name in (family, twin):
+            if name not in families:
+                raise ConfigError(f"study.twins: {name!r} is not one of the families ({', '.join(families)})")
+        if family == twin:
+            raise ConfigError(f"study.twins: {family!r} is compared with itself")
+        twins[str(family)] = str(twin)
     seeds, max_seeds, step = _seed_plan(study.get("seeds"))
     selection = _seeds(study.get("selection_seeds") or seeds[:1], "study.selection_seeds")
     if not set(selection) <= set(seeds):
@@ -235,7 +244,7 @@ def read_spec(node: DictConfig | Mapping, tasks: Sequence[str] | None = None, tr
         name=name, about=str(study.get("about") or "").strip(), tasks=declared, families=families,
         train=(*_strings(study.get("train"), "study.train"), *train), seeds=seeds, selection_seeds=selection,
         baselines=baselines, budget=budget, test=bool(study.get("test")), heatmaps=heatmaps, max_seeds=max_seeds,
-        seed_step=step,
+        seed_step=step, twins=twins,
     )  # fmt: skip
 
 
