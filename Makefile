@@ -9,7 +9,7 @@ PORT   ?= 8000
 ARGS   ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock demo train sweep evaluate predict visualize export report serve test test-slow bench bench-quick lint format clean
+.PHONY: help install lock demo train sweep evaluate predict visualize export report serve results results-render test test-slow bench bench-quick lint format clean
 
 help:  ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -53,6 +53,20 @@ export: install  ## export for serving or sharing: make export CKPT=... ARGS="fo
 
 report: install  ## results table over a sweep: make report RUN=outputs/multirun/<time>
 	$(BIN)/matching-report runs=$(RUN) $(ARGS)
+
+STUDIES ?= centring
+
+results: install  ## re-run the published studies (resumable, hours: ARGS="paths.data_dir=..."), then render the tables
+	@for study in $(STUDIES); do \
+	  $(BIN)/python -m matching.results.publish pull $$study && \
+	  { $(BIN)/python -m matching.study study=$$study launcher=joblib jobs=2 threads=1 $(ARGS); status=$$?; \
+	    $(BIN)/python -m matching.results.publish push $$study; \
+	    [ $$status -eq 0 ] || echo "study $$study is not complete (status $$status): run make results again to go on"; }; \
+	done
+	$(BIN)/python -m matching.results.publish render
+
+results-render: install  ## render the README's and docs/results.md's tables from docs/studies/ (no training)
+	$(BIN)/python -m matching.results.publish render
 
 serve: install  ## serve a run over HTTP, its page at /: make serve RUN=outputs/runs/<task>/<aligner>/<time> [PORT=8000] [ARGS="compare=[<run>]"]
 	@test -n "$(RUN)" || { echo "make serve needs RUN=<run dir> (the folder with config.yaml and checkpoints/)"; exit 2; }

@@ -504,3 +504,18 @@ def test_the_readme_is_short_and_its_results_are_those_of_docs_results():
     assert len(quoted) >= 20
     full = (ROOT / "docs" / "results.md").read_text()
     assert not [q for q in quoted if q not in full], "README figures not in docs/results.md"
+
+
+def test_the_published_tables_are_rendered_from_the_study_pages():
+    """The README's and docs/results.md's result blocks are what `make results-render` writes from the committed
+    study pages (docs/studies/<study>/study.csv): a number typed by hand, or left stale when a page changed, fails."""
+    from matching.results.publish import BLOCKS, block_pattern, rendered
+
+    for (name, block), content in rendered(ROOT).items():
+        found = block_pattern(block).search((ROOT / name).read_text(encoding="utf-8"))
+        assert found, f"{name} has no block {block}"
+        assert found.group(2).rstrip("\n") == content, f"{name}'s block {block} differs from make results-render's"
+        numbers = {float(n) for n in re.findall(r"[-+]?\d+\.\d\d", content)}
+        page = (ROOT / BLOCKS[(name, block)][0] / "study.csv").read_text()
+        recorded = {round(float(n), 2) for n in re.findall(r"[-+]?\d+\.\d+", page)}
+        assert numbers and numbers <= recorded, f"{name} {block}: {sorted(numbers - recorded)} not in its page"

@@ -1,0 +1,221 @@
+"""What the README and docs/results.md publish from a study, rendered from the study's own files, never typed.
+
+A published study lives in `docs/studies/<name>/`: its page (study.md, study.csv, seeds.json, selection.json) and
+the small files of its finished runs (`runs/<task>/<family>/<setting>/seed<N>/`: config.yaml, metrics.json,
+provenance.json, train.log, scores/), which are what a study needs to count a run as finished and to test it. `make
+results` runs three steps, each also a command of its own:
+
+    python -m matching.results.publish pull  <study>   # the committed runs into outputs/studies/<study>/runs
+    python -m matching.study study=<study> launcher=joblib jobs=2 threads=1     # trains what is missing (resumable)
+    python -m matching.results.publish push  <study>   # the page and the runs' small files back into docs/studies
+    python -m matching.results.publish render           # the README's and docs/results.md's blocks from them
+
+A rendered block sits between `<!-- results:<block> -->` and `<!-- /results:<block> -->` in its file;
+tests/test_docs.py renders every block again from the committed files and fails when a file's block differs, so a
+number typed by hand, or left stale, cannot land. What a study has not run yet says so in the block ("not run yet").
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path.cwd()  # a clone's root: where `make results` runs
+#: The files of a finished run that a page needs (the rest, checkpoints above all, stays in outputs/).
+RUN_FILES = ("config.yaml", "metrics.json", "provenance.json", "train.log")
+PAGE_FILES = ("study.md", "study.csv", "seeds.json", "selection.json")
+
+#: The centring study's tasks as its tables show them, in order: (task, what its row says).
+CENTRING_TASKS = {
+    "snli_check": "SNLI check acc (842 dev pairs)",
+    "trecqa": "TrecQA clean-dev MAP (65 questions)",
+    "wikiqa": "WikiQA dev MAP (122 questions)",
+    "snli_check_encoder": "SNLI check acc, frozen encoder",
+    "trecqa_encoder": "TrecQA clean-dev MAP, frozen encoder",
+    "wikiqa_encoder": "WikiQA dev MAP, frozen encoder",
+}
+CENTRING_FAMILIES = ("softmax", "softmax_centred", "coda", "coda_centred", "conflict", "conflict_centred",
+                     "softmax_conflict", "softmax_conflict_centred")  # fmt: skip
+MONITORED = {"acc", "map"}
+
+
+def study_rows(folder: Path) -> list[dict[str, str]]:
+    path = folder / "study.csv"
+    if not path.is_file():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _interval(row: dict[str, str], prefix: str) -> str:
+    low, _, high = row.get(f"{prefix}_ci", "").partition(" ")
+    if not row.get(f"{prefix}_diff"):
+        return "–"
+    diff = float(row[f"{prefix}_diff"])
+    if not low:
+        return f"{diff:+.2f}"
+    return f"{diff:+.2f} [{float(low):+.2f}, {float(high):+.2f}]"
+
+
+def _verdict(row: dict[str, str], prefix: str) -> str:
+    verdict = row.get(f"{prefix}_verdict", "")
+    p = row.get(f"{prefix}_p_holm") or row.get(f"{prefix}_p")
+    if not verdict:
+        return "–"
+    return f"{verdict}, p = {float(p):.2g}" if p else verdict
+
+
+def centring_table(folder: Path) -> str:
+    """The controlled comparison's table: each family's dev mean ± std (seeds), then CoDA centred against softmax
+    centred, then each centred aligner against itself uncentred (its twin), each with its interval and verdict."""
+    rows = [r for r in study_rows(folder) if r["split"] == "dev" and r["metric"] in MONITORED]
+    by = {(r["task"], r["family"]): r for r in rows}
+    labels = {r["family"]: r["label"] for r in rows}
+    families = [f for f in CENTRING_FAMILIES if f in labels] or list(CENTRING_FAMILIES)
+    head = "| dev, mean ± std over seeds | " + " | ".join(labels.get(f, f) for f in families)
+    head += " | CoDA, centred − softmax, centred [95 % CI] | verdict (Holm) |"
+    lines = [head, "|---" * (head.count("|") - 1) + "|"]
+    twins = []
+    for task, title in CENTRING_TASKS.items():
+        cells = []
+        for f in families:
+            r = by.get((task, f))
+            cells.append(f"{float(r['mean']):.2f} ± {float(r['std']):.2f}" if r and r["n"] not in ("", "0") else "–")
+        coda = by.get((task, "coda_centred"))
+        if all(c == "–" for c in cells):
+            lines.append(f"| {title} | " + " | ".join(["not run yet"] + ["–"] * (len(families) + 1)) + " |")
+            continue
+        vs = [_interval(coda, "softmax_centred"), _verdict(coda, "softmax_centred")] if coda else ["–", "–"]
+        lines.append(f"| {title} | " + " | ".join(cells + vs) + " |")
+        parts = [f"{labels[f].split(',')[0]} {_interval(by[(task, f)], 'twin')} ({by[(task, f)]['twin_verdict']})"
+                 for f in families if (task, f) in by and by[(task, f)].get("twin_diff")]  # fmt: skip
+        if parts:
+            twins.append(f"- {title}: " + "; ".join(parts) + ".")
+    seeds = sorted({r["n"] for r in rows if r["n"]})
+    note = (f"Seeds per family: {', '.join(seeds)} (as the study's rule took them). Centred − uncentred, each aligner "
+            "against itself (95 % CI counting seeds and units, Holm over the page):")  # fmt: skip
+    return "\n".join([*lines, "", note, "", *twins]) if twins else "\n".join(lines)
+
+
+def centring_headline(folder: Path) -> str:
+    """One sentence per task of the reviewer's question: how much of CoDA's gain survives when softmax is centred
+    too."""
+    rows = {(r["task"], r["family"]): r for r in study_rows(folder) if r["split"] == "dev" and r["metric"] in MONITORED}
+    said = []
+    for task, title in CENTRING_TASKS.items():
+        coda, uncentred = rows.get((task, "coda_centred")), rows.get((task, "coda"))
+        if coda is None or not coda.get("softmax_centred_diff"):
+            continue
+        text = (f"{title}: CoDA, centred − softmax, centred **{_interval(coda, 'softmax_centred')}** "
+                f"({_verdict(coda, 'softmax_centred')}; {coda['n']} seeds)")  # fmt: skip
+        if uncentred is not None and uncentred.get("softmax_diff"):
+            text += f", against {_interval(uncentred, 'softmax')} for both uncentred"
+        said.append(text)
+    missing = [t for t in CENTRING_TASKS if (t, "coda_centred") not in rows]
+    out = "; ".join(said) + "." if said else "The controlled comparison has no finished task yet."
+    if missing:
+        out += f" Not run yet: {', '.join(missing)} (`make results` runs them)."
+    return out
+
+
+#: Every rendered block: (file, block name) -> (its study folder, its renderer).
+BLOCKS: dict[tuple[str, str], tuple[str, Callable[[Path], str]]] = {
+    ("README.md", "centring-headline"): ("docs/studies/centring", centring_headline),
+    ("README.md", "centring-table"): ("docs/studies/centring", centring_table),
+    ("docs/results.md", "centring-table"): ("docs/studies/centring", centring_table),
+}
+
+
+def block_pattern(name: str) -> re.Pattern:
+    return re.compile(rf"(<!-- results:{re.escape(name)} -->\n)(.*?)(<!-- /results:{re.escape(name)} -->)", re.S)
+
+
+def rendered(root: Path = ROOT) -> dict[tuple[str, str], str]:
+    """Every block's content as the committed study files give it."""
+    return {key: render(root / folder) for key, (folder, render) in BLOCKS.items()}
+
+
+def render_files(root: Path = ROOT) -> list[Path]:
+    """Rewrite every block in its file; returns the files changed. A file without the block's markers is an
+    error: the markers say where a block goes."""
+    changed = []
+    for (name, block), content in rendered(root).items():
+        path = root / name
+        text = path.read_text(encoding="utf-8")
+        pattern = block_pattern(block)
+        if not pattern.search(text):
+            raise SystemExit(f"{name} has no block {block}: add <!-- results:{block} --> and "
+                             f"<!-- /results:{block} --> where it goes")  # fmt: skip
+        new = pattern.sub(lambda m, content=content: m.group(1) + content + "\n" + m.group(3), text)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            changed.append(path)
+    return changed
+
+
+def _copy_runs(source: Path, target: Path, files: tuple[str, ...], only_missing: bool) -> int:
+    copied = 0
+    for metrics in sorted(source.glob("*/*/*/seed*/metrics.json")):
+        run = metrics.parent
+        destination = target / run.relative_to(source)
+        if only_missing and (destination / "metrics.json").is_file():
+            continue
+        destination.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            if (run / name).is_file():
+                shutil.copy2(run / name, destination / name)
+        if (run / "scores").is_dir():
+            shutil.copytree(run / "scores", destination / "scores", dirs_exist_ok=True)
+        copied += 1
+    return copied
+
+
+def pull(study: str, root: Path = ROOT) -> int:
+    """The committed runs' small files into outputs/studies/<study>/runs, where a run is not there yet: the study
+    then counts them finished and trains only the rest."""
+    return _copy_runs(root / "docs" / "studies" / study / "runs", root / "outputs" / "studies" / study / "runs",
+                      RUN_FILES, only_missing=True)  # fmt: skip
+
+
+def push(study: str, root: Path = ROOT, source: Path | None = None) -> int:
+    """The study's page and its finished runs' small files from outputs/studies/<study> (or `source`) into
+    docs/studies/<study>."""
+    source = source or root / "outputs" / "studies" / study
+    target = root / "docs" / "studies" / study
+    target.mkdir(parents=True, exist_ok=True)
+    for name in PAGE_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, target / name)
+    return _copy_runs(source / "runs", target / "runs", RUN_FILES, only_missing=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m matching.results.publish", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="verb", required=True)
+    sub.add_parser("pull", help="committed runs into outputs/studies/<study>").add_argument("study")
+    pushed = sub.add_parser("push", help="a study's page and runs' small files into docs/studies/<study>")
+    pushed.add_argument("study")
+    pushed.add_argument("--from", dest="source", type=Path, default=None, help="the study's folder (default outputs)")
+    sub.add_parser("render", help="the README's and docs/results.md's blocks from docs/studies")
+    args = parser.parse_args(argv)
+    if not (ROOT / "docs" / "studies").is_dir() or not (ROOT / "README.md").is_file():
+        print(f"error: run this from the root of a clone of matching (with README.md and docs/studies/); {ROOT} is "
+              "not one", file=sys.stderr)  # fmt: skip
+        return 2
+    if args.verb == "pull":
+        print(f"{pull(args.study)} runs copied into outputs/studies/{args.study}/runs")
+    elif args.verb == "push":
+        print(f"{push(args.study, source=args.source)} runs' small files in docs/studies/{args.study}/runs")
+    else:
+        changed = render_files()
+        print("rendered: " + (", ".join(str(p.relative_to(ROOT)) for p in changed) or "nothing changed"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
