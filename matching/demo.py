@@ -32,7 +32,7 @@ from matching.data.sources import resolve_path
 from matching.demo_sample import DEV, NEW_PAIRS, TRAIN, VECTORS
 from matching.errors import MissingFileError, UserError
 from matching.results.rows import Row
-from matching.results.significance import RESOLVED, TOO_FEW_SEEDS
+from matching.results.significance import MIN_SEEDS, RESOLVED, TOO_FEW_SEEDS
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +112,9 @@ def comparison(rows: list[Row], n_dev: int) -> list[str]:
         c = r.comparison
         head = f"{name} − {c.baseline}: {c.diff:+.2f} points over {n_dev:,} dev pairs and {c.seed_counts} seeds"
         if c.verdict == TOO_FEW_SEEDS:
-            lines.append(f"{head}: one seed on a side says nothing about how much a method varies from seed to seed, "
-                         "so there is no verdict about the aligners; train more seeds (seeds=[1,2,3]).")  # fmt: skip
+            lines.append(f"{head}: fewer than {MIN_SEEDS} seeds a side say too little about how much a method varies "
+                         f"from seed to seed, so there is no verdict about the aligners; train more seeds "
+                         f"(seeds=[1,2,3]).")  # fmt: skip
             continue
         said = (f"{head}: 95 % CI [{c.ci_low:+.2f}, {c.ci_high:+.2f}] counting both the seeds and the pairs, "
                 f"p = {c.p_value:.2g}: ")  # fmt: skip

@@ -1,6 +1,8 @@
 """Tests with known answers: the method-level test by hand and against Welch's, the conditional paired tests (the
 exact test by hand, identical systems, a system better everywhere), Holm's adjustment, the seeds a Δ needs."""
 
+import math
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -96,7 +98,7 @@ def _per_seed(table: np.ndarray) -> list[dict[str, float]]:
 
 def test_the_method_test_is_the_crossed_design_estimate_by_hand():
     a = np.array([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
-    b = np.array([[0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+    b = np.array([[0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]])
     (ra, q), rb = a.shape, len(b)
     s2a, s2b = a.mean(axis=1).var(ddof=1), b.mean(axis=1).var(ddof=1)
 
@@ -111,7 +113,7 @@ def test_the_method_test_is_the_crossed_design_estimate_by_hand():
     test = method_test(_per_seed(a), _per_seed(b))
     assert test.difference == pytest.approx(a.mean() - b.mean())
     assert test.seed_part + test.unit_part == pytest.approx(variance)
-    assert test.seeds == (3, 2) and test.units == 4
+    assert test.seeds == (3, 3) and test.units == 4
     half = stats.t.ppf(0.975, test.df) * variance**0.5
     assert (test.low, test.high) == pytest.approx((test.difference - half, test.difference + half))
     assert test.p_value == pytest.approx(2 * stats.t.sf(abs(test.difference) / variance**0.5, test.df))
@@ -185,3 +187,15 @@ def test_holm_by_hand():
     assert adjusted[0] == pytest.approx(0.04) and adjusted[1] == pytest.approx(0.03)
     assert adjusted[3] == pytest.approx(0.04) and np.isnan(adjusted[2])
     assert holm([0.5, 0.9]) == [1.0, 1.0]
+
+
+def test_two_seeds_a_side_get_no_verdict_about_the_method():
+    """With two seeds a side the seeds' spread rests on one degree of freedom (docs/comparing.md, "Two seeds a side"):
+    two seeds that agree exactly would make V 0 and any difference 'resolved'. The comparison says too few seeds."""
+    a = np.array([[1.0, 1.0, 1.0, 0.0, 1.0], [1.0, 1.0, 0.0, 1.0, 1.0]])  # two seeds, equal accuracy
+    b = np.array([[0.0, 1.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 1.0, 0.0]])
+    test = method_test(_per_seed(a), _per_seed(b))
+    assert test.too_few_seeds and test.verdict() == "too few seeds" and math.isnan(test.p_value)
+    assert test.difference == pytest.approx(a.mean() - b.mean())
+    third = method_test(_per_seed(np.vstack([a, a[:1]])), _per_seed(np.vstack([b, b[:1]])))
+    assert not third.too_few_seeds and 0 <= third.p_value <= 1

@@ -52,7 +52,7 @@ def study_file(tmp: Path, data: Path) -> Path:
                               f"task.splits.dev.path={data}/dev.tsv", f"task.splits.test.path={data}/test.tsv"]},
         "train": ["embeddings=glove", f"embeddings.path={FIXTURE_VECTORS}", "embeddings.dim=20", "model.hidden=16",
                   "data.batch_size=8", "trainer.max_epochs=12", "trainer.enable_progress_bar=false", "dtype=fp32"],
-        "seeds": [1, 2],
+        "seeds": [1, 2, 3],
         "selection_seeds": [1],
         "baselines": ["softmax"],
         "test": True,
@@ -104,9 +104,9 @@ def test_the_grid_setting_that_learns_is_kept_by_dev(study):
     assert values[("optim.lr=0.01",)] > values[("optim.lr=1e-09",)]
     runs = study / "study" / "runs" / "overlap"
     # the kept setting over every seed; the other one at the selection seed only
-    assert sorted(p.name for p in (runs / "coda" / "lr-0.01").iterdir()) == ["seed1", "seed2"]
+    assert sorted(p.name for p in (runs / "coda" / "lr-0.01").iterdir()) == ["seed1", "seed2", "seed3"]
     assert sorted(p.name for p in (runs / "coda" / "lr-1e-09").iterdir()) == ["seed1"]
-    assert all(r.parent.name in ("seed1", "seed2") for r in runs.rglob("metrics.json"))
+    assert all(r.parent.name in ("seed1", "seed2", "seed3") for r in runs.rglob("metrics.json"))
 
 
 def test_the_test_split_would_pick_the_other_setting_and_is_never_used_to_choose(study):
@@ -114,7 +114,7 @@ def test_the_test_split_would_pick_the_other_setting_and_is_never_used_to_choose
     tested = json.loads((study / "study" / "test.json").read_text())
     # only the kept settings were tested, after selection, and the record says which selection it followed
     kept = ("coda/lr-0.01", "softmax/default")
-    assert sorted(tested["runs"]) == [f"overlap/{f}/seed{s}" for f in kept for s in (1, 2)]
+    assert sorted(tested["runs"]) == [f"overlap/{f}/seed{s}" for f in kept for s in (1, 2, 3)]
     assert not (runs / "lr-1e-09" / "seed1" / "eval_test.json").exists()
     assert all("test/acc" not in _metrics(p.parent) for p in runs.rglob("metrics.json"))  # trained with test=false
     # the fixture is built so that test prefers the setting that did not learn: evaluate the loser here, by hand
@@ -134,23 +134,23 @@ def test_every_number_on_the_page_is_the_runs_own(study):
                                       "metrics.json"), ("softmax", "default", "test", "eval_test.json"),
                                       ("coda", "lr-0.01", "test", "eval_test.json")]:  # fmt: skip
         key = "val/acc" if split == "dev" else "test/acc"
-        values = [100 * _metrics(runs / family / slug / f"seed{s}", name)[key] for s in (1, 2)]
+        values = [100 * _metrics(runs / family / slug / f"seed{s}", name)[key] for s in (1, 2, 3)]
         per_seed = ", ".join(f"{v:.2f}" for v in values)
-        mean = sum(values) / 2
+        mean = sum(values) / 3
         assert re.search(rf"{mean:.2f} ± \d+\.\d\d \({re.escape(per_seed)}\)", page), (family, split, per_seed)
     # the selection table: both settings at seed 1, from their own metrics.json
     for slug in ("lr-1e-09", "lr-0.01"):
         value = 100 * _metrics(runs / "coda" / slug / "seed1")["val/acc"]
         setting = "optim.lr=" + slug.removeprefix("lr-")
         assert re.search(rf"`{re.escape(setting)}` \| {value:.2f} \| {value:.2f} \|", page)
-    epochs = [_metrics(runs / "coda" / "lr-0.01" / f"seed{s}")["best_epoch"] for s in (1, 2)]
-    assert f"| {epochs[0]}, {epochs[1]} |" in page
+    epochs = [_metrics(runs / "coda" / "lr-0.01" / f"seed{s}")["best_epoch"] for s in (1, 2, 3)]
+    assert f"| {epochs[0]}, {epochs[1]}, {epochs[2]} |" in page
 
     # the Δ of a family from the baseline: the mean over the dev examples of its seeds' mean correctness, less the
     # baseline's, from the runs' scores/val.csv
     def correct(family: str, slug: str) -> list[float]:
-        seeds = [_rows(runs / family / slug / f"seed{s}" / "scores" / "val.csv") for s in (1, 2)]
-        return [sum(float(rows[i]["correct"]) for rows in seeds) / 2 for i in range(len(seeds[0]))]
+        seeds = [_rows(runs / family / slug / f"seed{s}" / "scores" / "val.csv") for s in (1, 2, 3)]
+        return [sum(float(rows[i]["correct"]) for rows in seeds) / 3 for i in range(len(seeds[0]))]
 
     mine, theirs = correct("coda", "lr-0.01"), correct("softmax", "default")
     delta = 100 * sum(m - b for m, b in zip(mine, theirs, strict=True)) / len(mine)

@@ -26,8 +26,9 @@ For a balanced design (every seed scores every unit) these are also the REML est
 whenever they are not truncated at 0, in closed form: no optimiser, no convergence to check, microseconds per test.
 The statistic t = Δ̂ / √V is referred to Student's t with Satterthwaite's degrees of freedom, which are about
 R_A + R_B − 2 when the seeds dominate V and grow towards Q − 1 when the units do; the 95 % interval is
-Δ̂ ± t_{0.975, df} · √V. With one seed on either side the seeds' spread is unknown and nothing can be said about the
-method: the comparison says so instead of giving a p-value.
+Δ̂ ± t_{0.975, df} · √V. With fewer than three seeds on either side (MIN_SEEDS) nothing is said about the method: with
+one the seeds' spread is unknown, with two it rests on one degree of freedom (two seeds that happen to agree make it
+0), and the comparison says "too few seeds" instead of giving a p-value (docs/comparing.md, "Two seeds a side").
 
 Why this test and not another (docs/comparing.md argues it at length, with the simulator's calibration table
 behind each claim, `matching.results.simulation`): a two-level bootstrap (seeds, then units) cannot estimate the
@@ -66,6 +67,10 @@ ALPHA = 0.05  # a comparison is resolved when its (adjusted) p < ALPHA
 POWER = 0.8  # the detectable difference is the one found with this probability
 MAX_SEEDS = 1000  # seeds_to_detect searches up to this many seeds a side
 _CHUNK = 500  # draws per block: memory stays ~ _CHUNK × units
+
+#: A verdict about a method needs at least this many seeds on each side: with two, the seeds' spread has one degree of
+#: freedom, and no rule we found is both calibrated and useful (docs/comparing.md, "Two seeds a side").
+MIN_SEEDS = 3
 
 RESOLVED = "resolved"
 NOT_RESOLVED = "not resolved"
@@ -178,7 +183,7 @@ class MethodTest:
     """One method against another, seeds and units both counted (see the module docstring)."""
 
     difference: float  # Δ̂: the difference of the two systems' metrics over the common units
-    low: float  # 95 % interval: Δ̂ ± t_{0.975, df} · √V (NaN with fewer than two seeds a side)
+    low: float  # 95 % interval: Δ̂ ± t_{0.975, df} · √V (NaN with fewer than MIN_SEEDS a side)
     high: float
     p_value: float  # two-sided t test on Satterthwaite's df, before any adjustment for many comparisons (NaN: too few)
     df: float
@@ -191,7 +196,7 @@ class MethodTest:
 
     @property
     def too_few_seeds(self) -> bool:
-        return min(self.seeds) < 2
+        return min(self.seeds) < MIN_SEEDS
 
     @property
     def units_limit(self) -> bool:
@@ -204,7 +209,8 @@ class MethodTest:
         return math.sqrt(self.seed_part + self.unit_part)
 
     def verdict(self, p_adjusted: float | None = None) -> str:
-        """ "resolved" when the (adjusted) p < α; "too few seeds" with one seed on either side; else "not resolved"."""
+        """ "resolved" when the (adjusted) p < α; "too few seeds" with fewer than MIN_SEEDS on either side; else "not
+        resolved"."""
         if self.too_few_seeds:
             return TOO_FEW_SEEDS
         return RESOLVED if (self.p_value if p_adjusted is None else p_adjusted) < ALPHA else NOT_RESOLVED
@@ -230,7 +236,7 @@ def method_test(system: Sequence[dict[str, float]], baseline: Sequence[dict[str,
     a, b = unit_table(system, units), unit_table(baseline, units)
     seeds = (len(a), len(b))
     difference = float(a.mean() - b.mean())
-    if min(seeds) < 2 or len(units) < 2:
+    if min(seeds) < MIN_SEEDS or len(units) < 2:
         nan = float("nan")
         return MethodTest(difference, nan, nan, nan, nan, seeds, len(units), nan, nan, nan, None)
     parts = variance_parts(a, b)

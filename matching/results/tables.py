@@ -18,6 +18,7 @@ from matching.results.rows import BASELINE, Comparison, Row
 from matching.results.scores import METRIC_COLUMNS, ranked_answers, unit_rows, unit_scores
 from matching.results.significance import (
     ALPHA,
+    MIN_SEEDS,
     NOT_RESOLVED,
     RESOLVED,
     TOO_FEW_SEEDS,
@@ -244,7 +245,10 @@ def versus_cells(c: Comparison) -> tuple[str, str, str, str]:
         "–" if _nan(c.units_p) else f"[{points(c.units_ci_low)}, {points(c.units_ci_high)}], p = {c.units_p:.3g}"
     )
     if c.verdict == TOO_FEW_SEEDS:
-        few = f"too few seeds ({c.seed_counts}): one seed says nothing about the method's spread"
+        few = (
+            f"too few seeds ({c.seed_counts}): a verdict about the method needs {MIN_SEEDS} a side, the seeds' "
+            "spread being part of it"
+        )
         return f"{points(c.diff)} [–]", "–", few, conditional
     p = f"{c.p_value:.3g}"
     if c.compared_with and c.compared_with > 1 and not _nan(c.p_adjusted):

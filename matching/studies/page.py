@@ -181,8 +181,9 @@ def write_page(
         "examples) together: the training run is a unit of chance like a question (a crossed seeds × units design, "
         "Student's t on Satterthwaite's degrees of freedom; docs/comparing.md), so the verdict is about the method, "
         "not the seeds drawn. The detectable Δ is the difference these seeds and units would find with 80 % power; "
-        "an unresolved row says how many seeds a side would find its Δ. With one seed on a side there is no verdict. "
-        "Beside it, the conditional test over units alone (these trained models, seeds averaged), which says "
+        "an unresolved row says how many seeds a side would find its Δ. With fewer than three seeds on a side there "
+        "is no verdict (docs/comparing.md, 'Two seeds a side'). Beside it, the conditional test over units alone "
+        "(these trained models, seeds averaged), which says "
         "nothing about the method.",
         f"- Many comparisons: {MANY_RULE}.",
         *(
