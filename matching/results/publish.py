@@ -1,9 +1,9 @@
 """What the README and docs/results.md publish from a study, rendered from the study's own files, never typed.
 
-A published study lives in `docs/studies/<name>/`: its page (study.md, study.csv, seeds.json, selection.json) and
-the small files of its finished runs (`runs/<task>/<family>/<setting>/seed<N>/`: config.yaml, metrics.json,
-provenance.json, train.log, scores/), which are what a study needs to count a run as finished and to test it. `make
-results` runs three steps, each also a command of its own:
+A published study lives in `docs/studies/<name>/`: its page (study.md, study.csv, seeds.json, selection.json, its
+figures) and the small files of its finished runs (`runs/<task>/<family>/<setting>/seed<N>/`: config.yaml,
+metrics.json, provenance.json, train.log, logs/metrics.csv, scores/), which are what a study needs to count a run
+as finished and to test it. `make results` runs three steps, each also a command of its own:
 
     python -m matching.results.publish pull  <study>   # the committed runs into outputs/studies/<study>/runs
     python -m matching.study study=<study> launcher=joblib jobs=2 threads=1     # trains what is missing (resumable)
@@ -27,8 +27,8 @@ from pathlib import Path
 
 ROOT = Path.cwd()  # a clone's root: where `make results` runs
 #: The files of a finished run that a page needs (the rest, checkpoints above all, stays in outputs/).
-RUN_FILES = ("config.yaml", "metrics.json", "provenance.json", "train.log")
-PAGE_FILES = ("study.md", "study.csv", "seeds.json", "selection.json")
+RUN_FILES = ("config.yaml", "metrics.json", "provenance.json", "train.log", "logs/metrics.csv")
+PAGE_FILES = ("study.md", "study.csv", "seeds.json", "selection.json", "ranking.png", "curves.png")
 
 #: The centring study's tasks as its tables show them, in order: (task, what its row says).
 CENTRING_TASKS = {
@@ -168,6 +168,7 @@ def _copy_runs(source: Path, target: Path, files: tuple[str, ...], only_missing:
         destination.mkdir(parents=True, exist_ok=True)
         for name in files:
             if (run / name).is_file():
+                (destination / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(run / name, destination / name)
         if (run / "scores").is_dir():
             shutil.copytree(run / "scores", destination / "scores", dirs_exist_ok=True)
@@ -188,9 +189,9 @@ def push(study: str, root: Path = ROOT, source: Path | None = None) -> int:
     source = source or root / "outputs" / "studies" / study
     target = root / "docs" / "studies" / study
     target.mkdir(parents=True, exist_ok=True)
-    for name in PAGE_FILES:
-        if (source / name).is_file():
-            shutil.copy2(source / name, target / name)
+    for path in [*(source / name for name in PAGE_FILES), *source.glob("alignments_*.png")]:
+        if path.is_file():
+            shutil.copy2(path, target / path.name)
     return _copy_runs(source / "runs", target / "runs", RUN_FILES, only_missing=False)
 
 
