@@ -10,16 +10,20 @@ matrices as heat-maps, several runs side by side (`compare=`) and their differen
   by decreasing score (the logit margin, as `predict` ranks), for models trained on a ranking task;
 - `POST /align` `{"a": ..., "b": ...}` -> both sides' tokens, the prediction and every alignment matrix (what
   `visualize` draws), with which tokens are unknown words and what each matrix is;
-- `GET /health` ("ok" while every model worker runs) and `GET /info` (each run's task, labels, aligner,
+- `POST /rerank` (also `/v1/rerank`, `/v2/rerank`) `{"query": ..., "documents": [...], "top_n": n}` -> `{"results":
+  [{"index", "relevance_score"}, ...]}`: the rerank API of Cohere, Jina and Infinity, for their clients unchanged;
+- `GET /health` ("ok" while every run's batcher runs) and `GET /info` (each run's task, labels, aligner,
   checkpoint, vocabulary size, the limits).
 
 `?run=<name>` sends a request to another run than the first (names: GET /info). The server is FastAPI and uvicorn
-(their documented APIs) in this process, and one model worker process per run (matching/serving/batcher.py),
-which batches the requests of concurrent clients (`max_batch_size` requests, waiting at most `batch_timeout`
-seconds) and runs them within the run's memory budget (`data.batch_tokens`, `data.batch_cells`), through the same
-tokenisation, vocabulary and `predict_step` as `predict`. A bad request gets a 4xx answer `{"error": <what was
-wrong and what to do>, "status": <code>}` and the server goes on serving; the limits (pairs, candidates and tokens
-per text, bytes per request) are `limits.*` in conf/serve.yaml.
+(their documented APIs) with each run's model in the same process (matching/serving/batcher.py): a batcher takes the
+requests of concurrent clients (`max_batch_size` requests, waiting at most `batch_timeout` seconds) and runs them in
+the run's model thread within its memory budget (`data.batch_tokens`, `data.batch_cells`), through the same
+tokenisation, vocabulary and inference path as `predict`; `workers=N` (one per core by default) runs N such processes
+on the port. A bad request gets a 4xx answer `{"error": <what was wrong and what to do>, "status": <code>}` and the
+server goes on serving; the limits (pairs, candidates and tokens per text, bytes per request and of headers) are
+`limits.*` in conf/serve.yaml, the guards of a server on localhost (JSON only, a Host allow-list, no CORS by default)
+docs/serving.md's.
 """
 
 from __future__ import annotations
