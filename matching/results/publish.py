@@ -45,11 +45,12 @@ MONITORED = {"acc", "map"}
 
 
 def study_rows(folder: Path) -> list[dict[str, str]]:
+    """The page's rows that have runs (a planned family with none is left out: "not run yet")."""
     path = folder / "study.csv"
     if not path.is_file():
         return []
     with path.open(newline="") as f:
-        return list(csv.DictReader(f))
+        return [r for r in csv.DictReader(f) if r.get("n") not in ("", "0", None)]
 
 
 def _interval(row: dict[str, str], prefix: str) -> str:

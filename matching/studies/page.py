@@ -271,7 +271,7 @@ def _twins_table(
     spec: StudySpec, task: str, twinned: list[Row], table_rows: list[dict[str, object]], sequential: dict
 ) -> list[str]:
     """Each family against its twin (`study.twins`) on one task: the difference, its interval and verdict."""
-    mine = [r for r in twinned if r.task == task]
+    mine = [r for r in twinned if r.task == task and r.comparison and (r.comparison.tested or r.comparison.note)]
     if not mine:
         return []
     order = {f: i for i, f in enumerate(spec.families)}
