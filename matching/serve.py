@@ -33,12 +33,22 @@ import sys
 from omegaconf import DictConfig
 
 from matching.cli import command
+from matching.errors import RunError
 from matching.serving.server import run_server
 
 
 def serve(cfg: DictConfig) -> None:
-    """The `serve` command on a composed config (conf/serve.yaml over the run's saved config)."""
-    run_server(cfg)
+    """The `serve` command on a composed config (conf/serve.yaml over the run's saved config): this machine's
+    processes (`engine=uvicorn`), or a Ray Serve deployment (`engine=ray`)."""
+    engine = cfg.get("engine", "uvicorn")
+    if engine == "ray":
+        from matching.serving.ray_serve import run_on_ray
+
+        run_on_ray(cfg)
+    elif engine == "uvicorn":
+        run_server(cfg)
+    else:
+        raise RunError(f"engine must be uvicorn (this machine's processes) or ray (Ray Serve), got {engine!r}")
 
 
 main = command("serve", serve, uses_run=True)

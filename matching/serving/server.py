@@ -286,13 +286,6 @@ def run_server(cfg: DictConfig) -> None:
     """Build the server of a composed serve config, say what it serves, and serve until stopped (`workers=N`: N
     processes under a supervisor)."""
     workers = check_settings(cfg)["workers"]
-    if cfg.get("engine", "uvicorn") == "ray":
-        from matching.serving.ray_serve import run_on_ray
-
-        run_on_ray(cfg)
-        return
-    if cfg.get("engine", "uvicorn") != "uvicorn":
-        raise RunError(f"engine must be uvicorn (this machine's processes) or ray (Ray Serve), got {cfg.engine!r}")
     if workers > 1:
         print(f"serving {cfg.ckpt} with {workers} server processes on http://{cfg.host}:{cfg.port}", file=sys.stderr)
         supervise(cfg, workers)
