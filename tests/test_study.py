@@ -311,6 +311,7 @@ def test_a_family_against_its_twin_on_the_page_and_in_the_seed_rule(study, tmp_p
     assert cells[4] in baseline_row  # the same Δ and interval as against the baseline
     assert "m = 3" not in dev  # deduplicated: softmax vs coda once per metric (acc, f1, ap are separate families)
     spec = read_spec(node)
+    assert spec.name == "fixture" and page.startswith("# Study `fixture`")  # the study keeps its own name
     assert comparisons(spec) == [("overlap", "coda", "softmax")]
     node["twins"] = {"coda": "nosuch"}
     with pytest.raises(ConfigError, match="study.twins: 'nosuch' is not one of the families"):

@@ -164,7 +164,23 @@ def render_files(root: Path = ROOT) -> list[Path]:
     return changed
 
 
-def _copy_runs(source: Path, target: Path, files: tuple[str, ...], only_missing: bool) -> int:
+def machine_paths(run: Path, source: Path) -> dict[str, str]:
+    """The absolute paths of the machine a run was trained on, as they appear in its config and log, and what a
+    published copy says instead: each `paths.*` folder as `<paths.KEY>`, the study's folder as `<study>` (the keys
+    interpolated from `paths.*` are the ones a relaunched study ignores, so a copy resumes as the original does)."""
+    import yaml
+
+    config = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").is_file() else {}
+    places = {str(v): f"<paths.{k}>" for k, v in ((config or {}).get("paths") or {}).items()
+              if isinstance(v, str) and v.startswith("/")}  # fmt: skip
+    study = source.resolve().parent
+    places[str(study)] = "<study>"
+    if study.parent.name == "studies" and study.parent.parent.name == "outputs":  # the folder the study ran from
+        places[str(study.parent.parent.parent)] = "<cwd>"
+    return dict(sorted(places.items(), key=lambda kv: -len(kv[0])))  # the longest first: a folder inside another
+
+
+def _copy_runs(source: Path, target: Path, files: tuple[str, ...], only_missing: bool, scrub: bool = False) -> int:
     copied = 0
     for metrics in sorted(source.glob("*/*/*/seed*/metrics.json")):
         run = metrics.parent
@@ -172,10 +188,17 @@ def _copy_runs(source: Path, target: Path, files: tuple[str, ...], only_missing:
         if only_missing and (destination / "metrics.json").is_file():
             continue
         destination.mkdir(parents=True, exist_ok=True)
+        places = machine_paths(run, source) if scrub else {}
         for name in files:
             if (run / name).is_file():
                 (destination / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(run / name, destination / name)
+                text = (run / name).read_text(encoding="utf-8", errors="replace") if places else None
+                if text is None:
+                    shutil.copy2(run / name, destination / name)
+                    continue
+                for absolute, said in places.items():
+                    text = text.replace(absolute, said)
+                (destination / name).write_text(text, encoding="utf-8")
         if (run / "scores").is_dir():
             shutil.copytree(run / "scores", destination / "scores", dirs_exist_ok=True)
         copied += 1
@@ -191,14 +214,17 @@ def pull(study: str, root: Path = ROOT) -> int:
 
 def push(study: str, root: Path = ROOT, source: Path | None = None) -> int:
     """The study's page and its finished runs' small files from outputs/studies/<study> (or `source`) into
-    docs/studies/<study>."""
+    docs/studies/<study>, naming no folder of the machine they ran on (`machine_paths`)."""
     source = source or root / "outputs" / "studies" / study
     target = root / "docs" / "studies" / study
     target.mkdir(parents=True, exist_ok=True)
     for path in [*(source / name for name in PAGE_FILES), *source.glob("alignments_*.png")]:
-        if path.is_file():
+        if path.is_file() and path.suffix == ".md":  # the page's command, as a user types it: no out= of ours
+            text = path.read_text(encoding="utf-8").replace(f" out={source}", "")
+            (target / path.name).write_text(text, encoding="utf-8")
+        elif path.is_file():
             shutil.copy2(path, target / path.name)
-    return _copy_runs(source / "runs", target / "runs", RUN_FILES, only_missing=False)
+    return _copy_runs(source / "runs", target / "runs", RUN_FILES, only_missing=False, scrub=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -222,9 +222,9 @@ def read_spec(node: DictConfig | Mapping, tasks: Sequence[str] | None = None, tr
             raise ConfigError(f"study.baselines: {baseline!r} is not one of the families ({', '.join(families)})")
     twins = {}
     for family, twin in (study.get("twins") or {}).items():
-        for name in (family, twin):
-            if name not in families:
-                raise ConfigError(f"study.twins: {name!r} is not one of the families ({', '.join(families)})")
+        for member in (family, twin):
+            if member not in families:
+                raise ConfigError(f"study.twins: {member!r} is not one of the families ({', '.join(families)})")
         if family == twin:
             raise ConfigError(f"study.twins: {family!r} is compared with itself")
         twins[str(family)] = str(twin)
