@@ -91,7 +91,12 @@ def centring_table(folder: Path, twins: bool = True) -> str:
         cells = []
         for f in families:
             r = by.get((task, f))
-            cells.append(f"{float(r['mean']):.2f} ± {float(r['std']):.2f}" if r and r["n"] not in ("", "0") else "–")
+            if r is None:
+                cells.append("–")
+            elif r.get("std") and int(r["n"]) > 1:
+                cells.append(f"{float(r['mean']):.2f} ± {float(r['std']):.2f}")
+            else:
+                cells.append(f"{float(r['mean']):.2f} ({r['n']} seed{'s' if int(r['n']) > 1 else ''})")
         coda = by.get((task, "coda_centred"))
         if all(c == "–" for c in cells):
             lines.append(f"| {title} | " + " | ".join(["not run yet"] + ["–"] * (len(families) + 1)) + " |")
