@@ -27,6 +27,8 @@ import logging
 import os
 import threading
 import time
+import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
@@ -53,11 +55,11 @@ class Limits:
 
 class Job(NamedTuple):
     """One request, as the front hands it to the worker. `texts`: /classify ((a, b), ...); /rank (query,
-    (candidate, ...)); /align (a, b). `received`: time.monotonic() when the front took it (the clock is the
-    machine's, the same in every process)."""
+    (candidate, ...)); /rerank (query, (document, ...), top_n, return_documents, the model name to echo); /align (a,
+    b). `received`: time.monotonic() when the front took it."""
 
     id: int
-    kind: str  # "classify", "rank" or "align"
+    kind: str  # "classify", "rank", "rerank" or "align"
     texts: tuple
     received: float
 
@@ -149,10 +151,11 @@ class Worker:
         if job.kind == "classify":
             pairs = [Pair(a, b, "", None, i + 1) for i, (a, b) in enumerate(job.texts)]
             fields = [f"pairs[{i}].{side}" for i in range(len(pairs)) for side in "ab"]
-        elif job.kind == "rank":
-            query, candidates = job.texts
+        elif job.kind in ("rank", "rerank"):
+            query, candidates = job.texts[:2]
             pairs = [Pair(query, c, "", None, i) for i, c in enumerate(candidates)]
-            fields = ["query", *(f"candidates[{i}]" for i in range(len(pairs)))]
+            listed = "candidates" if job.kind == "rank" else "documents"
+            fields = ["query", *(f"{listed}[{i}]" for i in range(len(pairs)))]
         else:
             if not hasattr(self.predictor.backend, "alignment"):
                 return Rejected(501, f"this server runs the model on {self.predictor.backend.name}, whose graph "
@@ -161,7 +164,7 @@ class Worker:
             pairs, fields = [Pair(*job.texts, "", None, 1)], ["a", "b"]
         prepared = self.predictor.prepare(pairs)
         counts = prepared.tokens.ravel().tolist()  # a0, b0, a1, b1, ...
-        if job.kind == "rank":  # the query once, then each candidate
+        if job.kind in ("rank", "rerank"):  # the query once, then each candidate
             counts = [counts[0], *counts[1::2]]
         return self.check_texts(fields, counts) or prepared
 
@@ -181,24 +184,30 @@ class Worker:
                 work.append(self.prepare(job))
             except Exception as err:  # noqa: BLE001 - ours, and this job's alone
                 log.exception("preparing a %s request failed", job.kind)
-                work.append(Rejected(500, BUG.format(f"{type(err).__name__}: {err}")))
+                work.append(_bug(err))
         batched = [i for i, (job, w) in enumerate(zip(jobs, work, strict=True))
                    if job.kind != "align" and not isinstance(w, Rejected)]  # fmt: skip
-        answers = self._score([work[i] for i in batched])  # type: ignore[misc]
+        scored = iter(self._score([work[i] for i in batched]))  # type: ignore[misc]
         out = []
         for job, w in zip(jobs, work, strict=True):
-            if not isinstance(w, Rejected):
-                try:
-                    body = self.align(w) if job.kind == "align" else self._body(job, answers.pop(0))
-                    out.append((job.id, 200, json.dumps(body, ensure_ascii=False).encode()))
-                    continue
-                except _Failed as failed:
-                    w = failed.rejected
-                except Exception as err:  # noqa: BLE001 - ours, and this job's alone
-                    log.exception("answering a %s request failed", job.kind)
-                    w = Rejected(500, BUG.format(f"{type(err).__name__}: {err}"))
-            out.append((job.id, w.status, error_body(w.status, w.message)))
+            result = w if isinstance(w, Rejected) else self._result(job, w, scored)
+            if isinstance(result, Rejected):
+                out.append((job.id, result.status, error_body(result.status, result.message)))
+            else:
+                out.append((job.id, 200, result))
         return out
+
+    def _result(self, job: Job, prepared: PreparedPairs, scored: Iterator[list[dict] | Rejected]) -> bytes | Rejected:
+        """One prepared job's JSON body (its answers the next of `scored`, unless it aligns), or why it failed."""
+        answers = None if job.kind == "align" else next(scored)
+        if isinstance(answers, Rejected):
+            return answers
+        try:
+            body = self.align(prepared) if answers is None else self._body(job, answers)
+            return json.dumps(body, ensure_ascii=False).encode()
+        except Exception as err:  # noqa: BLE001 - ours, and this job's alone
+            log.exception("answering a %s request failed", job.kind)
+            return _bug(err)
 
     def _score(self, prepared: list[PreparedPairs]) -> list[list[dict] | Rejected]:
         """Each prepared job's answers, from one forward pass over them all; if it fails, job by job, so that only
@@ -217,16 +226,24 @@ class Worker:
             return self.matcher.answers(self.predictor.logits_of(prepared, "request"))
         except Exception as err:  # noqa: BLE001 - ours, and this job's alone
             log.exception("scoring a request failed")
-            return Rejected(500, BUG.format(f"{type(err).__name__}: {err}"))
+            return _bug(err)
 
-    def _body(self, job: Job, answers: list[dict] | Rejected) -> dict:
+    @staticmethod
+    def _body(job: Job, answers: list[dict]) -> dict:
+        """The answer of a classify, rank or rerank job (the last in the shape rerank clients read: Cohere's, Jina's,
+        Infinity's)."""
         from matching.matcher import ranking
 
-        if isinstance(answers, Rejected):
-            raise _Failed(answers)
         if job.kind == "classify":
             return {"predictions": answers}
-        return {"ranking": ranking(job.texts[1], answers)}
+        if job.kind == "rank":
+            return {"ranking": ranking(job.texts[1], answers)}
+        _, documents, top_n, return_documents, model = job.texts
+        results = [{"index": r["index"], "relevance_score": r["p_match"],
+                    **({"document": {"text": r["candidate"]}} if return_documents else {})}
+                   for r in ranking(documents, answers)[:top_n]]  # fmt: skip
+        return {"id": str(uuid.uuid4()), "model": model, "results": results,
+                "meta": {"billed_units": {"search_units": 1}}}  # fmt: skip
 
     def align(self, prepared: PreparedPairs) -> dict:
         """`Matcher.align` as JSON, with what a reader of the matrices needs: which tokens are unknown words, what
@@ -243,10 +260,9 @@ class Worker:
         return aligned
 
 
-class _Failed(Exception):
-    def __init__(self, rejected: Rejected):
-        super().__init__(rejected.message)
-        self.rejected = rejected
+def _bug(err: Exception) -> Rejected:
+    """A failure of our code on one job: a 500 that says so (its traceback is in the server's log)."""
+    return Rejected(500, BUG.format(f"{type(err).__name__}: {err}"))
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -274,7 +290,6 @@ class Batcher:
         self.task: asyncio.Task | None = None
         self.thread = ThreadPoolExecutor(1, thread_name_prefix=f"matching-serve {name}")
         self.ids = itertools.count()
-        self.batches = 0  # batches run so far (for /info and the tests)
 
     def start(self) -> None:
         """Start the batching task in the running event loop (the app's lifespan)."""
@@ -329,9 +344,8 @@ class Batcher:
                 answers = await loop.run_in_executor(self.thread, self.worker.answer, jobs)
             except Exception as err:  # noqa: BLE001 - a bug of ours outside any one job: each job is told
                 log.exception("a batch of run %s failed", self.name)
-                message = BUG.format(f"{type(err).__name__}: {err}")
-                answers = [(job.id, 500, error_body(500, message)) for job in jobs]
-            self.batches += 1
+                failed = _bug(err)
+                answers = [(job.id, failed.status, error_body(failed.status, failed.message)) for job in jobs]
             for (_, future), (_, status, body) in zip(batch, answers, strict=True):
                 if not future.done():
                     future.set_result((status, body))

@@ -11,7 +11,6 @@ allow-list (against DNS rebinding), no CORS unless configured, a Content-Securit
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -372,15 +371,8 @@ def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guard
             raise Refusal(422, f"invalid request: top_n must be a positive whole number, got {body.top_n}")
         texts = tuple(checked_text(f"documents[{i}]", d if isinstance(d, str) else d.text)
                       for i, d in enumerate(body.documents))  # fmt: skip
-        status, answer = await run.batcher.ask("rank", (checked_text("query", body.query), texts))
-        if status != 200:
-            return Response(answer, status_code=status, media_type="application/json")
-        ranked = json.loads(answer)["ranking"][: body.top_n]
-        results = [{"index": r["index"], "relevance_score": r["p_match"],
-                    **({"document": {"text": r["candidate"]}} if body.return_documents else {})}
-                   for r in ranked]  # fmt: skip
-        return JSONResponse({"id": str(uuid.uuid4()), "model": body.model or run.name, "results": results,
-                             "meta": {"billed_units": {"search_units": 1}}})  # fmt: skip
+        query = checked_text("query", body.query)
+        return await run.ask("rerank", (query, texts, body.top_n, body.return_documents, body.model or run.name))
 
     for path in ("/rerank", "/v1/rerank", "/v2/rerank"):  # the paths Cohere's, Jina's and Infinity's clients post to
         app.post(path)(rerank)
