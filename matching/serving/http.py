@@ -11,11 +11,13 @@ allow-list (against DNS rebinding), no CORS unless configured, a Content-Securit
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -190,29 +192,19 @@ class Guards:
     extra_headers: dict = field(default_factory=lambda: dict(PAGE_HEADERS))
 
 
+#: A JSON string, its escapes included: what the nesting count skips.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+#: Each byte's step in nesting depth, as int8: '[' and '{' +1, ']' and '}' −1 (255), every other byte 0.
+_NESTING = bytes(1 if b in b"[{" else 255 if b in b"]}" else 0 for b in range(256))
+
+
 def _too_deep(text: bytes, limit: int) -> bool:
-    """Whether JSON `text` nests deeper than `limit`: counts brackets outside strings, one pass (bytes.translate
-    and find do the work in C for the usual body)."""
+    """Whether JSON `text` nests deeper than `limit`, its strings left out: the running sum of the brackets' steps,
+    in C (a regular expression, bytes.translate and NumPy), not byte by byte in Python on the event loop."""
     if text.count(b"[") + text.count(b"{") <= limit:
         return False
-    depth, in_string, escaped = 0, False, False
-    for byte in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):
-            depth += 1
-            if depth > limit:
-                return True
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
-    return False
+    steps = np.frombuffer(_JSON_STRING.sub(b"", text).translate(_NESTING), dtype=np.int8)
+    return bool(steps.size) and int(np.cumsum(steps, dtype=np.int32).max()) > limit
 
 
 def _no_constant(name: str) -> None:
