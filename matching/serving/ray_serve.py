@@ -71,7 +71,10 @@ def run_on_ray(cfg: DictConfig) -> None:
     import ray
     from ray import serve
 
+    from matching.serving.server import say_who_is_answered
+
     url = start(cfg)
+    say_who_is_answered(cfg)
     print(f"serving {cfg.ckpt} on Ray Serve at {url} ({(cfg.get('ray') or {}).get('replicas', 1)} replicas)",
           file=sys.stderr)  # fmt: skip
     stopped = threading.Event()

@@ -30,6 +30,9 @@ from matching.extras import require
 from matching.inference import load, saved_config
 from matching.inference.threads import cores
 
+#: The hosts that listen on every address: the Host allow-list cannot name them, only localhost's names.
+EVERY_ADDRESS = ("0.0.0.0", "::", "")
+
 #: `workers=auto`: one server process per core, at most this many (each holds its own copy of the models).
 MAX_AUTO_WORKERS = 4
 
@@ -114,12 +117,17 @@ def _hosts(cfg: DictConfig) -> tuple[str, ...]:
         names = tuple(str(h) for h in given)
         return () if "*" in names else names
     host = str(cfg.host)
-    if host in ("0.0.0.0", "::", ""):
-        print(f"host={host} listens on every address, but the server answers only requests that name it by a "
-              f"localhost name (the Host header); add the names clients use: allowed_hosts=[<name>,...] "
-              f"(or allowed_hosts=[\"*\"] behind a proxy that checks them)", file=sys.stderr)  # fmt: skip
+    if host in EVERY_ADDRESS:
         return LOCAL_HOSTS
     return (*LOCAL_HOSTS, host.strip("[]"), f"[{host.strip('[]')}]" if ":" in host else host)
+
+
+def say_who_is_answered(cfg: DictConfig) -> None:
+    """Once per command: on an address of every interface without allowed_hosts, which Host names are answered."""
+    if str(cfg.host) in EVERY_ADDRESS and not cfg.get("allowed_hosts"):
+        print(f"host={cfg.host} listens on every address, but the server answers only requests that name it by a "
+              f"localhost name (the Host header); add the names clients use: allowed_hosts=[<name>,...] "
+              f"(or allowed_hosts=[\"*\"] behind a proxy that checks them)", file=sys.stderr)  # fmt: skip
 
 
 def check_settings(cfg: DictConfig) -> dict:
@@ -154,24 +162,26 @@ def check_settings(cfg: DictConfig) -> dict:
             "compare": list(compare), "hosts": _hosts(cfg), "origins": tuple(origins), "threads": threads}  # fmt: skip
 
 
-def build_server(cfg: DictConfig, sock: socket.socket | None = None, workers: int = 1) -> Server:
+def build_server(cfg: DictConfig, sock: socket.socket | None = None, workers: int = 1,
+                 settings: dict | None = None) -> Server:  # fmt: skip
     """The server of a composed serve config: its app (`build_served_app`) listening on `sock` when given (a worker
     of `workers=N`), else on a socket bound here once the runs are loaded."""
-    app, runs = build_served_app(cfg, workers)
+    app, runs = build_served_app(cfg, workers, settings)
     sock = sock if sock is not None else _listen(cfg.host, int(cfg.port))
     return Server(app, runs, sock, cfg)
 
 
-def build_served_app(cfg: DictConfig, workers: int = 1) -> tuple[Any, list]:
+def build_served_app(cfg: DictConfig, workers: int = 1, settings: dict | None = None) -> tuple[Any, list]:
     """The ASGI app of a composed serve config and its runs, loaded in this process (a wrong ckpt=, compare= or
     override is reported before anything listens), each with its batcher and its one model thread. `workers`: how
-    many processes (or Ray replicas on this machine) share the cores."""
+    many processes (or Ray replicas on this machine) share the cores; `settings`: `check_settings`'s, when the
+    caller has them already."""
     require("fastapi", "serve", "serving a model over HTTP")
     require("uvicorn", "serve", "serving a model over HTTP")
     from matching.serving.batcher import Batcher, Worker, WorkerSpec
     from matching.serving.http import Guards, ServedRun, build_app, model_info
 
-    settings = check_settings(cfg)
+    settings = settings or check_settings(cfg)
     limits, compare, threads = settings["limits"], settings["compare"], settings["threads"]
     device = cfg.accelerator
     if device == "auto":  # torch, when there is one to ask (an ONNX Runtime server runs on the CPU)
@@ -249,8 +259,7 @@ def _worker_process(cfg: dict, ready: Any, workers: int) -> None:
 def supervise(cfg: DictConfig, workers: int) -> None:
     """`workers=N`: N server processes on one port, each with its own models and its own listening socket
     (SO_REUSEPORT: the kernel spreads the connections among them); this process waits, passes Ctrl+C and SIGTERM
-    on, and stops them all if one fails to start."""
-    check_settings(cfg)
+    on, and stops them all if one fails to start. `cfg` is checked already (`run_server`)."""
     if not hasattr(socket, "SO_REUSEPORT"):
         raise RunError("workers= above 1 needs SO_REUSEPORT (Linux, macOS, the BSDs); serve with workers=1")
     _listen(cfg.host, int(cfg.port)).close()  # the port is free (else the usual message), before any model loads
@@ -285,12 +294,14 @@ def supervise(cfg: DictConfig, workers: int) -> None:
 def run_server(cfg: DictConfig) -> None:
     """Build the server of a composed serve config, say what it serves, and serve until stopped (`workers=N`: N
     processes under a supervisor)."""
-    workers = check_settings(cfg)["workers"]
+    settings = check_settings(cfg)
+    say_who_is_answered(cfg)
+    workers = settings["workers"]
     if workers > 1:
         print(f"serving {cfg.ckpt} with {workers} server processes on http://{cfg.host}:{cfg.port}", file=sys.stderr)
         supervise(cfg, workers)
         return
-    server = build_server(cfg)
+    server = build_server(cfg, settings=settings)
     names = ", ".join(f"{r.name} ({r.info['task']}, {r.info['checkpoint']}, {r.info['backend']})"
                       for r in server.runs)  # fmt: skip
     endpoints = sorted({e for r in server.runs for e in r.info["endpoints"]})
