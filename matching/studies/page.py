@@ -14,7 +14,6 @@ import logging
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from matching.extras import MissingExtraError
@@ -260,8 +259,9 @@ def _compared(spec: StudySpec, rows: list[Row], runs: list[Run]) -> tuple[dict[s
     twins_of = {}
     for family, twin in spec.twins.items():
         twins_of.setdefault(twin, set()).add(family)
-    for twin, families in twins_of.items():  # only the twinned families' rows: the others are not compared
-        lists.append([r if r.aligner in families else replace(r, comparison=None) for r in compare(rows, runs, twin)])
+    for twin, families in twins_of.items():  # only the twinned families' rows are compared, against their twin's
+        pair = [r for r in rows if r.aligner in families or r.aligner == twin]
+        lists.append([r for r in compare(pair, runs, twin) if r.aligner in families])
     adjusted = adjust_for_many(lists)
     twinned = [r for rows_ in adjusted[len(spec.baselines) :] for r in rows_ if r.comparison is not None]
     return dict(zip(spec.baselines, adjusted[: len(spec.baselines)], strict=True)), twinned
