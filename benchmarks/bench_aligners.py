@@ -3,7 +3,8 @@
     python benchmarks/bench_aligners.py [--code DIR] [--rounds 5] [--steps 10] [--shapes snli,wikiqa]
                                         [--aligners 'score=dot,feature_wise=true;...']
 
-Each aligner is `matching.attention.AttentionAligner` (or `softmax`/`coda` from matching.aligners) built with the
+Each aligner is `matching.model.attention.AttentionAligner` (or `softmax`/`coda` from matching.model.aligners) built
+with the
 options given (`key=value` pairs separated by commas, aligners by semicolons), fed random (B, La, D) and (B, Lb, D)
 batches whose last quarter of b is padding, and timed over `--steps` forward + backward passes; the median over
 `--rounds` rounds is printed in milliseconds per step. Shapes: SNLI (batch 64, 14 × 8 tokens) and WikiQA (batch 64,
@@ -42,8 +43,8 @@ def time_one(spec: str, shape: str, steps: int, dim: int = 200) -> float:
     """Milliseconds per forward + backward step of one aligner at one shape (in this process's checkout)."""
     import torch
 
-    from matching.aligners import CoDAAligner, SoftmaxAligner
-    from matching.attention import AttentionAligner
+    from matching.model.aligners import CoDAAligner, SoftmaxAligner
+    from matching.model.attention import AttentionAligner
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -31,7 +31,7 @@ def build_cache(data_dir: Path, cache_dir: Path, model: str) -> tuple[float, flo
     """(seconds to prepare WikiQA train + dev with the contextual embedder, seconds, word states) in `cache_dir`."""
     from hydra import compose, initialize_config_dir
 
-    from matching.runs import build_datamodule
+    from matching.training.build import build_datamodule
 
     overrides = ["task=wikiqa", f"paths.data_dir={data_dir}", f"paths.cache_dir={cache_dir}",
                  "embeddings=minilm_contextual", f"embeddings.model={model}"]  # fmt: skip

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from matching.data.datamodule import PairDataModule
 from matching.data.readers import read_snli_jsonl
 from matching.data.tasks import Task
+from matching.training.datamodule import PairDataModule
 
 LABELS = ["entailment", "neutral", "contradiction"]
 

@@ -10,7 +10,7 @@ prints pairs/s, the p50/p95/p99 latency and the CPU time the server's processes 
 Every answer is checked against the in-process prediction of its own pair: failed and mismatched answers are
 counted, and the largest difference is printed. A pair's answer moves a little with the batch it is computed in
 (the server's batches are the requests that arrive together), so the check allows the run's dtype its
-`matching.precision.answer_tolerance`: in fp32 a classification model's probabilities to 1e-5 and a ranking
+`matching.model.precision.answer_tolerance`: in fp32 a classification model's probabilities to 1e-5 and a ranking
 model's (which /classify answers with a score and P(match)) P(match) to 1e-5 and score, a logit margin, to 1e-4;
 in bf16 (`dtype=auto` on a CPU with AMX or AVX512-BF16) probabilities to 4e-3 and scores to 4e-2.
 The in-process figure runs the same pairs through Predictor.logits (matching.inference) in this process, on the
@@ -228,7 +228,7 @@ def main() -> None:
     print(
         f"dtype {precision.describe(served.dtype)}; answers checked against in-process within {dtype}'s "
         f"{'P(match)' if run.kind == 'rank' else 'probabilities'} ±{allowed.probability:g}"
-        f"{f' and score ±{allowed.score:g}' if run.kind == 'rank' else ''} (matching.precision.answer_tolerance)"
+        f"{f' and score ±{allowed.score:g}' if run.kind == 'rank' else ''} (matching.model.precision.answer_tolerance)"
     )
     # In this process as a user calls it (threads chosen per call, or the server's threads=): the server's ratio below
     # is taken against the figure in batches of max_batch_size

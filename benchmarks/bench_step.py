@@ -13,7 +13,7 @@
      backward, step;
    - their ratio: the framework's overhead per step.
 2. Real size (hidden 200, 300-d vectors): training pairs/s of one epoch through the command, SNLI and WikiQA shapes,
-   in each `--dtypes` (default fp32 and bf16, matching.precision) side by side, the dtypes alternating for
+   in each `--dtypes` (default fp32 and bf16, matching.model.precision) side by side, the dtypes alternating for
    `--real-repeats` rounds; with two dtypes, their paired ratio. First, the processor, its ISA flags and the
    matrix-product ceiling of each dtype at the model's shapes (`matmul_ceiling`): what the step is measured against.
 
@@ -54,7 +54,7 @@ TINY = ["model.hidden=8", "embeddings.dim=8"]
 def tiny_setup(work: Path, aligner: str, trainer: str, pairs: int, extra: list[str]):
     """The composed config of the tiny-model command, its prepared data module and word vectors."""
     from matching.cli import compose_config
-    from matching.runs import build_datamodule
+    from matching.training.build import build_datamodule
 
     train, dev = corpus(work, "snli", pairs)
     cfg = compose_config(
@@ -89,7 +89,7 @@ def plain_epoch(cfg, dm, vectors, batches: list[dict[str, torch.Tensor]] | None 
     over `batches` (default: `precollated(cfg, dm)`), and returns ms per step."""
     from hydra.utils import instantiate
 
-    from matching.runs import build_model
+    from matching.training.build import build_model
 
     batches = precollated(cfg, dm) if batches is None else batches
     device = batches[0]["a"].device
@@ -131,8 +131,8 @@ def decompose(work: Path, aligner: str, trainer: str, pairs: int, extra: list[st
     import lightning.pytorch as pl
     from hydra.utils import instantiate
 
-    from matching.callbacks import EpochTimer, run_callbacks
-    from matching.runs import build_model, build_system
+    from matching.training.build import build_model, build_system
+    from matching.training.callbacks import EpochTimer, run_callbacks
 
     cfg, dm, vectors = tiny_setup(work, aligner, trainer, pairs, extra)
     batches = precollated(cfg, dm)
@@ -206,8 +206,8 @@ def processor_line() -> str:
     """The processor, its arithmetic flags, the kernels PyTorch picked and the torch threads."""
     from torch.backends.cpu import get_cpu_capability
 
-    from matching.precision import bf16_instructions, cpu_flags
-    from matching.training import cpu_model
+    from matching.model.precision import bf16_instructions, cpu_flags
+    from matching.training.run import cpu_model
 
     flags = [f for f in ISA_FLAGS if f in cpu_flags()] or ["(flags not readable here)"]
     bf16 = bf16_instructions() or "none: bf16 is emulated, expect it slower than fp32"
@@ -219,7 +219,7 @@ def processor_line() -> str:
 def matmul_ceiling(dtypes: list[str], rounds: int = 5) -> dict[str, float]:
     """GFLOP/s of `a @ b` at MATMUL_SHAPES in each dtype (torch's threads; the dtypes alternate for `rounds` rounds,
     median); prints one line per shape and returns each dtype's median over the shapes."""
-    from matching.precision import DTYPES
+    from matching.model.precision import DTYPES
 
     print(f"matrix-product ceiling, GFLOP/s of a @ b at the model's shapes ({rounds} alternating rounds, median):")
     best: dict[str, list[float]] = {d: [] for d in dtypes}

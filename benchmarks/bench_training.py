@@ -32,11 +32,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from matching.aligners import CoDAAligner, ConflictAligner, SoftmaxAligner, SoftmaxConflictAligner
 from matching.data.batching import BucketBatchSampler, PadCollator
 from matching.data.encoding import EncodedSplit
-from matching.model import DecomposableAttention
-from matching.system import MatchingSystem
+from matching.model.aligners import CoDAAligner, ConflictAligner, SoftmaxAligner, SoftmaxConflictAligner
+from matching.model.decomposable import DecomposableAttention
+from matching.training.system import MatchingSystem
 
 ALIGNERS = {
     "softmax": SoftmaxAligner,

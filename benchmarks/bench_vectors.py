@@ -4,7 +4,7 @@
     python benchmarks/bench_vectors.py [--words 2000000] [--vocab 40000] [--repeats 3] [--keep DIR]
 
 The file (~4 GB) is generated here: unique words, 300 floats each, with the vocabulary's words spread
-through it. Each load runs in a fresh process through `matching.data.vector_files.load_vectors` (no cache), and
+through it. Each load runs in a fresh process through `matching.model.vector_files.load_vectors` (no cache), and
 its peak RSS is read from the kernel (ru_maxrss of the child). Prints medians; the last line is the headline.
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 
 LOAD = """
 import json, sys, time, resource
-from matching.data.vector_files import load_vectors
+from matching.model.vector_files import load_vectors
 words = json.load(open(sys.argv[2]))
 start = time.perf_counter()
 matrix, found = load_vectors(sys.argv[1], words, format="glove", dim=300)

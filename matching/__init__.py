@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from matching.run_names import name_from_data
+from matching.saved.run_names import name_from_data
 
 __all__ = ["DEMO_DATA", "Matcher"]
 

@@ -13,8 +13,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from matching.errors import ConfigError
 from matching.files import config_dir
-from matching.losses import check_distill, check_loss, distill_settings
-from matching.precision import check
+from matching.model.precision import check
+from matching.training.losses import check_distill, check_loss, distill_settings
 
 CONF = config_dir()
 

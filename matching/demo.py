@@ -172,8 +172,8 @@ def demo(cfg: DictConfig) -> Path:
         say(line)
 
     from matching import Matcher
-    from matching.alignment_figures import heatmap
     from matching.predict import predict
+    from matching.results.alignment_figures import heatmap
 
     say(f"\n== 3. Predictions on new pairs (matching.predict; the seed-{seeds[0]} model of each aligner)\n")
     answers: dict[str, list[dict]] = {}

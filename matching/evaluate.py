@@ -23,13 +23,13 @@ from omegaconf import DictConfig, open_dict
 from matching.cli import command
 from matching.errors import MissingFileError, RunError
 from matching.files import existing, write_json
-from matching.run_files import find_checkpoint
+from matching.saved.run_folder import find_checkpoint
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
     from matching.data.tasks import Task
-    from matching.runs import TrainedRun
+    from matching.training.build import TrainedRun
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +61,10 @@ def evaluation_trainer(cfg: DictConfig) -> pl.Trainer:
 
 def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None, backend: str = "torch",
                  quantize: str | None = None) -> dict[str, float]:  # fmt: skip
-    from matching.data.datamodule import split_prefix
-    from matching.metrics import chance_warnings
     from matching.results.scores import write_recorded
-    from matching.system import MatchingSystem
+    from matching.training.datamodule import split_prefix
+    from matching.training.metrics import chance_warnings
+    from matching.training.system import MatchingSystem
 
     names = splits_for(split, run.task)
     scorer = onnx_scorer(run, quantize) if backend == "onnx" or quantize else None  # before the splits are read
@@ -137,7 +137,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     """The `evaluate` command on a composed config (conf/evaluate.yaml over the run's saved config)."""
     # Imported here, not at the top: torch and Lightning load only after Hydra has read the arguments, so that
     # a typo is answered in under a second (benchmarks/bench_cli_errors.py).
-    from matching.runs import load_trained
+    from matching.training.build import load_trained
 
     backend, quantize = str(cfg.get("backend") or "torch"), cfg.get("quantize")
     if backend not in ("torch", "onnx") or quantize not in (None, "int8"):

@@ -9,7 +9,8 @@ lengths dynamic, and returns class probabilities `probs` and `logits` (batch, cl
 candidates by logits[:, 1] − logits[:, 0].
 Export needs the `export` extra for ONNX: `pip install -e ".[export]"`.
 
-`format=hub` writes a shared model folder (default `<run dir>/hub/`; see matching.serving.sharing): config, vocabulary,
+`format=hub` writes a shared model folder (default `<run dir>/hub/`; see matching.saved.shared_folder): config,
+vocabulary,
 weights as safetensors, tokenizer.json, serving.json and a model card, which `Matcher.load(folder)` loads without
 unpickling anything; `push_to_hub=true repo_id=<owner/name>` uploads it to the Hugging Face hub. A run over an
 encoder (`embeddings=minilm_contextual`) names it by hub id (`encoder=`, `encoder_revision=` when the run used a
@@ -27,16 +28,16 @@ from omegaconf import DictConfig
 from matching.cli import command
 from matching.errors import RunError
 from matching.inference import REPO_ID
-from matching.run_files import find_checkpoint
+from matching.saved.run_folder import find_checkpoint
 
 
 def export_command(cfg: DictConfig) -> Path:
     """The `export` command on a composed config (conf/export.yaml over the run's saved config)."""
     # Imported here, not at the top: torch and Lightning load only after Hydra has read the arguments, so that
     # a typo is answered in under a second (benchmarks/bench_cli_errors.py).
-    from matching.runs import load_trained
-    from matching.serving.formats import check_format, export
-    from matching.serving.sharing import push
+    from matching.saved.formats import check_format, export
+    from matching.saved.shared_folder import push
+    from matching.training.build import load_trained
 
     fmt = cfg.format
     check_format(fmt, get_object(cfg.embeddings._target_), str(cfg.ckpt))  # before the run (an encoder) is loaded

@@ -1,6 +1,6 @@
 """`matching-train [overrides]` (conf/train.yaml): train one model; every run directory is self-contained.
 
-The command only: what a run directory holds, resuming and stopping are matching/training.py's, which this imports
+The command only: what a run directory holds, resuming and stopping are matching/training/run.py's, which this imports
 once Hydra has read the arguments.
 """
 
@@ -18,7 +18,7 @@ def train_command(cfg: DictConfig) -> float | None:
     """The `train` command: trains, and returns the monitored dev metric (the objective for sweepers)."""
     # Here, not above: torch and Lightning load only after Hydra has read the arguments, so that a typo is answered
     # in under a second (benchmarks/bench_cli_errors.py).
-    from matching.training import train
+    from matching.training.run import train
 
     metrics = train(cfg)
     value = metrics.get(cfg.callbacks.checkpoint.monitor)

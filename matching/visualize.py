@@ -31,12 +31,12 @@ from omegaconf import DictConfig
 from matching.cli import command
 from matching.errors import RunError
 from matching.files import write_json
-from matching.matrices import describe
+from matching.model.matrices import describe
 from matching.results.discovery import option_name
-from matching.run_files import find_checkpoint
+from matching.saved.run_folder import find_checkpoint
 
 if TYPE_CHECKING:
-    from matching.runs import TrainedRun
+    from matching.training.build import TrainedRun
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +82,9 @@ def visualize(cfg: DictConfig) -> Path:
     if compare and cfg.mode != "heatmap":
         raise RunError("compare= draws several runs' heat-maps of one pair: it needs mode=heatmap")
     # Imported here, not at the top: a typo is answered before the model's modules load (under a second).
-    from matching.alignment_figures import draw_histograms, heatmap
     from matching.inference import load
     from matching.matcher import Matcher
+    from matching.results.alignment_figures import draw_histograms, heatmap
 
     others = tuple(Matcher.load(path, backend="torch") for path in compare)  # each run as it was saved
     if cfg.mode == "heatmap":
@@ -92,7 +92,7 @@ def visualize(cfg: DictConfig) -> Path:
         out = Path(cfg.out or matcher.predictor.about["run_dir"] / ("alignments.png" if others else "alignment.png"))
         heatmap(matcher, str(cfg.a), str(cfg.b), out, cfg.show_intra, others)
     else:  # a split's matrices: the run's data module reads it
-        from matching.runs import load_trained
+        from matching.training.build import load_trained
 
         run = load_trained(find_checkpoint(cfg.ckpt), cfg)
         values = matrix_values(run, str(cfg.split), int(cfg.max_pairs))

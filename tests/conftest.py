@@ -107,7 +107,7 @@ def make_cfg(tmp_path):
 @pytest.fixture(scope="session")
 def snli_run(tmp_path_factory):
     """A trained 2-epoch SNLI fixture run: (run directory, metrics returned by train)."""
-    from matching.training import train
+    from matching.training.run import train
 
     cfg = compose_train(tmp_path_factory.mktemp("snli"), "trainer.max_epochs=2")
     return Path(cfg.paths.output_dir), train(cfg)
@@ -116,7 +116,7 @@ def snli_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def wikiqa_run(tmp_path_factory):
     """A trained 2-epoch WikiQA fixture run with the CoDA aligner."""
-    from matching.training import train
+    from matching.training.run import train
 
     cfg = compose_train(tmp_path_factory.mktemp("wikiqa"), "task=wikiqa", "trainer.max_epochs=2", "aligner=coda")
     return Path(cfg.paths.output_dir), train(cfg)

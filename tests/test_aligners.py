@@ -4,9 +4,9 @@ from functools import partial
 import pytest
 import torch
 
-from matching.aligners import CoDAAligner, ConflictAligner, SoftmaxAligner, SoftmaxConflictAligner
-from matching.attention import AttentionAligner
-from matching.layers import center_over_pair, masked_softmax
+from matching.model.aligners import CoDAAligner, ConflictAligner, SoftmaxAligner, SoftmaxConflictAligner
+from matching.model.attention import AttentionAligner
+from matching.model.layers import center_over_pair, masked_softmax
 
 DIM = 6
 ALIGNERS = {
@@ -246,7 +246,7 @@ def test_coda_has_no_softmax(monkeypatch):
 
     monkeypatch.setattr(torch, "softmax", forbidden)
     monkeypatch.setattr(torch.nn.functional, "softmax", forbidden)
-    monkeypatch.setattr("matching.aligners.masked_softmax", forbidden)
+    monkeypatch.setattr("matching.model.aligners.masked_softmax", forbidden)
     a, b, ma, mb = _inputs()
     CoDAAligner(DIM, hidden=5)(a, b, ma, mb)
 

@@ -1,4 +1,5 @@
-"""Attention from parts (matching/attention.py): each compatibility and distribution function on hand-worked values,
+"""Attention from parts (matching/model/attention.py): each compatibility and distribution function on hand-worked
+values,
 sparsemax and entmax against known simplex projections, padding, rows summing to 1, finite gradients in float32 and
 bfloat16, and every option composed and trained for a batch."""
 
@@ -8,7 +9,8 @@ import pytest
 import torch
 from conftest import compose_train
 
-from matching.attention import (
+from matching.errors import ConfigError
+from matching.model.attention import (
     DISTRIBUTIONS,
     SCORES,
     AttentionAligner,
@@ -22,8 +24,7 @@ from matching.attention import (
     head_products,
     sparsemax,
 )
-from matching.errors import ConfigError
-from matching.training import train
+from matching.training.run import train
 
 A = torch.tensor([[[1.0, 0.0, 2.0, 0.0], [0.0, 1.0, 0.0, 1.0]]])  # (1, 2, 4)
 B = torch.tensor([[[1.0, 1.0, 1.0, 1.0], [2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 3.0]]])  # (1, 3, 4)
@@ -180,7 +181,7 @@ def test_feature_wise_dot_attention_is_a_softmax_per_feature_computed_one_featur
 
 
 def test_dot_softmax_one_head_computes_what_the_softmax_aligner_without_f_does():
-    from matching.aligners import SoftmaxAligner
+    from matching.model.aligners import SoftmaxAligner
 
     torch.manual_seed(1)
     a, b = torch.randn(2, 5, 8), torch.randn(2, 3, 8)

@@ -15,8 +15,8 @@ from hydra.errors import ConfigCompositionException
 
 from matching.data.encoding import EmptyTextError, LabelError
 from matching.data.tables import read_new_pairs
-from matching.runs import RunError, build_datamodule
-from matching.training import train
+from matching.training.build import RunError, build_datamodule
+from matching.training.run import train
 
 
 def _snli(tmp_path, rows):

@@ -133,7 +133,8 @@ def test_a_missing_extra_is_named(snli_run, tmp_path, monkeypatch, capsys):
 BROKEN_SECOND_EPOCH = """
 import subprocess
 import sys
-from matching import system, train
+from matching import train
+from matching.training import system
 
 step = system.MatchingSystem.training_step
 

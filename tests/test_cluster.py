@@ -22,7 +22,7 @@ from hydra import compose, initialize_config_dir
 
 from matching import report as report_module
 from matching import train as train_module
-from matching import training
+from matching.training import run as training
 from matching.results.discovery import find_runs
 from matching.results.tables import summarise, to_markdown
 

@@ -6,10 +6,10 @@ from conftest import CONF
 from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 
-from matching.aligners import Aligner
-from matching.callbacks import build_callbacks
 from matching.configs import build
-from matching.runs import build_datamodule, build_model, build_task
+from matching.model.aligners import Aligner
+from matching.training.build import build_datamodule, build_model, build_task
+from matching.training.callbacks import build_callbacks
 
 
 def options(group):

@@ -15,11 +15,11 @@ import torch
 from omegaconf import OmegaConf
 
 from matching import Matcher
-from matching.data.contextual import ContextualEncoder, WordPieces
 from matching.data.pairs import Pair
-from matching.encoders import EncoderError, pool_words
-from matching.runs import RunError, build_datamodule, load_trained
-from matching.training import train
+from matching.model.contextual import ContextualEncoder, WordPieces
+from matching.model.encoders import EncoderError, pool_words
+from matching.training.build import RunError, build_datamodule, load_trained
+from matching.training.run import train
 from tests.conftest import ROOT, SUBPROCESS_ENV, cli_overrides, evaluate, save_tiny_encoder
 
 
@@ -368,8 +368,8 @@ def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder, tmp_path
     assert torch.isfinite(logits).all()
     # Exported, the fine-tuned encoder goes along: in model.onnx, and in the shared folder's safetensors
     from matching import Matcher
-    from matching.serving.formats import export
-    from matching.serving.sharing import write_folder
+    from matching.saved.formats import export
+    from matching.saved.shared_folder import write_folder
 
     ort = pytest.importorskip("onnxruntime")
     pairs = [("a cat sat", "the cat sat on the mat"), ("dogs", "a dog barks loudly at the small cat"), ("a", "b")]

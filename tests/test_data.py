@@ -8,14 +8,14 @@ import torch
 from conftest import FIXTURE_VECTORS
 
 from matching.data.batching import BucketBatchSampler, PadCollator
-from matching.data.datamodule import PairDataModule, split_prefix
 from matching.data.encoding import LabelError
 from matching.data.pipeline import pad_batch
 from matching.data.readers import read_snli_jsonl
 from matching.data.sources import CorpusNotFoundError
 from matching.data.tasks import Task
 from matching.data.vocab import NULL_ID, PAD_ID, Tokenizer, Vocabulary
-from matching.runs import build_datamodule
+from matching.training.build import build_datamodule
+from matching.training.datamodule import PairDataModule, split_prefix
 
 
 def test_tokenizer_lowercases_and_splits_punctuation():
@@ -216,7 +216,7 @@ def test_empty_split_is_an_error(tmp_path):
 def test_prepared_splits_are_cached_and_reused(make_cfg, caplog, monkeypatch):
     first = build_datamodule(make_cfg())
     first.setup("fit")
-    import matching.data.datamodule as dm_module
+    import matching.training.datamodule as dm_module
 
     def no_reading(*args, **kwargs):
         raise AssertionError("the corpus was read again instead of coming from the cache")
@@ -238,7 +238,7 @@ def test_prepared_splits_are_cached_and_reused(make_cfg, caplog, monkeypatch):
 
 def test_cache_misses_when_the_settings_or_the_file_change(make_cfg, tmp_path, monkeypatch):
     build_datamodule(make_cfg()).setup("fit")
-    import matching.data.datamodule as dm_module
+    import matching.training.datamodule as dm_module
 
     calls = []
     real = dm_module.read_split

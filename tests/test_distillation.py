@@ -1,4 +1,5 @@
-"""Distillation (matching/distillation.py, matching.losses): the losses against hand-worked values, the teacher's
+"""Distillation (matching/training/distillation.py, matching.training.losses): the losses against hand-worked values,
+the teacher's
 logits computed once, reused and recomputed when the teacher or the split changes, and students that train."""
 
 import json
@@ -12,8 +13,8 @@ from conftest import compose_train
 
 from matching.configs import check_config
 from matching.errors import ConfigError
-from matching.losses import kl_to_teacher, listwise_kl, margin_mse
-from matching.training import train
+from matching.training.losses import kl_to_teacher, listwise_kl, margin_mse
+from matching.training.run import train
 
 
 def kl(p: list[float], q: list[float]) -> float:

@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from matching.data import embeddings, vector_files
-from matching.data.vector_files import VectorsError, load_vectors, missing_vectors_message
+from matching.model import embeddings, vector_files
+from matching.model.vector_files import VectorsError, load_vectors, missing_vectors_message
 
 GLOVE_SAMPLE = Path("/work/shared/data/glove-sample/glove.6B.50d.head2446.txt")
 
@@ -329,7 +329,7 @@ def test_a_zip_is_read_without_unpacking(tmp_path):
 
 def test_missing_vectors_are_fetched_from_the_hub(tmp_path, monkeypatch):
     """The download function is replaced by a stand-in that 'serves' a small zip: no network."""
-    from matching.data import vector_files
+    from matching.model import vector_files
 
     calls = []
 
@@ -349,7 +349,7 @@ def test_missing_vectors_are_fetched_from_the_hub(tmp_path, monkeypatch):
 
 
 def test_offline_the_missing_vectors_message_says_what_to_download(tmp_path, monkeypatch):
-    from matching.data.embeddings import PretrainedVectors
+    from matching.model.embeddings import PretrainedVectors
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     hub = {"repo_id": "stanfordnlp/glove", "filename": "glove.840B.300d.zip", "folder": str(tmp_path / "cache")}
@@ -386,7 +386,7 @@ def test_a_missing_vectors_file_is_named_with_each_way_to_get_it(tmp_path, optio
 
 def test_a_first_run_reads_the_vectors_file_once(make_cfg, monkeypatch):
     """Choosing the extra words and building the table take one pass over the file, not two."""
-    from matching.runs import build_datamodule
+    from matching.training.build import build_datamodule
 
     passes = []
     read_text = vector_files._read_text

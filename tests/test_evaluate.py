@@ -9,7 +9,7 @@ from matching.cli import compose_config
 from matching.data.encoding import LabelError
 from matching.evaluate import evaluate as evaluate_command
 from matching.evaluate import main
-from matching.runs import RunError
+from matching.training.build import RunError
 
 
 def evaluate(checkpoint, split="dev", overrides=(), out=None):
@@ -147,7 +147,7 @@ def test_a_run_from_another_version_is_a_clear_error(snli_run, tmp_path):
 
     import yaml
 
-    from matching.runs import RunError, load_trained
+    from matching.training.build import RunError, load_trained
 
     run_dir, _ = snli_run
     old = shutil.copytree(run_dir, tmp_path / "old_run")

@@ -9,8 +9,8 @@ from conftest import compose_train
 
 from matching.export import main
 from matching.inference.onnx_graph import ServingModel, example_inputs
-from matching.runs import load_trained
-from matching.training import train
+from matching.training.build import load_trained
+from matching.training.run import train
 
 
 @pytest.fixture(scope="module")

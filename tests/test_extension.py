@@ -13,12 +13,12 @@ from matching.evaluate import main as evaluate_main
 from matching.export import main as export_main
 from matching.predict import main as predict_main
 from matching.report import main as report_main
-from matching.training import train
+from matching.training.run import train
 from matching.visualize import main as visualize_main
 
 THROWAWAY_ALIGNER = '''
-from matching.aligners import Aligner, Alignment
-from matching.layers import pair_mask
+from matching.model.aligners import Aligner, Alignment
+from matching.model.layers import pair_mask
 
 
 class UniformAligner(Aligner):
@@ -78,7 +78,7 @@ def test_a_throwaway_aligner_is_one_class_and_one_yaml(tmp_path, monkeypatch, ca
         "entailment", "neutral", "contradiction",
     }  # fmt: skip
     assert {r["aligner"] for r in seen["report"]} == {"uniform"}
-    from matching.runs import load_trained
+    from matching.training.build import load_trained
 
     run = load_trained(run_dir / "checkpoints" / "best.ckpt")
     assert type(run.model.aligner).__name__ == "UniformAligner"
@@ -159,7 +159,7 @@ import zlib
 import numpy as np
 import torch
 
-from matching.data.embeddings import EmbeddingSource
+from matching.model.embeddings import EmbeddingSource
 
 
 class TrigramVectors(EmbeddingSource):
@@ -195,7 +195,7 @@ def test_a_throwaway_embedding_source_is_one_class_and_one_yaml(tmp_path, monkey
                                 yaml + "freeze: true\nnormalize: true\n")  # fmt: skip
     seen = _through_every_command(run_dir, tmp_path, "A man plays.\tA person plays music.\n", capsys)
     assert len(seen["predictions"]) == 1
-    from matching.runs import load_trained
+    from matching.training.build import load_trained
 
     run = load_trained(run_dir / "checkpoints" / "best.ckpt")
     assert type(run.source).__name__ == "TrigramVectors"

@@ -80,7 +80,7 @@ def test_predict_splits_a_batch_around_a_long_text_and_reports_cuts(snli_run, tm
 def test_training_with_a_very_long_sentence_truncates_and_counts_it(make_cfg, tmp_path, caplog):
     from conftest import FIXTURES
 
-    from matching.runs import build_datamodule
+    from matching.training.build import build_datamodule
 
     lines = (FIXTURES / "snli" / "snli_1.0_train.jsonl").read_text().splitlines()
     record = json.loads(lines[0]) | {"sentence1": " ".join(["word"] * 5000)}
@@ -96,7 +96,7 @@ def test_training_with_a_very_long_sentence_truncates_and_counts_it(make_cfg, tm
 @pytest.mark.parametrize("setting", ["data.batch_size=0", "data.max_length=-3", "data.batch_cells=abc",
                                      "data.on_bad_example=ignore"])  # fmt: skip
 def test_bad_data_settings_are_named(make_cfg, setting):
-    from matching.runs import build_datamodule
+    from matching.training.build import build_datamodule
 
     with pytest.raises(ValueError, match=setting.split("=")[0]):
         build_datamodule(make_cfg(setting))
@@ -182,7 +182,7 @@ def test_stdin_and_files_in_any_encoding_wrapper(snli_run, tmp_path, capsys, mon
         ("model.null_token=yes", "model.null_token='yes': expected true or false"),
         ("trainer.max_epochs=abc", "trainer.max_epochs='abc': expected a whole number"),
         ("callbacks.early_stopping.patience=ten", "callbacks.early_stopping.patience='ten'"),
-        ("++aligner.temperature=2", "aligner.temperature: matching.aligners.SoftmaxAligner takes no argument"),
+        ("++aligner.temperature=2", "aligner.temperature: matching.model.aligners.SoftmaxAligner takes no argument"),
         ("embeddings.top_words=many", "embeddings.top_words='many'"),
     ],
 )
@@ -210,7 +210,7 @@ def test_corpus_paths_that_are_not_what_they_claim(make_cfg, tmp_path):
     from conftest import FIXTURES
 
     from matching.errors import DataFormatError
-    from matching.runs import build_datamodule
+    from matching.training.build import build_datamodule
 
     with pytest.raises(DataFormatError, match="is a folder, but this corpus format is one file per split"):
         build_datamodule(make_cfg(f"task.splits.dev.path={tmp_path}")).setup("fit")

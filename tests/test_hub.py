@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from matching import Matcher
 from matching.export import main as export_main
-from matching.runs import RunError
+from matching.training.build import RunError
 from tests.conftest import FIXTURES
 
 PAIRS = [("A man plays a guitar.", "A person makes music."), ("how big is the moon", "Its diameter is 3,474 km."),
@@ -54,7 +54,7 @@ def test_loading_a_shared_folder_never_unpickles(snli_run, tmp_path, request):
     "edit, words",
     [(lambda cfg: OmegaConf.update(cfg, "aligner._target_", "os.system"), "names 'os.system'"),
      (lambda cfg: OmegaConf.update(cfg, "model._target_", "matching.files.write_json"), "matching.files.write_json"),
-     (lambda cfg: OmegaConf.update(cfg, "aligner._target_", "matching.aligners.NoSuchAligner"), "NoSuchAligner"),
+     (lambda cfg: OmegaConf.update(cfg, "aligner._target_", "matching.model.aligners.NoSuchAligner"), "NoSuchAligner"),
      (lambda cfg: OmegaConf.update(cfg, "task.trim_a", {"_target_": "subprocess.run", "args": ["ls"]}), "subprocess"),
      (lambda cfg: OmegaConf.update(cfg, "data.max_length", "${oc.env:HOME}"), "data.max_length is an interpolation")],
 )  # fmt: skip
@@ -103,7 +103,7 @@ def test_a_shared_config_names_no_path_of_the_training_machine():
     from matching import DEMO_DATA
     from matching.cli import compose_config
     from matching.configs import build
-    from matching.serving.sharing import KEPT, shared_config
+    from matching.saved.shared_folder import KEPT, shared_config
 
     composed = compose_config("train", ["experiment=demo", "paths.data_dir=/home/alice/corpora"])
     nodes = {k: composed[k] for k in KEPT if k in composed}  # resolved, as train saves them

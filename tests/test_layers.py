@@ -9,7 +9,7 @@ from conftest import ROOT, SUBPROCESS_ENV
 from torch import nn
 from torch.backends.cpu import get_cpu_capability
 
-from matching.layers import Dropout, masked_softmax, pair_mask, per_token, softmax
+from matching.model.layers import Dropout, masked_softmax, pair_mask, per_token, softmax
 
 
 def test_dropout_drops_at_the_rate_and_keeps_the_expectation():
@@ -128,7 +128,7 @@ def test_softmax_matches_pytorch_on_the_avx2_kernels_too():
     if get_cpu_capability() not in ("AVX512", "AVX2"):
         pytest.skip("ShortRowSoftmax is used on x86 CPUs with AVX2 or AVX-512 only")
     code = (
-        "import torch; from matching.layers import softmax, _float_lanes; assert _float_lanes() == 8\n"
+        "import torch; from matching.model.layers import softmax, _float_lanes; assert _float_lanes() == 8\n"
         "for n in range(1, 12):\n"
         "    x = torch.randn(8, 6, n) * 5; g = torch.randn(8, 6, n)\n"
         "    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()\n"

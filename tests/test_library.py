@@ -64,7 +64,7 @@ def test_importing_matching_and_using_a_matcher_changes_nothing_in_the_process(s
     probe = json.loads(done.stdout.splitlines()[-1])
     assert {
         "matching.cli",
-        "matching.serving.sharing",
+        "matching.saved.shared_folder",
         "matching.train",
         "matching.serve",
         "matching.data.readers",

@@ -12,7 +12,7 @@ from matching.data.pairs import Pair
 from matching.data.preparation import BatchTooLargeError
 from matching.errors import DataFormatError
 from matching.predict import main as predict_main
-from matching.runs import RunError, load_trained
+from matching.training.build import RunError, load_trained
 
 NLI = [("A man plays a guitar.", "A person makes music."), ("Two dogs run in a field.", "The cats sleep."),
        ("A woman is reading a book.", "Somebody reads."), ("Kids play soccer outside today.", "Children.")]  # fmt: skip

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from matching.errors import ConfigError
-from matching.metrics import (
+from matching.training.metrics import (
     ClassificationMetrics,
     RankingMetrics,
     check_monitor,
@@ -116,7 +116,7 @@ def test_agrees_with_trec_eval_on_random_data():
 
 def test_ranking_score_is_the_logit_margin_and_does_not_saturate():
     """Two confident candidates: P(match) is exactly 1.0 for both in float32, the margins still order them."""
-    from matching.metrics import match_margin
+    from matching.training.metrics import match_margin
 
     logits = torch.tensor([[-10.0, 15.0], [-10.0, 25.0]])
     assert torch.equal(torch.softmax(logits, -1)[:, 1], torch.ones(2))
@@ -329,7 +329,7 @@ def test_a_trained_binary_run_reports_and_selects_by_f1(tmp_path):
     epoch of the best dev F1, and metrics.json and evaluate's JSON carry every metric."""
     from conftest import compose_train, evaluate
 
-    from matching.training import train
+    from matching.training.run import train
 
     # lr 0.01: the dev F1 of this seed rises at epoch 2 and falls back (on the machine the test was written on)
     cfg = compose_train(tmp_path, "task=scitail", "trainer.max_epochs=6", "optim.lr=0.01", "task.monitor=val/f1")
@@ -353,7 +353,7 @@ def test_a_trained_binary_run_reports_and_selects_by_f1(tmp_path):
 def test_an_unknown_monitor_is_refused_before_any_data_is_prepared(tmp_path):
     from conftest import compose_train
 
-    from matching.training import train
+    from matching.training.run import train
 
     cfg = compose_train(tmp_path, "task=scitail", "task.monitor=val/f2")
     with pytest.raises(ConfigError, match=r"task.monitor='val/f2' is not a metric .* val/f1, val/precision"):
@@ -365,7 +365,7 @@ def test_an_unknown_monitor_is_refused_before_any_data_is_prepared(tmp_path):
 
 
 def test_a_ranking_no_better_than_chance_is_told_apart_from_one_that_ranks():
-    from matching.metrics import chance_map, chance_warning, filtered_map
+    from matching.training.metrics import chance_map, chance_warning, filtered_map
 
     rng = np.random.default_rng(3)
     groups = np.repeat(np.arange(60), 10)  # 60 questions of 10 candidates, 1-3 correct each
@@ -385,7 +385,7 @@ def test_a_ranking_no_better_than_chance_is_told_apart_from_one_that_ranks():
 
 def test_a_ranking_run_that_learned_nothing_says_so(make_cfg, caplog):
     """An untrained model (lr 0) ranks WikiQA's fixture dev no better than chance: training ends with a warning."""
-    from matching.training import train
+    from matching.training.run import train
 
     with caplog.at_level(logging.WARNING, logger="matching.train"):
         train(make_cfg("task=wikiqa", "trainer.max_epochs=1", "optim.lr=0"))

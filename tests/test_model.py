@@ -3,8 +3,8 @@ from functools import partial
 import pytest
 import torch
 
-from matching.aligners import CoDAAligner, ConflictAligner, SoftmaxAligner, SoftmaxConflictAligner
-from matching.model import DecomposableAttention
+from matching.model.aligners import CoDAAligner, ConflictAligner, SoftmaxAligner, SoftmaxConflictAligner
+from matching.model.decomposable import DecomposableAttention
 
 VOCAB, EMB, HIDDEN = 40, 12, 8
 ALIGNERS = {

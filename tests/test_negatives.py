@@ -1,4 +1,4 @@
-"""Negatives mined from the corpus for a ranking task of positive pairs alone (matching.data.negatives), and a run
+"""Negatives mined from the corpus for a ranking task of positive pairs alone (matching.training.negatives), and a run
 on such a file (task=pairs_positives) through train, evaluate, predict (rank), export and serve."""
 
 import json
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from conftest import FIXTURES, compose_train
 
-from matching.data.negatives import BM25, Negatives, bm25_scorer, mine, normalized, words
 from matching.data.pairs import Pair
 from matching.errors import ConfigError
+from matching.training.negatives import BM25, Negatives, bm25_scorer, mine, normalized, words
 
 POSITIVES = FIXTURES / "pairs_positives"
 
@@ -101,7 +101,7 @@ def _mined_file(run_dir, split):
 @pytest.fixture(scope="module")
 def positives_run(tmp_path_factory):
     """A 2-epoch listwise run on the positives-only JSON Lines fixture: (run directory, metrics)."""
-    from matching.training import train
+    from matching.training.run import train
 
     cfg = compose_train(
         tmp_path_factory.mktemp("positives"), "task=pairs_positives", "trainer.max_epochs=2", "loss.kind=listwise",
@@ -171,7 +171,7 @@ def test_evaluate_predict_export_and_serve_a_positives_only_run(positives_run, t
 def test_mining_by_static_vectors_or_by_a_trained_run(positives_run, tmp_path, method):
     from pathlib import Path
 
-    from matching.runs import build_datamodule
+    from matching.training.build import build_datamodule
 
     extra = [f"task.negatives.ckpt={positives_run[0]}"] if method == "ckpt" else []
     cfg = compose_train(
@@ -190,7 +190,7 @@ def test_mining_by_static_vectors_or_by_a_trained_run(positives_run, tmp_path, m
 
 
 def test_vectors_need_static_vectors(tmp_path):
-    from matching.runs import build_datamodule
+    from matching.training.build import build_datamodule
 
     cfg = compose_train(
         tmp_path, "task=pairs_positives", "task.negatives.method=vectors", "embeddings=random",
@@ -205,7 +205,7 @@ def test_every_run_keeps_and_logs_its_own_mined_lists_with_a_shared_cache(tmp_pa
     lists in its folder and logs them; a prepared corpus in the shared cache would have skipped all three."""
     import logging
 
-    from matching.runs import build_datamodule
+    from matching.training.build import build_datamodule
 
     folders = []
     for name in ("first", "second"):
@@ -214,7 +214,7 @@ def test_every_run_keeps_and_logs_its_own_mined_lists_with_a_shared_cache(tmp_pa
             f"task.splits.train.path={POSITIVES / 'train.jsonl'}", f"task.splits.dev.path={POSITIVES / 'dev.jsonl'}",
         )  # fmt: skip
         run_dir = tmp_path / name
-        with caplog.at_level(logging.INFO, logger="matching.data.negatives"):
+        with caplog.at_level(logging.INFO, logger="matching.training.negatives"):
             caplog.clear()
             build_datamodule(cfg, run_dir=run_dir).setup("fit")
         assert "train: 48 negatives mined by bm25" in caplog.text

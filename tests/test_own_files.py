@@ -15,7 +15,7 @@ from conftest import FIXTURES, compose_train
 
 from matching.data.tables import read_new_pairs, read_pair_table
 from matching.errors import DataFormatError
-from matching.training import train
+from matching.training.run import train
 
 OWN = FIXTURES / "own"
 
@@ -195,7 +195,7 @@ def test_an_unclosed_quote_names_the_line_where_it_opened(tmp_path):
 def test_a_rare_third_label_is_a_warning_with_each_count_and_the_way_out(tmp_path, caplog):
     """A yes/no file with one `maybe` row: the run would be a 3-class model (no F1, AP, ROC-AUC). The warning says
     so with every label's count, and task.labels + data.on_bad_example=skip trains the two-label model."""
-    from matching.runs import build_datamodule
+    from matching.training.build import build_datamodule
 
     rows = [(f"claim number {i} about things", f"evidence number {i} about them", "yes" if i % 2 else "no")
             for i in range(200)]  # fmt: skip

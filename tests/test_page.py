@@ -30,7 +30,7 @@ A, B = "A man plays a guitar.", "A zyzzyva makes music."  # zyzzyva: in no fixtu
 def snli_coda_run(tmp_path_factory):
     """A second SNLI fixture run, with the CoDA aligner and the NULL token, to put beside the softmax one (which has
     no NULL token: the difference view matches their cells without it)."""
-    from matching.training import train
+    from matching.training.run import train
 
     cfg = compose_train(tmp_path_factory.mktemp("snli_coda"), "trainer.max_epochs=1", "aligner=coda",
                         "model.null_token=true")  # fmt: skip
@@ -181,7 +181,7 @@ def claims_run(tmp_path_factory):
     """A generic-task run (task=pairs on the claims fixture): it keeps a few of its dev pairs for the page."""
     from conftest import FIXTURES
 
-    from matching.training import train
+    from matching.training.run import train
 
     own = FIXTURES / "own"
     cfg = compose_train(tmp_path_factory.mktemp("claims"), "task=pairs", "trainer.max_epochs=1",

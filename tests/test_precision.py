@@ -1,4 +1,4 @@
-"""dtype=bf16 (matching.precision): bfloat16 products and activations with float32 weights, gradients and loss,
+"""dtype=bf16 (matching.model.precision): bfloat16 products and activations with float32 weights, gradients and loss,
 for training and every inference command; dtype=fp32 is the model itself, bit for bit."""
 
 import numpy as np
@@ -9,8 +9,8 @@ from hydra.utils import instantiate
 
 from matching import Matcher, precision
 from matching.data.pairs import Pair
-from matching.runs import build_datamodule, build_model, build_system, load_trained
-from matching.training import train
+from matching.training.build import build_datamodule, build_model, build_system, load_trained
+from matching.training.run import train
 from tests.conftest import evaluate
 
 NLI = [("A man plays a guitar.", "A person makes music."), ("Two dogs run in a field.", "The cats sleep."),

@@ -127,7 +127,7 @@ def test_a_word_seen_only_in_the_vectors_file_gets_its_own_vector(snli_run, tmp_
     from conftest import FIXTURE_VECTORS
 
     from matching.data.pairs import Pair
-    from matching.runs import load_trained
+    from matching.training.build import load_trained
 
     run_dir, _ = snli_run
     run = load_trained(run_dir / "checkpoints" / "best.ckpt")

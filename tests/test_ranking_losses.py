@@ -1,4 +1,5 @@
-"""The ranking losses (matching.losses) against hand-computed values and gradients, and the batches of whole queries
+"""The ranking losses (matching.training.losses) against hand-computed values and gradients, and the batches of whole
+queries
 they train on (matching.data.batching.QueryBatchSampler)."""
 
 import logging
@@ -11,7 +12,7 @@ import torch
 from matching.data.batching import QueryBatchSampler
 from matching.data.preparation import Budget
 from matching.errors import ConfigError
-from matching.losses import listwise_softmax, pairwise_hinge
+from matching.training.losses import listwise_softmax, pairwise_hinge
 
 
 def test_pairwise_hinge_by_hand():
@@ -63,7 +64,7 @@ def test_listwise_is_stable_for_large_scores():
 
 
 def test_a_ranking_loss_needs_a_ranking_task():
-    from matching.system import MatchingSystem
+    from matching.training.system import MatchingSystem
 
     with pytest.raises(ConfigError, match="needs a ranking task"):
         MatchingSystem(torch.nn.Linear(1, 1), None, ["a", "b", "c"], kind="classify", loss_kind="pairwise")
@@ -138,7 +139,7 @@ def test_queries_without_a_positive_and_a_negative_are_counted(caplog):
 
 @pytest.mark.parametrize("kind", ["pairwise", "listwise"])
 def test_a_ranking_loss_trains_and_evaluates_as_pointwise_does(make_cfg, kind):
-    from matching.training import train
+    from matching.training.run import train
 
     cfg = make_cfg("task=wikiqa", "trainer.max_epochs=2", f"loss.kind={kind}")
     metrics = train(cfg)
@@ -147,7 +148,7 @@ def test_a_ranking_loss_trains_and_evaluates_as_pointwise_does(make_cfg, kind):
 
 
 def test_class_weights_belong_to_the_pointwise_loss(make_cfg):
-    from matching.training import train
+    from matching.training.run import train
 
     with pytest.raises(ConfigError, match="loss.class_weights weighs the pointwise"):
         train(make_cfg("task=wikiqa", "trainer.max_epochs=1", "loss.kind=listwise", "loss.class_weights=balanced"))
@@ -162,7 +163,7 @@ def test_class_weights_belong_to_the_pointwise_loss(make_cfg):
 def test_a_loss_that_cannot_train_is_refused_before_any_data_is_read(make_cfg, tmp_path, overrides, said):
     """The loss's settings are checked with the config: with a data folder that does not exist, the error is the
     loss's, not the missing corpus's (which reading would have met first)."""
-    from matching.training import train
+    from matching.training.run import train
 
     with pytest.raises(ConfigError) as err:
         train(make_cfg(*overrides, f"paths.data_dir={tmp_path / 'nowhere'}"))

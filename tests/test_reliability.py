@@ -12,10 +12,10 @@ import pytest
 import torch
 from conftest import ROOT, SUBPROCESS_ENV, big_snli, cli_overrides, evaluate
 
-from matching.callbacks import NonFiniteLossError
 from matching.data.batching import BucketBatchSampler
-from matching.runs import AtomicCheckpointIO, load_trained
-from matching.training import train
+from matching.training.build import AtomicCheckpointIO, load_trained
+from matching.training.callbacks import NonFiniteLossError
+from matching.training.run import train
 
 ENV = SUBPROCESS_ENV
 
@@ -70,7 +70,7 @@ def test_sigkill_mid_epoch_then_resume_reaches_the_uninterrupted_metrics(tmp_pat
 
 
 def test_resume_of_a_run_without_checkpoint_is_a_clear_error(make_cfg, tmp_path):
-    from matching.runs import RunError
+    from matching.training.build import RunError
 
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "config.yaml").write_text("seed: 1\n")
@@ -81,7 +81,7 @@ def test_resume_of_a_run_without_checkpoint_is_a_clear_error(make_cfg, tmp_path)
 
 
 def test_nan_loss_stops_the_run_naming_the_step_and_keeps_the_last_good_checkpoint(make_cfg, monkeypatch):
-    import matching.system as system_module
+    import matching.training.system as system_module
 
     real = system_module.F.cross_entropy
     calls = {"n": 0}

@@ -82,7 +82,7 @@ def test_ablation_runs_get_one_row_per_setting_and_seeds_are_averaged(tmp_path):
             config = {
                 "task": {"name": "wikiqa", "report_metrics": ["map", "mrr"]},
                 "aligner": {
-                    "_target_": "matching.aligners.CoDAAligner",
+                    "_target_": "matching.model.aligners.CoDAAligner",
                     "center_e": center_e == "true",
                     "gate": gate,
                     "projection": "none",
@@ -158,7 +158,7 @@ def fake_run(root, name, task, aligner, seed, metrics, overrides=(), projection=
 
     run = root / name
     (run / ".hydra").mkdir(parents=True)
-    aligner_node = {"_target_": "matching.aligners.X"} | ({"projection": projection} if projection else {})
+    aligner_node = {"_target_": "matching.model.aligners.X"} | ({"projection": projection} if projection else {})
     report_metrics = {"wikiqa": ["map", "mrr"], "snli": ["acc"]}[task]
     paper = {"wikiqa": {"softmax": {"map": 66.4, "mrr": 68.0}, "coda": {"map": 70.5, "mrr": 72.4}},
              "snli": {"softmax": {"acc": 84.61}, "coda": {"acc": 85.71}}}[task]  # fmt: skip

@@ -12,8 +12,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 
 from matching.data.tables import DataFormatError
-from matching.run_names import data_name, hub_name
-from matching.training import train
+from matching.saved.run_names import data_name, hub_name
+from matching.training.run import train
 
 OWN = FIXTURES / "own"
 CLAIMS = [f"task.splits.train.path={OWN / 'claims_train.tsv'}", f"task.splits.dev.path={OWN / 'claims_dev.tsv'}",
@@ -136,7 +136,7 @@ def test_the_model_card_and_info_of_a_run_trained_from_absolute_paths_name_none_
 
 def test_embeddings_are_named_by_the_file_used_not_the_config_option(tmp_path):
     """`embeddings=glove` (the default option) with `embeddings.path=<another file>` is that file."""
-    from matching.provenance import embeddings_name
+    from matching.saved.provenance import embeddings_name
 
     other = tmp_path / "minilm-static-300d.txt"
     other.write_text(FIXTURE_VECTORS.read_text())

@@ -27,9 +27,9 @@ pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]
 from matching.data.pairs import Pair  # noqa: E402
 from matching.matcher import Matcher  # noqa: E402
 from matching.predict import predict  # noqa: E402
-from matching.runs import load_trained  # noqa: E402
 from matching.serve import main as serve_main  # noqa: E402
 from matching.serving.server import free_port, serving  # noqa: E402
+from matching.training.build import load_trained  # noqa: E402
 
 LIMITS = ["limits.max_pairs=6", "limits.max_candidates=5", "limits.max_text_tokens=30",
           "limits.max_request_bytes=20000", "threads=1"]  # fmt: skip
@@ -182,7 +182,7 @@ def wide_run(tmp_path_factory):
     """A CoDA fixture run at the real hidden width (200), 2 epochs (in fp32, as every fixture run: the weights do not
     depend on the machine). At the fixtures' width of 16 no answer moves with its batch in bf16; at 200 a few of 300
     do, as the full-size models' answers do."""
-    from matching.training import train
+    from matching.training.run import train
 
     cfg = compose_train(tmp_path_factory.mktemp("wide"), "trainer.max_epochs=2", "model.hidden=200", "aligner=coda")
     train(cfg)
@@ -197,7 +197,7 @@ def test_a_served_answer_is_matchers_within_the_tolerance_of_its_dtype(wide_run,
     an AMX CPU): the server and Matcher compute alike, and the tolerance is bf16's, not fp32's."""
     from omegaconf import OmegaConf
 
-    from matching import precision
+    from matching.model import precision
     from matching.cli import compose_config
     from matching.serving.batcher import Job, Limits, Worker, WorkerSpec
 

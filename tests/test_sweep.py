@@ -21,12 +21,13 @@ def test_optuna_sweep_runs_two_trials(tmp_path):
 
 
 def test_the_grid_of_a_sweep_is_the_one_hydras_basic_sweeper_expands():
-    """matching.sweeps.grid (which tells the report and the sweep log which runs a sweep was meant to hold) on the
+    """matching.training.sweeps.grid (which tells the report and the sweep log which runs a sweep was meant to hold)
+    on the
     public Override API, against BasicSweeper.split_arguments (hydra._internal: a test may compare with it)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from matching.sweeps import grid
+    from matching.training.sweeps import grid
 
     for arguments in (["aligner=softmax,coda", "seed=1,2,3", "task=wikiqa"], ["seed=1,2", "seed=3,4", "optim.lr=1e-3"],
                       ["aligner=choice(coda,conflict)", "+x=range(2)", "model.hidden=8"]):  # fmt: skip
@@ -42,8 +43,8 @@ def test_a_run_saved_before_a_key_existed_is_the_same_run_and_a_changed_value_is
 
     from omegaconf import OmegaConf
 
-    from matching.runs import RunError
-    from matching.sweeps import prior_run
+    from matching.training.build import RunError
+    from matching.training.sweeps import prior_run
 
     cfg = OmegaConf.create({"seed": 1, "loss": {"class_weights": None, "kind": "pointwise"}, "optim": {"lr": 3e-4}})
     earlier = {"seed": 1, "loss": {"class_weights": None}, "optim": {"lr": 3e-4}}

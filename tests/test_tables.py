@@ -13,7 +13,7 @@ from matching.data.encoding import LabelError
 from matching.data.pairs import Pair
 from matching.data.tables import read_pair_table
 from matching.errors import DataFormatError
-from matching.training import train
+from matching.training.run import train
 
 OWN = FIXTURES / "own"
 CLAIMS = [f"task.splits.train.path={OWN / 'claims_train.tsv'}", f"task.splits.dev.path={OWN / 'claims_dev.tsv'}",

@@ -8,7 +8,7 @@ import pytest
 from conftest import compose_train
 
 from matching.extras import MissingExtraError
-from matching.training import train
+from matching.training.run import train
 
 
 def test_wandb_offline_and_the_csv_log_at_once(tmp_path, monkeypatch):
@@ -35,7 +35,7 @@ def test_mlflow_records_the_run_in_a_sqlite_file(tmp_path):
     experiment = client.get_experiment_by_name("matching-snli")
     (recorded,) = client.search_runs([experiment.experiment_id])
     assert recorded.data.metrics["val/acc"] == pytest.approx(metrics["val/acc"])
-    assert recorded.data.params["aligner/_target_"] == "matching.aligners.SoftmaxAligner"  # the run's config
+    assert recorded.data.params["aligner/_target_"] == "matching.model.aligners.SoftmaxAligner"  # the run's config
     assert recorded.info.run_name == "snli-softmax-seed1"
 
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest import evaluate
 
-from matching.callbacks import EpochTimer, build_callbacks
-from matching.training import cpu_model, train
+from matching.training.callbacks import EpochTimer, build_callbacks
+from matching.training.run import cpu_model, train
 
 ALIGNERS = ["softmax", "coda", "conflict", "softmax_conflict"]
 

@@ -6,7 +6,7 @@ import struct
 import pytest
 
 from matching.matcher import Matcher
-from matching.runs import load_trained
+from matching.training.build import load_trained
 from matching.visualize import main, matrix_values
 
 
@@ -31,7 +31,7 @@ def test_heatmap_for_coda_shows_affinity_gate_and_m(wikiqa_run, tmp_path, capsys
 
 
 def test_heatmap_for_softmax_labels_tokens_with_null(make_cfg, tmp_path):
-    from matching.training import train
+    from matching.training.run import train
 
     cfg = make_cfg("trainer.max_epochs=1", "model.null_token=true", "intra=softmax")
     train(cfg)
@@ -115,7 +115,7 @@ def test_a_heatmap_says_which_text_is_where_what_each_matrix_is_and_what_was_pre
 
 
 def test_matrix_descriptions_follow_the_config():
-    from matching.matrices import describe
+    from matching.model.matrices import describe
 
     coda = {"aligner": {"phi_e": "sigmoid", "phi_n": "arctan", "gate": "scale", "center_e": True}}
     assert describe("affinity", coda) == "sigmoid(E − mean E) (affinity)"
@@ -140,7 +140,7 @@ def test_histograms_label_their_axes(wikiqa_run, tmp_path, monkeypatch):
 
 def test_value_range_is_what_each_matrix_can_take_by_its_formula():
     """What the server's page draws on a diverging scale (a range below 0) or a sequential one."""
-    from matching.matrices import value_range
+    from matching.model.matrices import value_range
 
     assert value_range("softmax_a", {}) == value_range("intra_b/conflict_b", {}) == [0.0, 1.0]
     assert value_range("affinity", {"aligner": {}}) == [-1.0, 1.0]  # CoDA's defaults: tanh(E), sigmoid(N - mean N)
@@ -153,7 +153,7 @@ def test_value_range_is_what_each_matrix_can_take_by_its_formula():
 
 
 def test_compare_draws_several_runs_heatmaps_of_one_pair_side_by_side(snli_run, make_cfg, tmp_path, monkeypatch):
-    from matching.training import train
+    from matching.training.run import train
 
     cfg = make_cfg("trainer.max_epochs=1", "aligner=attention", "aligner.distribution=sparsemax", "aligner.heads=4")
     train(cfg)
@@ -190,7 +190,7 @@ def test_one_scale_rule_for_the_figures_and_the_page():
 
     import numpy as np
 
-    from matching.matrices import color_scale, value_range
+    from matching.model.matrices import color_scale, value_range
 
     positive = np.array([[0.2, 0.6], [0.1, 0.9]])
     coda = {"aligner": {"phi_e": "tanh", "phi_n": "sigmoid", "gate": "center"}}

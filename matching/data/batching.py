@@ -12,10 +12,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from matching.data.embeddings import EmbeddingSource
 from matching.data.encoding import EncodedSplit
 from matching.data.preparation import Budget
 from matching.errors import ConfigError
+from matching.model.embeddings import EmbeddingSource
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class BucketBatchSampler(Sampler[list[int]]):
 
 class QueryBatchSampler(BucketBatchSampler):
     """Training batches of whole queries, for the losses that compare a query's candidates (`loss.kind=pairwise` or
-    `listwise`, matching.losses): every query's candidates come in one batch, never spread over several.
+    `listwise`, matching.training.losses): every query's candidates come in one batch, never spread over several.
 
     The queries (`groups`; a pair without one is a query of its own) are sorted by their longest text and packed in
     that order, whole, into batches of at most `batch_size` pairs that fit the memory `budget`; each epoch shuffles

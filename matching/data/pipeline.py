@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from matching.data.embeddings import EmbeddingSource
 from matching.data.preparation import Budget, PreparedPairs, TextPreparation, pad_ids
 from matching.data.tasks import Task
 from matching.data.vocab import Tokenizer, Vocabulary
+from matching.model.embeddings import EmbeddingSource
 
 
 def pad_batch(seqs: Sequence[np.ndarray]) -> torch.Tensor:

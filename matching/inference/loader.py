@@ -42,7 +42,7 @@ from matching.data.vocab import Tokenizer, Vocabulary
 from matching.errors import RunError
 from matching.inference.onnx_backend import QUANTIZE, OnnxBackend, quantized
 from matching.inference.predictor import Predictor
-from matching.inference.shared import REQUIRED, download, read_shared
+from matching.saved.shared_reading import REQUIRED, download, read_shared
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +69,12 @@ def locate(path: str | os.PathLike, revision: str | None = None) -> tuple[str, P
     if folder.is_dir() and all((folder / name).is_file() for name in REQUIRED):
         return "shared", folder
     if not folder.exists() and folder.suffix == ".ckpt":  # a checkpoint by name: say which its folder has
-        from matching.run_files import check_checkpoint
+        from matching.saved.run_folder import check_checkpoint
 
         check_checkpoint(folder)
     if not folder.exists():
         raise RunError(f"no run directory, checkpoint or shared model folder at {folder}; give {FORMS}")
-    from matching.run_files import find_checkpoint
+    from matching.saved.run_folder import find_checkpoint
 
     return "run", find_checkpoint(folder)
 
@@ -84,8 +84,8 @@ def saved_config(path: str | os.PathLike):
     folder's; an exported ONNX folder's config.yaml, or none)."""
     from omegaconf import OmegaConf
 
-    from matching.run_files import saved_config as run_config
-    from matching.run_files import with_dtype
+    from matching.saved.earlier_versions import upgraded
+    from matching.saved.run_folder import saved_config as run_config
 
     form, where = locate(path)
     if form == "run":
@@ -94,7 +94,7 @@ def saved_config(path: str | os.PathLike):
     if not config.is_file():
         return OmegaConf.create()
     try:
-        return with_dtype(OmegaConf.load(config))
+        return upgraded(OmegaConf.load(config))
     except Exception as err:
         raise RunError(f"cannot read {config} ({type(err).__name__}: {err})") from None
 
@@ -130,7 +130,7 @@ def load(
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
         raise RunError(f"threads must be a whole number >= 0 (0: chosen per call), got {threads!r}")
     if dtype is not None:  # before anything is read or downloaded
-        from matching.precision import check
+        from matching.model.precision import check
 
         check(dtype)
     form, where = locate(path, revision)
@@ -161,17 +161,17 @@ def load(
 # -- a run or a shared folder: the PyTorch model --------------------------------------------------------------------
 def from_weights(form: str, where: Path, backend: str, quantize: str | None, reduce_range: bool | None, device: str,
                  dtype: str | None, overrides: dict, config: Any, threads: int) -> Predictor:  # fmt: skip
-    from matching import precision
-    from matching.assembly import read_checkpoint, read_vocabulary, trained_model
+    from matching.model import precision
     from matching.inference.torch_backend import TorchBackend, device_name
-    from matching.run_files import configured, find_run_dir
+    from matching.model.assembly import read_checkpoint, read_vocabulary, trained_model
+    from matching.saved.run_folder import configured, find_run_dir
 
     settings = dict(overrides)
     if dtype is not None:
         settings["dtype"] = precision.check(dtype)
     device = device_name(device)
     if form == "run":
-        from matching.run_files import saved_config as run_config
+        from matching.saved.run_folder import saved_config as run_config
 
         run_dir = find_run_dir(where)
         cfg = configured(config if config is not None else run_config(where), settings)

@@ -47,7 +47,7 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def match_margin(logits: np.ndarray) -> np.ndarray:
-    """Ranking score of a 2-class (no match, match) model: logit[match] − logit[no match] (matching.metrics's
+    """Ranking score of a 2-class (no match, match) model: logit[match] − logit[no match] (matching.training.metrics's
     `match_margin`, on NumPy): it orders as P(match) but never saturates at 1.0."""
     logits = np.asarray(logits, np.float32)
     return logits[:, 1] - logits[:, 0]

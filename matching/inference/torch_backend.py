@@ -1,5 +1,5 @@
 """PyTorch eager: the trained `DecomposableAttention` answering prepared pairs, in the run's arithmetic, on a CPU or a
-GPU. No LightningModule: the model and the forward pass that training uses (matching.model.run_batch)."""
+GPU. No LightningModule: the model and the forward pass that training uses (matching.model.decomposable.run_batch)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import torch
 from matching.data.pipeline import TextPipeline
 from matching.data.preparation import CPU_BATCH_PAIRS, PreparedPairs
 from matching.inference.threads import call_tokens, thread_count
-from matching.model import DecomposableAttention, run_batch
-from matching.precision import resolve
+from matching.model.decomposable import DecomposableAttention, run_batch
+from matching.model.precision import resolve
 
 
 def device_name(device: str) -> str:
@@ -42,7 +42,8 @@ def to_device(batch: Any, device: torch.device) -> Any:
 
 
 class TorchBackend:
-    """The model in eval mode on `device`, computing in `dtype` (fp32, bf16 or auto: matching.precision); `pipeline`
+    """The model in eval mode on `device`, computing in `dtype` (fp32, bf16 or auto: matching.model.precision);
+    `pipeline`
     makes its batches (ids, and what the embedding source adds: an encoder's word states)."""
 
     name = "torch"

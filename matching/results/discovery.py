@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from matching.errors import MissingFileError
-from matching.sweeps import planned_jobs
+from matching.training.sweeps import planned_jobs
 
 log = logging.getLogger(__name__)
 

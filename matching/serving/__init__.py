@@ -1,2 +1,2 @@
-"""Serving a trained model: the files other runtimes load (formats), the description of them (spec), the shared
-model folder (sharing), and the HTTP server's batcher, endpoints (http) and page."""
+"""The HTTP server over a trained model: its endpoints (http), the in-process micro-batcher (batcher), the process
+supervisor (server), the Ray Serve deployment (ray_serve) and the page."""

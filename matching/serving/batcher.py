@@ -248,7 +248,7 @@ class Worker:
     def align(self, prepared: PreparedPairs) -> dict:
         """`Matcher.align` as JSON, with what a reader of the matrices needs: which tokens are unknown words, what
         each matrix is (`describe`) and the range its values can take (None where not known)."""
-        from matching.matrices import describe, value_range
+        from matching.model.matrices import describe, value_range
 
         aligned = self.matcher.alignment(prepared)
         index, cfg = self.predictor.vocab.index, self.predictor.config

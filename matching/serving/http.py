@@ -26,8 +26,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from matching.data.tables import TEXT_COLUMNS, text_names
 from matching.files import file_sha256
 from matching.inference import Predictor
+from matching.saved.examples import page_examples
 from matching.serving.batcher import Batcher, Limits, error_body
-from matching.serving.examples import page_examples
 
 #: What each endpoint expects, quoted by the error messages.
 EXPECTED = {
@@ -424,8 +424,8 @@ def model_info(predictor: Predictor, limits: Limits, examples: list | None = Non
                 "checkpoint_sha256": about.get("checkpoint_sha256"), "run_dir": run_label(folder)}  # fmt: skip
         run_dir = folder
     else:  # a run or a shared folder (torch is here: what reads its provenance and options may use it)
-        from matching.provenance import embeddings_name, read_provenance
         from matching.results.discovery import option_name
+        from matching.saved.provenance import embeddings_name, read_provenance
 
         run_dir = Path(about["run_dir"])
         provenance = read_provenance(run_dir)

@@ -101,8 +101,8 @@ def pick_pair(spec: StudySpec, task: str, run: RunResult) -> tuple[str, str] | N
 def draw_alignments(spec: StudySpec, task: str, firsts: list[RunResult], out: Path) -> Path | None:
     """One row of heat-maps per family (its kept setting's first seed) for one dev pair; None when there is no
     pair or matplotlib is missing."""
-    from matching.alignment_figures import heatmap
     from matching.matcher import Matcher  # here: loads torch
+    from matching.results.alignment_figures import heatmap
 
     if not firsts:
         return None

@@ -14,7 +14,7 @@
 4. **The page** (`matching.studies.page`), from the runs' own files.
 
 A study stopped anywhere and run again trains only what is missing: a finished run is skipped, an interrupted one
-continues from its last checkpoint (the sweep machinery of `matching.sweeps`), the test is not repeated.
+continues from its last checkpoint (the sweep machinery of `matching.training.sweeps`), the test is not repeated.
 """
 
 from __future__ import annotations

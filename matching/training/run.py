@@ -4,12 +4,13 @@ command line) and for Python, `train(cfg)` on a composed config (`matching.cli.c
 A run directory holds `config.yaml` (resolved), `vocab.txt`, `checkpoints/{best,last}.ckpt`,
 `metrics.json` (dev metrics of the best checkpoint, its epoch `best_epoch` counted from 1 as in the CSV log and the
 progress bar, optional test metrics, timing), the CSV log, `provenance.json` (the data and embeddings by file name
-and sha256, matching.provenance) and, for a task without curated examples, `examples.json` (a few dev pairs for the
+and sha256, matching.saved.provenance) and, for a task without curated examples, `examples.json` (a few dev pairs for
+the
 server's page). A new run that fails before its first checkpoint leaves `outputs/runs/` (see `set_aside`).
 Checkpoints are written atomically at the end of every epoch; `python -m matching.train resume=<run dir>`
 continues an interrupted run from its last completed epoch, with its own saved config. A job of a sweep (`-m`)
 does the same by itself: relaunched into the same sweep directory, it skips a complete run and continues an
-interrupted one (see matching/sweeps.py). A run told to stop (SIGTERM, or the SIGUSR1/SIGUSR2 that SLURM sends
+interrupted one (see matching/training/sweeps.py). A run told to stop (SIGTERM, or the SIGUSR1/SIGUSR2 that SLURM sends
 before a time limit or preemption) first writes `last.ckpt` at the end of the current training step.
 """
 
@@ -33,18 +34,16 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 # torch.backends.cpu reached as an attribute (a GenericModule).
 from torch.backends.cpu import get_cpu_capability
 
-from matching.callbacks import EpochNumbers, run_callbacks
 from matching.configs import check_config
-from matching.data.datamodule import PairDataModule, split_prefix
 from matching.data.vocab import Vocabulary
-from matching.distillation import teacher_logits
 from matching.extras import check_installed
 from matching.files import write_json, write_text_atomic
-from matching.metrics import chance_warnings, check_monitor, positive_index
-from matching.precision import describe
-from matching.provenance import write_provenance
+from matching.model.precision import describe
 from matching.results.scores import write_recorded
-from matching.runs import (
+from matching.saved.earlier_versions import upgraded
+from matching.saved.examples import curated, write_run_examples
+from matching.saved.provenance import write_provenance
+from matching.training.build import (
     AtomicCheckpointIO,
     RunError,
     build_datamodule,
@@ -53,8 +52,11 @@ from matching.runs import (
     check_writable,
     find_run_dir,
 )
-from matching.serving.examples import curated, write_run_examples
-from matching.sweeps import check_sweep_processes, is_sweep_job, prior_run
+from matching.training.callbacks import EpochNumbers, run_callbacks
+from matching.training.datamodule import PairDataModule, split_prefix
+from matching.training.distillation import teacher_logits
+from matching.training.metrics import chance_warnings, check_monitor, positive_index
+from matching.training.sweeps import check_sweep_processes, is_sweep_job, prior_run
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +75,7 @@ def _resume_config(resume: str) -> tuple[DictConfig, Path]:
         raise RunError(
             f"resume={resume}: no checkpoint at {ckpt}; the run ended before its first epoch, start it again"
         )
-    cfg = OmegaConf.load(run_dir / "config.yaml")
-    return cfg, ckpt
+    return upgraded(OmegaConf.load(run_dir / "config.yaml")), ckpt
 
 
 def config_choices() -> dict[str, str]:
@@ -96,7 +97,7 @@ def numerics(cfg: DictConfig) -> str:
     is computed element by element by the AVX-512 kernels and vectorised by the AVX2 ones, and a longer one sums in
     another order; `ATEN_CPU_CAPABILITY=avx2` makes an AVX-512 machine use the AVX2 kernels), the processor (the
     same seed, code and kernel set gave other numbers on an Intel Xeon than on an AMD EPYC), the threads, the GPU,
-    and the arithmetic the model computes in (`dtype`, matching.precision)."""
+    and the arithmetic the model computes in (`dtype`, matching.model.precision)."""
     threads = torch.get_num_threads()
     parts = [f"torch {torch.__version__}", f"CPU kernels {get_cpu_capability()}"]
     if processor := cpu_model():
@@ -293,7 +294,7 @@ def _train(cfg: DictConfig) -> dict[str, float]:
 
 
 def keep_examples(cfg: DictConfig, dm: PairDataModule, run_dir: Path) -> None:
-    """A few pairs of the first evaluation split, kept in the run for the server's page (matching.serving.examples);
+    """A few pairs of the first evaluation split, kept in the run for the server's page (matching.saved.examples);
     not for a benchmark, whose page shows examples written for it."""
     option = (cfg.get("choices") or {}).get("task") or dm.task.name
     if curated(option) is not None or not dm.eval_splits:

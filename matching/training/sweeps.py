@@ -36,6 +36,8 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from matching.saved.earlier_versions import current_targets
+
 log = logging.getLogger(__name__)
 
 #: Keys that say where files are, not what is trained: a relaunch on another machine may change them.
@@ -55,7 +57,7 @@ def check_sweep_processes(cfg: DictConfig) -> None:
     several = devices not in (1, "1") and not (isinstance(devices, (list, ListConfig)) and len(devices) == 1)
     external = any(key in os.environ for key in ("SLURM_NTASKS", "LOCAL_RANK"))
     if str(trainer.get("strategy", "")) == "ddp" and several and not external:
-        from matching.runs import RunError
+        from matching.training.build import RunError
 
         raise RunError(
             f"trainer=ddp with trainer.devices={devices} in a sweep job: Lightning would start the other processes by "
@@ -142,6 +144,7 @@ def prior_run(cfg: DictConfig, run_dir: Path) -> PriorRun:
     if not saved_file.exists():
         return PriorRun("new")
     saved = yaml.safe_load(saved_file.read_text()) or {}
+    current_targets(saved)  # a run saved before the package's rooms names its classes where they were then
     current = OmegaConf.to_container(cfg, resolve=True)
     ignored = location_keys(cfg)
     if not (current.get("task") or {}).get("labels"):  # a generic task's label names, read from the data at the
@@ -154,7 +157,7 @@ def prior_run(cfg: DictConfig, run_dir: Path) -> PriorRun:
         )  # fmt: skip
     differ = config_differences(saved, current, ignored | added)
     if differ:
-        from matching.runs import RunError  # here: the report reads sweeps without loading torch
+        from matching.training.build import RunError  # here: the report reads sweeps without loading torch
 
         shown = "; ".join(differ[:8]) + (f"; and {len(differ) - 8} more" if len(differ) > 8 else "")
         raise RunError(

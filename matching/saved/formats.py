@@ -1,8 +1,9 @@
 """The files a trained run is served from by other runtimes (`format=onnx|torchscript`) or shared as (`format=hub`,
-see matching.serving.sharing): the export behind the `export` command (matching/export.py says what is written).
+see matching.saved.shared_folder): the export behind the `export` command (matching/export.py says what is written).
 
 `format=onnx|torchscript` writes the model (`model.onnx` or `model.pt`), a copy of `vocab.txt`, `tokenizer.json`
-and `serving.json` (matching.serving.spec), so that a client needs nothing of this package. The exported model takes
+and `serving.json` (matching.saved.onnx_folder), so that a client needs nothing of this package. The exported model
+takes
 two int64 tensors of token ids, a (batch, len_a) and b (batch, len_b), 0-padded on the right, with batch and both
 lengths dynamic, and returns class probabilities `probs` and `logits` (batch, classes).
 """
@@ -16,13 +17,13 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from matching.data.embeddings import EmbeddingSource
 from matching.data.vocab import hf_tokenizer
 from matching.files import write_json, write_text_atomic
 from matching.inference.onnx_graph import ServingModel, example_inputs, write_onnx
-from matching.runs import RunError, TrainedRun
-from matching.serving.sharing import shared_config, write_folder
-from matching.serving.spec import serving_spec
+from matching.model.embeddings import EmbeddingSource
+from matching.saved.onnx_folder import serving_spec
+from matching.saved.shared_folder import shared_config, write_folder
+from matching.training.build import RunError, TrainedRun
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ the model, export and sharing need from it: which words get a row of their own i
 the table itself; what the model takes besides token ids; what a training batch and a batch of new pairs carry;
 what a checkpoint records about it; and which export formats it supports. The static sources are here
 (`PretrainedVectors`: a vectors file; `RandomVectors`: N(0, 1) rows); the pretrained encoder is
-`matching.data.contextual.ContextualEncoder`. A new source is one subclass and one YAML under conf/embeddings/
+`matching.model.contextual.ContextualEncoder`. A new source is one subclass and one YAML under conf/embeddings/
 (docs/extending.md).
 
 `PretrainedVectors` decides which words beyond the training split get a row of their own in a run's vector
@@ -28,7 +28,9 @@ import torch
 from omegaconf import DictConfig
 
 from matching.data.encoding import EncodedSplit
-from matching.data.vector_files import (
+from matching.data.vocab import Vocabulary
+from matching.errors import ConfigError
+from matching.model.vector_files import (
     FORMATS,
     first_words,
     load_vectors,
@@ -36,8 +38,6 @@ from matching.data.vector_files import (
     vectors_cache_file,
     write_vectors_cache,
 )
-from matching.data.vocab import Vocabulary
-from matching.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -174,10 +174,10 @@ class EmbeddingSource(ABC):
         return None  # a table of word vectors: nothing to do
 
     def serving_spec(self, fmt: str, reference: dict | None = None) -> dict[str, Any]:
-        """Entries of serving.json for a model exported in `fmt` (matching.serving.spec): none for a table."""
+        """Entries of serving.json for a model exported in `fmt` (matching.saved.onnx_folder): none for a table."""
         return {}
 
-    # -- sharing (matching.serving.sharing) --------------------------------------------------------------------------
+    # -- sharing (matching.saved.shared_folder) -------------------------------------------------------------------
     def shared_reference(self, node: Mapping, encoder: str | None, revision: str | None) -> dict | None:
         """How a shared folder names what the source loads from elsewhere (`encoder=` of the export command): a
         table is in the folder's weights, and names nothing."""

@@ -40,12 +40,12 @@ from matching.data.tables import text_names
 from matching.data.vocab import hf_tokenizer
 from matching.extras import require
 from matching.files import write_atomic, write_json, write_text_atomic
-from matching.inference.shared import WEIGHTS
-from matching.provenance import PROVENANCE, describe_data, read_provenance
 from matching.results.discovery import option_name
-from matching.runs import RunError, TrainedRun
-from matching.serving.examples import EXAMPLES, run_examples
-from matching.serving.spec import serving_spec
+from matching.saved.examples import EXAMPLES, run_examples
+from matching.saved.onnx_folder import serving_spec
+from matching.saved.provenance import PROVENANCE, describe_data, read_provenance
+from matching.saved.shared_reading import WEIGHTS
+from matching.training.build import RunError, TrainedRun
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,10 @@ def write_folder(run: TrainedRun, out: Path, encoder: str | None = None, encoder
     metrics = _metrics(run)
     if metrics:
         write_json(out / "metrics.json", metrics)
-    for kept in (PROVENANCE, EXAMPLES):  # path-free by construction (matching.provenance, matching.serving.examples)
+    for kept in (
+        PROVENANCE,
+        EXAMPLES,
+    ):  # path-free by construction (matching.saved.provenance, matching.saved.examples)
         if (run.run_dir / kept).is_file() and run.run_dir.resolve() != out.resolve():
             shutil.copyfile(run.run_dir / kept, out / kept)
     write_text_atomic(out / "README.md", model_card(run, metrics, reference))

@@ -1,6 +1,7 @@
 """A trained model's parts from its config and files, for training and inference alike: the task, the embedding
 source, the text pipeline, the model (with its trained weights, checked against the config), and where a saved run
-keeps them. Nothing here imports Lightning: training (matching.runs) adds the data module and the LightningModule
+keeps them. Nothing here imports Lightning: training (matching.training.build) adds the data module and the
+LightningModule
 around these parts; inference (matching.inference) uses them alone.
 """
 
@@ -15,13 +16,13 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from matching.configs import build
-from matching.data.embeddings import EmbeddingSource
 from matching.data.pipeline import TextPipeline
 from matching.data.preparation import BATCH_CELLS, BATCH_TOKENS, Budget
 from matching.data.tasks import Task
 from matching.data.vocab import Tokenizer, Vocabulary
 from matching.errors import RunError
-from matching.model import DecomposableAttention
+from matching.model.decomposable import DecomposableAttention
+from matching.model.embeddings import EmbeddingSource
 
 
 def build_task(cfg: DictConfig) -> Task:

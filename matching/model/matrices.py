@@ -28,7 +28,7 @@ def describe(name: str, cfg: Mapping | None = None) -> str:
         text = known[base]
     elif kind in ("softmax", "conflict", "attention") and direction in ("a", "b"):
         sums = "each row sums to 1" if direction == "a" else "each column sums to 1"
-        if kind == "attention":  # matching/attention.py: the weights of its parts, averaged over its heads
+        if kind == "attention":  # matching/model/attention.py: the weights of its parts, averaged over its heads
             heads = "feature-wise, mean" if node.get("feature_wise") else f"{node.get('heads', 1)} heads, mean"
             sums = (
                 f"{node.get('distribution', 'softmax')} of {node.get('score', 'dot')} scores"
@@ -44,7 +44,7 @@ def describe(name: str, cfg: Mapping | None = None) -> str:
     return f"intra {side[-1]}: {text}" if side else text
 
 
-#: The values each activation of CoDA can take (φ_E, φ_N; see matching/aligners.py).
+#: The values each activation of CoDA can take (φ_E, φ_N; see matching/model/aligners.py).
 _ACTIVATION_RANGES = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0), "arctan": (-math.pi / 2, math.pi / 2),
                       "algebraic": (-1.0, 1.0)}  # fmt: skip
 

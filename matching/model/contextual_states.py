@@ -1,4 +1,4 @@
-"""The cache of a split's word states under a frozen encoder (matching.data.contextual): every distinct text of
+"""The cache of a split's word states under a frozen encoder (matching.model.contextual): every distinct text of
 the split encoded once, kept in float16 in a memory-mapped file keyed by the split and the encoder."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from matching.files import file_sha256, write_atomic, write_npz_atomic
 
 if TYPE_CHECKING:
-    from matching.data.contextual import ContextualEncoder
+    from matching.model.contextual import ContextualEncoder
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from matching.errors import ConfigError
-from matching.layers import (
+from matching.model.layers import (
     Dropout,
     FeedForward,
     center_over_pair,

@@ -16,11 +16,11 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from matching.aligners import Aligner
 from matching.data.vocab import NULL_ID, PAD_ID
 from matching.errors import ConfigError
-from matching.layers import FeedForward, split_sides
-from matching.precision import forward_in
+from matching.model.aligners import Aligner
+from matching.model.layers import FeedForward, split_sides
+from matching.model.precision import forward_in
 
 AlignerFactory = Callable[..., Aligner]  # called as factory(dim=...)
 
@@ -37,7 +37,7 @@ class MatchOutput(NamedTuple):
 
 def run_batch(model: nn.Module, batch: Mapping[str, Any], dtype: torch.dtype) -> MatchOutput:
     """The model on a batch (ids `a`, `b` and whatever CONTEXT_INPUTS it carries), computed in `dtype` (see
-    matching.precision.forward_in): the one forward pass of training, evaluation and PyTorch inference."""
+    matching.model.precision.forward_in): the one forward pass of training, evaluation and PyTorch inference."""
     context = {k: batch[k] for k in CONTEXT_INPUTS if k in batch}
     return forward_in(dtype, model, batch["a"], batch["b"], **context)
 
@@ -83,7 +83,7 @@ class DecomposableAttention(nn.Module):
             rows are stored in float16 (half the checkpoint; unit-norm rows lose nothing that matters) and
             computed with in the projection's precision.
         normalize_embeddings: scale every row of `vectors` to unit L2 norm first.
-        word_states: the words' vectors are an encoder's states pooled per word (matching.encoders), given with
+        word_states: the words' vectors are an encoder's states pooled per word (matching.model.encoders), given with
             each batch (`a_states`, `b_states`: (B, L, E)) or, with a fine-tuned `encoder`, computed from the
             batch's word pieces (`a_pieces`, `b_pieces`); `vectors` is then the (2, E) table of padding and the
             NULL token, and the ids only mark the real tokens. The embedding source says which (model_arguments).
@@ -130,7 +130,7 @@ class DecomposableAttention(nn.Module):
         self.aggregate = FeedForward(2 * hidden, hidden, dropout)  # H
         self.classifier = nn.Linear(hidden, num_classes)
 
-    #: Submodules whose weights stay float32 when the model computes in bf16 (matching.precision): the classifier
+    #: Submodules whose weights stay float32 when the model computes in bf16 (matching.model.precision): the classifier
     #: (hidden x classes weights, no cost), so that the logits and the ranking score, their difference, keep float32's
     #: resolution. In bf16 two close candidates' scores round to a tie (WikiQA dev: −1.80454 and −1.80828 both became
     #: −1.804688, and the tie put the correct answer second).

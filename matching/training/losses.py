@@ -98,7 +98,7 @@ def listwise_softmax(scores: torch.Tensor, targets: torch.Tensor, groups: torch.
     return per_query[keep].mean()
 
 
-# -- distillation from a teacher's logits (matching.distillation) ----------------------------------------------------
+# -- distillation from a teacher's logits (matching.training.distillation) -------------------------------------
 
 #: The values of `distill.loss`: kl (classification, and pointwise ranking) | margin_mse | listwise_kl (ranking).
 DISTILL_LOSSES = ("kl", "margin_mse", "listwise_kl")

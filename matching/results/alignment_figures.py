@@ -11,7 +11,7 @@ import numpy as np
 
 from matching.extras import require
 from matching.matcher import Matcher
-from matching.matrices import color_scale, describe, value_range
+from matching.model.matrices import color_scale, describe, value_range
 from matching.results.discovery import option_name
 
 
@@ -57,7 +57,7 @@ def draw_heatmap_rows(
 ) -> Path:
     """One row of heat-maps per model (its tokens of a and b, its matrices and their captions), as in
     `draw_heatmaps`; a row with fewer matrices than the widest leaves its last panels blank. `ranges`: the values
-    each matrix can take by its formula (matching.matrices.value_range), which choose its colour scale."""
+    each matrix can take by its formula (matching.model.matrices.value_range), which choose its colour scale."""
     ranges = ranges or {}
     plt = _plt()
     cell = 0.32
@@ -83,7 +83,7 @@ def draw_heatmap_rows(
             row_side = "b" if name.startswith("intra_b") else "a"
             col_side = row_side if intra else "b"
             ys, xs = (tokens_b if row_side == "b" else tokens_a), (tokens_b if col_side == "b" else tokens_a)
-            signed, low, high = color_scale(m, ranges.get(name))  # the server page's rule (matching.matrices)
+            signed, low, high = color_scale(m, ranges.get(name))  # the server page's rule (matching.model.matrices)
             image = ax.imshow(m, cmap="RdBu_r" if signed else "Blues", vmin=low, vmax=high)
             ax.set_xticks(range(len(xs)), xs, rotation=90, fontsize=8)
             ax.set_yticks(range(len(ys)), ys, fontsize=8)

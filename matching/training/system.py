@@ -15,9 +15,11 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from matching.callbacks import batches_trained
 from matching.errors import ConfigError
-from matching.losses import (
+from matching.model.decomposable import MatchOutput, run_batch
+from matching.model.precision import check, forward_in, resolve
+from matching.training.callbacks import batches_trained
+from matching.training.losses import (
     check_distill,
     check_loss,
     kl_to_teacher,
@@ -26,7 +28,7 @@ from matching.losses import (
     margin_mse,
     pairwise_hinge,
 )
-from matching.metrics import (
+from matching.training.metrics import (
     ClassificationMetrics,
     EvaluationRecord,
     RankingMetrics,
@@ -34,8 +36,6 @@ from matching.metrics import (
     match_margin,
     positive_index,
 )
-from matching.model import MatchOutput, run_batch
-from matching.precision import check, forward_in, resolve
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +50,14 @@ class MatchingSystem(pl.LightningModule):
     `{prefix}/macro_f1`; with two labels also `{prefix}/{f1,precision,recall,ap,auroc}` of `positive_label` (None:
     the second label). kind="rank" (pointwise ranking, label 1 = match): `{prefix}/{loss,acc}` and
     `{prefix}/{map,mrr,top1,top2,top5,p1,mrr10,ndcg10,map_raw,mrr_raw,questions,...}`, computed per question. Both
-    over the whole split, once an evaluation (see matching.metrics). The prefix of each evaluation split is given by
+    over the whole split, once an evaluation (see matching.training.metrics). The prefix of each evaluation split is
+    given by
     `val_prefixes` (one per validation dataloader, e.g. ["val", "val_mismatched"]) and `test_prefixes`.
     `compute_dtype` is the arithmetic of every forward pass, a `dtype=` value: fp32, bf16 or auto (see
-    matching.precision). `loss_kind` (a ranking task only): pointwise (the cross-entropy above), pairwise (a hinge of
+    matching.model.precision). `loss_kind` (a ranking task only): pointwise (the cross-entropy above), pairwise (a
+    hinge of
     `margin` over each query's positive/negative candidates) or listwise (softmax cross-entropy over each query's
-    candidates), on the match margin of each pair (see matching.losses); evaluation is the same for all three.
+    candidates), on the match margin of each pair (see matching.training.losses); evaluation is the same for all three.
     """
 
     def __init__(
@@ -91,7 +93,7 @@ class MatchingSystem(pl.LightningModule):
         if distill is not None:
             check_distill(distill["loss"], kind, distill["weight"], distill["temperature"])
         self.distill = distill
-        # The teacher's logits of every training pair (matching.distillation), set before training; not saved.
+        # The teacher's logits of every training pair (matching.training.distillation), set before training; not saved.
         self.teacher_logits: torch.Tensor | None = None
         n = len(self.labels)
         if class_weights is not None and len(class_weights) != n:
@@ -156,7 +158,8 @@ class MatchingSystem(pl.LightningModule):
         return loss
 
     def training_loss(self, logits: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
-        """The loss of `loss_kind` (matching.losses); the ranking losses score a pair by its match margin. With a
+        """The loss of `loss_kind` (matching.training.losses); the ranking losses score a pair by its match margin.
+        With a
         teacher, plus `distill.weight` times the distillation loss against its logits of the batch's pairs."""
         loss = self.label_loss(logits, batch)
         if self.distill is None:

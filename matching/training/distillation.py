@@ -10,7 +10,8 @@ teacher through its own text pipeline, and kept:
 - in the run, `teacher/logits.npy` with `teacher/teacher.json` (the key, each teacher, the pairs, the seconds it
   took), so that the run says what it learnt from.
 
-The loss beside the labels' (`distill.weight` times it; matching.losses): `kl` (classification; or a ranking task's
+The loss beside the labels' (`distill.weight` times it; matching.training.losses): `kl` (classification; or a ranking
+task's
 pairs one by one) to the teacher's probabilities at `distill.temperature`; for ranking, `margin_mse` (MarginMSE,
 Hofstätter et al. 2020: the teacher's margin between a query's positive and negative candidates) or `listwise_kl`
 (the teacher's distribution over a query's candidates). `auto`: kl for classification, margin_mse for ranking.

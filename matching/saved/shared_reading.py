@@ -1,4 +1,5 @@
-"""Reading a shared model folder (`matching-export format=hub`; matching.serving.sharing writes one): download it from
+"""Reading a shared model folder (`matching-export format=hub`; matching.saved.shared_folder writes one): download it
+from
 the hub, check that its config builds nothing but matching's own components, and read its config, vocabulary and
 weights from YAML, text and safetensors only, never a pickle: a config.yaml from someone else cannot make Hydra call
 an arbitrary function. What an embedding source loads from elsewhere (an encoder) is not in the folder: the config
@@ -17,6 +18,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from matching.data.vocab import Vocabulary
 from matching.errors import RunError
 from matching.extras import require
+from matching.saved.earlier_versions import upgraded
 
 WEIGHTS = "model.safetensors"
 #: The files of a shared folder that loading reads (the others are for people and other clients).
@@ -25,8 +27,8 @@ REQUIRED = ("config.yaml", "vocab.txt", WEIGHTS)
 #: What a shared folder's config may name as a `_target_` besides every Aligner and EmbeddingSource of matching: its
 #: own model and text components (by name: the data module's is not imported to check it).
 SHARED_TARGETS = frozenset(
-    {"matching.data.tasks.Task", "matching.data.datamodule.PairDataModule", "matching.model.DecomposableAttention",
-     "matching.data.tasks.keep_recent_turns"}
+    {"matching.data.tasks.Task", "matching.training.datamodule.PairDataModule",
+     "matching.model.decomposable.DecomposableAttention", "matching.data.tasks.keep_recent_turns"}
 )  # fmt: skip
 
 
@@ -90,8 +92,8 @@ def _allowed(target: str) -> bool:
         return name.startswith("read_")
     from hydra.utils import get_object  # Hydra and torch only when a shared folder is read (not to locate one)
 
-    from matching.aligners import Aligner
-    from matching.data.embeddings import EmbeddingSource
+    from matching.model.aligners import Aligner
+    from matching.model.embeddings import EmbeddingSource
 
     try:
         obj = get_object(target)  # a module of matching: importing it runs nothing but our own code
@@ -103,17 +105,18 @@ def _allowed(target: str) -> bool:
 def read_shared(
     folder: Path, settings: dict[str, Any] | None = None, config: DictConfig | None = None
 ) -> tuple[DictConfig, Path, Vocabulary, dict, dict]:
-    """A shared folder's config, weights file, vocabulary, weights and metadata (what matching.assembly.trained_model
+    """A shared folder's config, weights file, vocabulary, weights and metadata (what
+    matching.model.assembly.trained_model
     builds the model from), read from YAML, text and safetensors only; `settings`: dotted config keys to override
     (see matching.inference.load); `config`: the folder's config as a command composed it (checked all the same)."""
-    from matching.run_files import configured
+    from matching.saved.run_folder import configured
 
     safetensors = require("safetensors", "hub", "loading a shared model folder (safetensors)")
     missing = [name for name in REQUIRED if not (folder / name).is_file()]
     if missing:
         raise RunError(f"{folder} is not a complete shared model folder: {', '.join(missing)} missing")
     try:
-        cfg = OmegaConf.load(folder / "config.yaml")
+        cfg = upgraded(OmegaConf.load(folder / "config.yaml"))
     except Exception as err:
         raise RunError(f"cannot read {folder / 'config.yaml'} ({type(err).__name__}: {err})") from None
     if not isinstance(cfg, DictConfig) or any(k not in cfg for k in ("task", "data", "embeddings", "model")):

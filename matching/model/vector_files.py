@@ -2,7 +2,7 @@
 
 Only the rows of the requested words are ever kept in memory: text files are streamed line by line and only the
 lines of vocabulary words have their floats parsed, so a 2M-word GloVe file loads with a small footprint. The
-embedding source that uses them is `matching.data.embeddings.PretrainedVectors`.
+embedding source that uses them is `matching.model.embeddings.PretrainedVectors`.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ several heads, or one per feature), chosen by config:
 With K heads the D features of a and b are split into K groups; head k scores with its own part (its slice of the
 features for the dot family, its own output for the additive family) and aligns its own slice of the features of
 the other sentence, so a_aligned is still D wide. `heads=D` is feature-wise (multi-dimensional) attention: one
-distribution per feature (Shen et al. 2018, DiSAN). As everywhere (matching/aligners.py), each side is normalised
+distribution per feature (Shen et al. 2018, DiSAN). As everywhere (matching/model/aligners.py), each side is normalised
 over the other's real tokens, padding gets weight 0, and rows and columns of padding are 0.
 
 `aligner=attention` with score=dot, distribution=softmax and heads=1 computes what `aligner=softmax
@@ -24,9 +24,9 @@ import math
 import torch
 from torch import Tensor, nn
 
-from matching.aligners import Aligner, Alignment
 from matching.errors import ConfigError
-from matching.layers import Dropout, center_over_pair, masked_softmax, pair_mask
+from matching.model.aligners import Aligner, Alignment
+from matching.model.layers import Dropout, center_over_pair, masked_softmax, pair_mask
 
 # ------------------------------------------------------------------------------------------ compatibility
 
@@ -331,7 +331,7 @@ class AttentionAligner(Aligner):
     """An aligner from parts (see the module docstring): `score` (SCORES), `distribution` (DISTRIBUTIONS), `heads`
     (a divisor of the input width; `feature_wise=true` sets it to the width). `alpha` is entmax's α, `hidden` the
     width of the additive and deep scores. `center_tokens`: every score function compares a and b minus the pair's
-    mean token (matching/aligners.py); the aligned vectors stay sums of a and b as given. Matrices for plots: the
+    mean token (matching/model/aligners.py); the aligned vectors stay sums of a and b as given. Matrices for plots: the
     weights of each side, averaged over heads."""
 
     def __init__(

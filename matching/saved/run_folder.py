@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from matching.errors import RunError
+from matching.saved.earlier_versions import upgraded
 
 
 def find_run_dir(checkpoint: Path) -> Path:
@@ -67,20 +68,13 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
 def saved_config(checkpoint: str | os.PathLike) -> DictConfig:
     """The saved config of the run a checkpoint belongs to; a run saved before the `dtype` key computed in fp32,
     and is given that key, so that `dtype=bf16` overrides it as in any other run."""
-    return with_dtype(OmegaConf.load(find_run_dir(check_checkpoint(checkpoint)) / "config.yaml"))
-
-
-def with_dtype(cfg: DictConfig) -> DictConfig:
-    """`cfg` with a `dtype` key: a run saved before there was one computed in fp32 (matching.precision)."""
-    if "dtype" not in cfg:
-        cfg.dtype = "fp32"
-    return cfg
+    return upgraded(OmegaConf.load(find_run_dir(check_checkpoint(checkpoint)) / "config.yaml"))
 
 
 def configured(cfg: DictConfig, settings: dict[str, Any]) -> DictConfig:
     """A copy of a run's config with `settings` (dotted keys of the config: `{"data.batch_tokens": 4096}`) applied;
     a key the config does not have is a RunError."""
-    cfg = with_dtype(copy.deepcopy(cfg))
+    cfg = upgraded(copy.deepcopy(cfg))
     for key, value in settings.items():
         if OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
             raise RunError(f"the run's config has no key {key!r} to set; its keys are in config.yaml beside the model")

@@ -22,17 +22,7 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from matching.assembly import (
-    another_version,
-    build_model,  # noqa: F401  (training's model, built from the parts inference uses)
-    build_task,
-    read_checkpoint,
-    read_vocabulary,
-    trained_model,
-)
 from matching.configs import build
-from matching.data.datamodule import PairDataModule, split_prefix
-from matching.data.embeddings import EmbeddingSource, embeddings_choice
 from matching.data.pairs import Pair
 from matching.data.pipeline import PreparedPairs, TextPipeline
 from matching.data.sources import labels_from_data
@@ -43,10 +33,20 @@ from matching.errors import (
     RunError,  # noqa: F401  (imported from here by the commands and tests, as before)
 )
 from matching.files import write_atomic
-from matching.losses import distill_settings
-from matching.model import DecomposableAttention, MatchOutput
-from matching.run_files import check_checkpoint, find_checkpoint, find_run_dir
-from matching.system import MatchingSystem
+from matching.model.assembly import (
+    another_version,
+    build_model,  # noqa: F401  (training's model, built from the parts inference uses)
+    build_task,
+    read_checkpoint,
+    read_vocabulary,
+    trained_model,
+)
+from matching.model.decomposable import DecomposableAttention, MatchOutput
+from matching.model.embeddings import EmbeddingSource, embeddings_choice
+from matching.saved.run_folder import check_checkpoint, find_checkpoint, find_run_dir
+from matching.training.datamodule import PairDataModule, split_prefix
+from matching.training.losses import distill_settings
+from matching.training.system import MatchingSystem
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,8 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None, run_dir: 
     """The task's data module with its embedding source; without `vocab` it builds the vocabulary (training words,
     plus every word with a pretrained vector among the dev splits and the vectors file's first
     `embeddings.top_words` words), and the source's files are checked before any corpus is read. `run_dir` (default:
-    `paths.output_dir`, a training run's folder) keeps what a positives-only task mines (matching.data.negatives)."""
+    `paths.output_dir`, a training run's folder) keeps what a positives-only task mines
+    (matching.training.negatives)."""
     task = build_task(cfg)
     if not task.labels:  # a generic task (task=pairs): the data's label names, kept in the config the run saves
         task.labels = labels_from_data(task, cfg.paths.data_dir, cfg.paths.cache_dir)
@@ -84,7 +85,7 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None, run_dir: 
 
 def trained_logits(path: str) -> Callable[[list[Pair]], np.ndarray]:
     """The (N, 2) logits of pairs under the trained ranking run at `path` (its directory or a checkpoint): how
-    `task.negatives.method=ckpt` scores the candidates it mines (matching.data.negatives)."""
+    `task.negatives.method=ckpt` scores the candidates it mines (matching.training.negatives)."""
     run = load_trained(find_checkpoint(path))
     if run.data.task.kind != "rank":
         raise ConfigError(f"task.negatives.ckpt={path} is a {run.data.task.kind} model; mining needs a ranking run")
@@ -248,7 +249,7 @@ def load_trained(checkpoint: str | os.PathLike, cfg: DictConfig | None = None) -
 def assemble_run(
     run_dir: Path, checkpoint: Path, cfg: DictConfig, vocab: Vocabulary, weights: dict[str, torch.Tensor], meta: dict
 ) -> TrainedRun:
-    """A TrainedRun from its parts (matching.assembly.trained_model checks them against each other), with the data
+    """A TrainedRun from its parts (matching.model.assembly.trained_model checks them against each other), with the data
     module and an evaluation-only MatchingSystem around the model: what evaluating a split and exporting need."""
     trained = trained_model(cfg, run_dir, checkpoint, vocab, weights, meta)
     try:

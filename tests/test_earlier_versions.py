@@ -1,0 +1,62 @@
+"""A run saved before the package's rooms (its config.yaml names `matching.aligners.CoDAAligner`, `matching.model.
+DecomposableAttention`, ...) still loads with the same answers, and a relaunched sweep still finds it complete."""
+
+import json
+import shutil
+
+import numpy as np
+import yaml
+from omegaconf import OmegaConf
+
+from matching.saved.earlier_versions import MOVED_MODULES, current_target, current_targets
+
+EARLIER = {new: old for old, new in MOVED_MODULES.items()}
+
+
+def as_saved_before_the_rooms(node):
+    """`node` (plain YAML) with every moved `_target_` named where it lived before the rooms."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            module, _, name = value.rpartition(".") if key == "_target_" and isinstance(value, str) else ("", "", "")
+            if module in EARLIER:
+                node[key] = f"{EARLIER[module]}.{name}"
+            else:
+                as_saved_before_the_rooms(value)
+    elif isinstance(node, list):
+        for item in node:
+            as_saved_before_the_rooms(item)
+    return node
+
+
+def test_each_moved_target_is_read_with_todays_name_and_the_rest_are_left_as_they_are():
+    assert current_target("matching.aligners.CoDAAligner") == "matching.model.aligners.CoDAAligner"
+    assert current_target("matching.model.DecomposableAttention") == "matching.model.decomposable.DecomposableAttention"
+    assert current_target("matching.data.contextual.ContextualEncoder") == "matching.model.contextual.ContextualEncoder"
+    for today in ("matching.model.aligners.CoDAAligner", "matching.data.tasks.Task", "torch.optim.Adam"):
+        assert current_target(today) == today
+    node = {"model": {"_target_": "matching.model.DecomposableAttention", "aligner": {"_target_": "matching.aligners.X"}},
+            "callbacks": [{"_target_": "matching.callbacks.EpochProgressBar"}], "seed": 1}  # fmt: skip
+    assert len(current_targets(node)) == 3
+    assert node["model"]["aligner"]["_target_"] == "matching.model.aligners.X"
+    assert node["callbacks"][0]["_target_"] == "matching.training.callbacks.EpochProgressBar"
+
+
+def test_a_run_saved_before_the_rooms_loads_with_the_same_answers_and_a_sweep_finds_it(snli_run, tmp_path, caplog):
+    from matching import Matcher
+    from matching.training.sweeps import prior_run
+
+    run_dir, _ = snli_run
+    earlier = tmp_path / "earlier"
+    shutil.copytree(run_dir, earlier)
+    saved = yaml.safe_load((earlier / "config.yaml").read_text())
+    as_saved_before_the_rooms(saved)
+    text = yaml.safe_dump(saved)
+    assert "matching.model.DecomposableAttention" in text and "matching.model.aligners" not in text
+    (earlier / "config.yaml").write_text(text)
+
+    pairs = [("A man plays a guitar.", "A person makes music."), ("A dog runs.", "A cat sleeps on a sofa.")]
+    np.testing.assert_array_equal(Matcher.load(earlier).logits(pairs), Matcher.load(run_dir).logits(pairs))
+
+    today = OmegaConf.load(run_dir / "config.yaml")
+    prior = prior_run(today, earlier)
+    assert prior.state == "complete" and prior.metrics == json.loads((run_dir / "metrics.json").read_text())
