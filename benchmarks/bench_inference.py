@@ -106,7 +106,7 @@ def main() -> None:
             changed = float(np.mean([a != b for a, b in zip(firsts, best, strict=True)]))
             rank50, one50 = statistics.median(rank_times), statistics.median(one_times)
             where = f", {args.device}" if name == "torch" and args.device != "cpu" else ""
-            rows.append((f"{name} ({matcher.predictor.dtype}{where})", rank50, percentile(rank_times, 99), 10 / rank50,
+            rows.append((f"{name} ({matcher.dtype}{where})", rank50, percentile(rank_times, 99), 10 / rank50,
                          one50, percentile(one_times, 99), batch_rate, difference, changed))  # fmt: skip
     finally:
         stop.set()

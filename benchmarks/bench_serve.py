@@ -37,11 +37,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from matching import precision  # noqa: E402
 from matching.cli import compose_config  # noqa: E402
 from matching.data.pairs import Pair  # noqa: E402
 from matching.data.tables import read_new_pairs  # noqa: E402
 from matching.inference import load  # noqa: E402
+from matching.model import precision  # noqa: E402
 from matching.serving.server import serving  # noqa: E402
 
 

@@ -89,7 +89,7 @@ def plain_epoch(cfg, dm, vectors, batches: list[dict[str, torch.Tensor]] | None 
     over `batches` (default: `precollated(cfg, dm)`), and returns ms per step."""
     from hydra.utils import instantiate
 
-    from matching.training.build import build_model
+    from matching.model.assembly import build_model
 
     batches = precollated(cfg, dm) if batches is None else batches
     device = batches[0]["a"].device
@@ -131,7 +131,8 @@ def decompose(work: Path, aligner: str, trainer: str, pairs: int, extra: list[st
     import lightning.pytorch as pl
     from hydra.utils import instantiate
 
-    from matching.training.build import build_model, build_system
+    from matching.model.assembly import build_model
+    from matching.training.build import build_system
     from matching.training.callbacks import EpochTimer, run_callbacks
 
     cfg, dm, vectors = tiny_setup(work, aligner, trainer, pairs, extra)

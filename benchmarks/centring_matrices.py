@@ -45,7 +45,7 @@ def main() -> None:
         matcher = Matcher.load(run)
         with (run / "scores" / "val.csv").open(newline="") as f:
             pairs = [(r["a"], r["b"]) for r, _ in zip(csv.DictReader(f), range(args.pairs), strict=False)]
-        cfg = matcher.predictor.config
+        cfg = matcher.config
         centred = bool(cfg.aligner.get("center_tokens", False))
         stats: dict[str, dict[str, list[float]]] = {}
         for a, b in pairs:

@@ -26,9 +26,9 @@ def build(node: DictConfig, **kwargs: Any) -> Any:
     config (turning a dataclass into a config node), and would wrap a constructor's own error (a bad value, a
     missing file) in an InstantiationException that hides what the user did wrong."""
     if not isinstance(node, DictConfig) or "_target_" not in node:
-        key = node._get_full_key(None) if isinstance(node, DictConfig) else "a config node"
+        keys = f"with keys {', '.join(map(str, list(node)[:8]))}" if isinstance(node, DictConfig) else repr(node)[:80]
         raise ConfigError(
-            f"config node {key!r} has no _target_ (the class or function it builds); it was probably saved by an "
+            f"a config node ({keys}) has no _target_ (the class or function it builds); it was probably saved by an "
             "older version of matching: retrain, or start from the matching file under conf/"
         )
     return instantiate(node, _partial_=True)(**kwargs)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import lightning.pytorch as pl
 
     from matching.data.tasks import Task
-    from matching.training.build import TrainedRun
+    from matching.model.assembly import TrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -59,36 +59,41 @@ def evaluation_trainer(cfg: DictConfig) -> pl.Trainer:
     )  # fmt: skip
 
 
-def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None, backend: str = "torch",
+def evaluate_run(run: TrainedModel, split: str = "dev", out: str | None = None, backend: str = "torch",
                  quantize: str | None = None) -> dict[str, float]:  # fmt: skip
+    """Score the run on `split` as its validation did (the same batches, metrics and per-unit scores), through
+    its data module and an evaluation-only LightningModule around the trained model."""
     from matching.results.scores import write_recorded
+    from matching.training.build import evaluation_data
     from matching.training.datamodule import split_prefix
     from matching.training.metrics import chance_warnings
     from matching.training.system import MatchingSystem
 
-    names = splits_for(split, run.task)
+    data = evaluation_data(run)
+    names = splits_for(split, data.task)
     scorer = onnx_scorer(run, quantize) if backend == "onnx" or quantize else None  # before the splits are read
-    run.data.prepare_splits(names)
+    data.prepare_splits(names)
     prefixes = [split_prefix(s) for s in names]
     system = MatchingSystem(run.model, None, run.labels, kind=run.kind, val_prefixes=prefixes, test_prefixes=(),
-                            compute_dtype=run.system.compute_dtype, positive_label=run.task.positive_label)  # fmt: skip
+                            compute_dtype=str(run.cfg.get("dtype", "fp32")),
+                            positive_label=data.task.positive_label)  # fmt: skip
     system.record_predictions = True
     system.score_batch = scorer
     metrics: dict[str, float] = {}
-    loaders = [run.data.loader(s) for s in names]
+    loaders = [data.loader(s) for s in names]
     for result in evaluation_trainer(run.cfg).validate(system, dataloaders=loaders, verbose=False):
         metrics |= {k: float(v) for k, v in result.items()}
     # Another backend's scores go beside the run's own (<run>/onnx-int8/scores/), never over them: a study and
     # `report` compare the scores of <run>/scores/, the model's on PyTorch.
     tag = "" if scorer is None else ("onnx-int8" if quantize else "onnx")
-    scores = write_recorded(run.run_dir / tag, system.recorded, run.data, run.labels, run.kind)
-    named = Path(run.task.splits[INPUT_SPLIT].path).name.split(".")[0] if split == INPUT_SPLIT else split
+    scores = write_recorded(run.run_dir / tag, system.recorded, data, run.labels, run.kind)
+    named = Path(data.task.splits[INPUT_SPLIT].path).name.split(".")[0] if split == INPUT_SPLIT else split
     path = Path(out) if out else run.run_dir / f"eval_{named}{'_' + tag if tag else ''}.json"
     record = {
-        "checkpoint": str(run.checkpoint),
+        "checkpoint": str(run.weights_file),
         "split": split,
-        **({"input": run.task.splits[INPUT_SPLIT].path} if split == INPUT_SPLIT else {}),
-        "pairs": {s: len(run.data.splits[s]) for s in names},
+        **({"input": data.task.splits[INPUT_SPLIT].path} if split == INPUT_SPLIT else {}),
+        "pairs": {s: len(data.splits[s]) for s in names},
         "backend": tag or "torch",
         "metrics": metrics,
     }
@@ -97,10 +102,10 @@ def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None, ba
         record["positive_label"] = run.labels[positive]
     write_json(path, record)
     if run.kind == "rank":
-        for warning in chance_warnings(run.task.name, system.recorded, metrics):
+        for warning in chance_warnings(data.task.name, system.recorded, metrics):
             log.warning(warning)
     width = max(len(k) for k in metrics)
-    print(f"{run.task.name} · {run.checkpoint}" + ("" if scorer is None else f" · {record['backend']}"))
+    print(f"{data.task.name} · {run.weights_file}" + ("" if scorer is None else f" · {record['backend']}"))
     if positive is not None:
         print(f"  (f1, precision, recall, ap, auroc: of the positive label {run.labels[positive]!r})")
     for key in sorted(metrics):
@@ -109,7 +114,7 @@ def evaluate_run(run: TrainedRun, split: str = "dev", out: str | None = None, ba
     return metrics
 
 
-def onnx_scorer(run: TrainedRun, quantize: str | None):
+def onnx_scorer(run: TrainedModel, quantize: str | None):
     """The logits of an evaluation batch from the run's ONNX Runtime graph (float32, or int8 weights): the same
     splits, batches and metrics as the PyTorch evaluation, another backend."""
     import numpy as np
@@ -123,7 +128,7 @@ def onnx_scorer(run: TrainedRun, quantize: str | None):
             "the encoder's cached word states, which its ONNX graph does not take. Evaluate it with backend=torch, or "
             "score a file with matching-predict backend=onnx"
         )
-    backend = load(run.checkpoint, backend="onnx", quantize=quantize, config=run.cfg).backend
+    backend = load(run.weights_file, backend="onnx", quantize=quantize, config=run.cfg).backend
 
     def score(batch: dict) -> torch.Tensor:
         a, b = batch["a"].numpy(), batch["b"].numpy()
@@ -137,16 +142,16 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     """The `evaluate` command on a composed config (conf/evaluate.yaml over the run's saved config)."""
     # Imported here, not at the top: torch and Lightning load only after Hydra has read the arguments, so that
     # a typo is answered in under a second (benchmarks/bench_cli_errors.py).
-    from matching.training.build import load_trained
+    from matching.model.assembly import load_run
 
     backend, quantize = str(cfg.get("backend") or "torch"), cfg.get("quantize")
     if backend not in ("torch", "onnx") or quantize not in (None, "int8"):
         raise RunError(f"evaluate takes backend=torch|onnx and quantize=int8 or null, got backend={backend} "
                        f"quantize={quantize}")  # fmt: skip
     if cfg.get("input"):
-        run = load_trained(find_checkpoint(cfg.ckpt), with_input_split(cfg))
+        run = load_run(find_checkpoint(cfg.ckpt), with_input_split(cfg))
         return evaluate_run(run, INPUT_SPLIT, cfg.out, backend, quantize)
-    return evaluate_run(load_trained(find_checkpoint(cfg.ckpt), cfg), str(cfg.split), cfg.out, backend, quantize)
+    return evaluate_run(load_run(find_checkpoint(cfg.ckpt), cfg), str(cfg.split), cfg.out, backend, quantize)
 
 
 #: The split a labelled file of one's own (`evaluate input=<file>`) is evaluated as; its metrics are `input/<name>`.

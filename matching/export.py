@@ -35,9 +35,9 @@ def export_command(cfg: DictConfig) -> Path:
     """The `export` command on a composed config (conf/export.yaml over the run's saved config)."""
     # Imported here, not at the top: torch and Lightning load only after Hydra has read the arguments, so that
     # a typo is answered in under a second (benchmarks/bench_cli_errors.py).
+    from matching.model.assembly import load_run
     from matching.saved.formats import check_format, export
     from matching.saved.shared_folder import push
-    from matching.training.build import load_trained
 
     fmt = cfg.format
     check_format(fmt, get_object(cfg.embeddings._target_), str(cfg.ckpt))  # before the run (an encoder) is loaded
@@ -46,7 +46,7 @@ def export_command(cfg: DictConfig) -> Path:
             "push_to_hub=true uploads a shared folder: give format=hub and repo_id=<owner/name> (your user or "
             f"organisation on huggingface.co, then the model's name); got format={fmt} repo_id={cfg.repo_id}"
         )
-    run = load_trained(find_checkpoint(cfg.ckpt), cfg)
+    run = load_run(find_checkpoint(cfg.ckpt), cfg)
     out = Path(cfg.out or run.run_dir / ("hub" if fmt == "hub" else "export"))
     path = export(run, str(fmt), out, cfg.encoder, cfg.encoder_revision)
     if fmt == "hub":

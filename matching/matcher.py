@@ -30,7 +30,7 @@ from matching.data.tables import pair_of_mapping
 from matching.data.vocab import NULL
 from matching.errors import DataFormatError, RunError
 from matching.inference import Predictor, load
-from matching.inference.predictor import label_probabilities
+from matching.inference.predictor import label_probabilities, ranking
 from matching.inference.state_index import StateIndex
 
 PairLike = tuple | list | dict | Pair
@@ -69,7 +69,7 @@ class Matcher:
     or around a `Predictor` (matching.inference) a command has loaded: `Matcher(predictor)`."""
 
     def __init__(self, predictor: Predictor):
-        self.predictor = predictor
+        self._predictor = predictor  # the engine (matching.inference): reached through this object's members only
 
     @classmethod
     def load(
@@ -116,33 +116,93 @@ class Matcher:
     @property
     def kind(self) -> str:
         """ "classify" or "rank" (a pointwise ranking model: labels no-match, match)."""
-        return self.predictor.kind
+        return self._predictor.kind
 
     @property
     def labels(self) -> list[str]:
-        return list(self.predictor.labels)
+        return list(self._predictor.labels)
 
     @property
     def backend(self) -> str:
         """torch, onnx or onnx-int8."""
-        return self.predictor.backend.name
+        return self._predictor.backend.name
 
     @property
-    def device(self):
-        return getattr(self.predictor.backend, "device", "cpu")
+    def device(self) -> str:
+        return self._predictor.backend.device
+
+    @property
+    def task(self) -> str:
+        return self._predictor.task
+
+    @property
+    def dtype(self) -> str:
+        """What the arithmetic is: fp32, bf16, int8 (weights)."""
+        return self._predictor.dtype
+
+    @property
+    def columns(self) -> dict[str, str | None]:
+        """The run's own column names (`task.columns`: a, b, label, group), which dicts of pairs may be keyed by."""
+        return self._predictor.columns
+
+    @property
+    def config(self):
+        """The run's config (a run, a shared folder), or None (an exported ONNX folder has none)."""
+        return self._predictor.config
+
+    @property
+    def about(self) -> dict:
+        """What the model is, for people: aligner, embeddings, its run folder, the checkpoint's sha256, ..."""
+        return self._predictor.about
+
+    @property
+    def origin(self) -> Path:
+        """The folder or file it was loaded from."""
+        return self._predictor.origin
+
+    @property
+    def vocab(self):
+        return self._predictor.vocab
+
+    @property
+    def max_length(self) -> int | None:
+        return self._predictor.max_length
+
+    @property
+    def null_token(self) -> bool:
+        return self._predictor.null_token
+
+    @property
+    def reads_every_word(self) -> bool:
+        """An encoder reads every word; a table's unknown words hash to OOV buckets."""
+        return self._predictor.reads_every_word
+
+    @property
+    def can_align(self) -> bool:
+        """Whether `align` answers (the PyTorch backend; an exported graph returns the logits only)."""
+        return self._predictor.backend.can_align
+
+    @property
+    def truncated(self) -> int:
+        """How many pairs had a text cut to `max_length` so far."""
+        return self._predictor.truncated
+
+    def set_threads(self, threads: int, cap: int | None = None) -> None:
+        """Intra-op threads of every call (0: chosen per call), at most `cap`."""
+        self._predictor.backend.set_threads(threads, cap)
 
     def __repr__(self) -> str:
-        p = self.predictor
+        p = self._predictor
         return f"Matcher({p.task}, {self.kind}, labels={self.labels}, {self.backend}, from {p.origin})"
 
     # -- answers -------------------------------------------------------------------------------------------------
     def as_pairs(self, items: Iterable[PairLike], source: str = "pairs") -> list[Pair]:
         """`as_pairs` with this run's own column names (`task.columns`) for dicts."""
-        return as_pairs(items, source, self.predictor.columns)
+        return as_pairs(items, source, self._predictor.columns)
 
     def logits(self, pairs: Iterable[PairLike], source: str = "pairs") -> np.ndarray:
         """(N, classes) float32 logits of the pairs, in their order. `source` names the input in error messages."""
-        return self.predictor.logits(self.as_pairs(pairs, source), source)
+        return self._predictor.logits(self.as_pairs(pairs, source), source)
 
     def predict(self, pairs: Iterable[PairLike] | tuple[str, str], source: str = "pairs") -> list[dict] | dict:
         """One answer per pair, in their order: `{"label", "probs": {label: p}}` for a classification model,
@@ -150,18 +210,26 @@ class Matcher:
         but never saturates at 1.0). One pair `(a, b)` gives one answer."""
         if isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(t, str) for t in pairs):
             return self.predict([pairs], source)[0]
-        return self.answers(self.predictor.logits(self.as_pairs(pairs, source), source))
+        return self.answers(self._predictor.logits(self.as_pairs(pairs, source), source))
+
+    def prepare(self, pairs: Sequence[Pair]) -> PreparedPairs:
+        """Pairs prepared by the run's text pipeline (tokens, words, ids), to check or to score with `logits_of`."""
+        return self._predictor.prepare(pairs)
+
+    def logits_of(self, prepared: PreparedPairs, source: str = "pairs") -> np.ndarray:
+        """(N, classes) float32 logits of prepared pairs, in their order."""
+        return self._predictor.logits_of(prepared, source)
 
     def answers(self, logits: np.ndarray) -> list[dict]:
         """`predict`'s answers from (N, classes) logits."""
-        return self.predictor.answers(np.asarray(logits, np.float32))
+        return self._predictor.answers(np.asarray(logits, np.float32))
 
     def rank(self, query: str, candidates: Sequence[str], top_k: int | None = None) -> list[dict]:
         """The candidates best first (ties: in the order given), each `{"index", "candidate", "score", "p_match"}`
         (`index`: its position in `candidates`); the first `top_k` only when given. Ranking models only."""
         if self.kind != "rank":
             raise RunError(
-                f"this model classifies pairs into {self.labels} (task {self.predictor.task}); it does not rank. Use "
+                f"this model classifies pairs into {self.labels} (task {self._predictor.task}); it does not rank. Use "
                 "predict(pairs), or load a model trained on a ranking task (wikiqa, trecqa, ubuntu, pairs_rank, "
                 "pairs_positives)"
             )
@@ -182,18 +250,18 @@ class Matcher:
         in the index is still encoded, each distinct one once per call. See docs/ranking.md."""
         if isinstance(candidates, str):
             raise DataFormatError("candidates must be a list of texts, not one string; wrap it: [candidate]")
-        index = self.predictor.index(list(candidates))
+        index = self._predictor.index(list(candidates))
         if save_to is not None:
             index.save(save_to)
-        self.predictor.use_index(index)
+        self._predictor.use_index(index)
         return index
 
     def use_index(self, index: StateIndex | str | Path | None) -> StateIndex | None:
         """Rank against an index (a StateIndex, or the folder `index(..., save_to=)` wrote; None: no index). An
         index of another encoder or text pipeline than this model's is refused (StaleIndexError)."""
         if isinstance(index, (str, Path)):
-            index = StateIndex.load(index, self.predictor.index_key())
-        self.predictor.use_index(index)
+            index = StateIndex.load(index, self._predictor.index_key())
+        self._predictor.use_index(index)
         return index
 
     def align(self, a: str, b: str) -> dict:
@@ -202,13 +270,13 @@ class Matcher:
         matrix the aligner used (intra-sentence ones named "intra_a/..." and "intra_b/...", square), and the
         prediction (a ranking model's also with its `score` and `p_match`, as `predict` gives them). What
         `visualize` draws and the server's /align returns (PyTorch backend only)."""
-        return self.alignment(self.predictor.prepare(self.as_pairs([(a, b)], "align")))
+        return self.alignment(self._predictor.prepare(self.as_pairs([(a, b)], "align")))
 
     def alignment(self, prepared: PreparedPairs) -> dict:
         """`align` of one pair already prepared by the run's text pipeline (the server checks it first)."""
-        out = self.predictor.alignment(prepared)
+        out = self._predictor.alignment(prepared)
         tokens_a, tokens_b = prepared.words_a[0], prepared.words_b[0]
-        if self.predictor.null_token:
+        if self._predictor.null_token:
             tokens_a, tokens_b = [NULL, *tokens_a], [NULL, *tokens_b]
         ((label, probs),) = label_probabilities(out["logits"], self.labels)
         answer = {"a_tokens": tokens_a, "b_tokens": tokens_b, "matrices": out["matrices"], "label": label,
@@ -216,9 +284,3 @@ class Matcher:
         if self.kind == "rank":
             answer.update(self.answers(out["logits"])[0])
         return answer
-
-
-def ranking(candidates: Sequence[str], answers: Sequence[dict]) -> list[dict]:
-    """Ranking answers (`{"score", "p_match"}` per candidate) as `rank` returns them: best first, ties in order."""
-    order = sorted(range(len(candidates)), key=lambda i: (-answers[i]["score"], i))
-    return [{"index": i, "candidate": candidates[i], **answers[i]} for i in order]

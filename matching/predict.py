@@ -59,11 +59,11 @@ def predict(matcher: Matcher, pairs: Iterable[Pair], out: IO[str], batch_size: i
     # The pairs were checked as they were read (read_new_pairs): straight to the model, not through
     # Matcher.predict's check of a caller's pairs.
     chunks = iter(lambda: list(islice(stream, batch_size)), [])
-    batches = ((chunk, matcher.answers(matcher.predictor.logits(chunk, source))) for chunk in chunks)
+    batches = ((chunk, matcher.answers(matcher.logits_of(matcher.prepare(chunk), source))) for chunk in chunks)
 
-    from matching.matcher import ranking
+    from matching.inference.predictor import ranking
 
-    a, b = text_names(matcher.predictor.columns)
+    a, b = text_names(matcher.columns)
     if matcher.kind == "classify":
         for batch, answers in batches:
             for p, answer in zip(batch, answers, strict=True):
@@ -105,7 +105,7 @@ def predict_command(cfg: DictConfig) -> int:
 
     matcher = Matcher(load_predictor(cfg))
     named = OmegaConf.to_container(cfg.columns) if cfg.get("columns") else {}
-    options = {"format": cfg.input_format, "header": cfg.header, "preferred": matcher.predictor.columns,
+    options = {"format": cfg.input_format, "header": cfg.header, "preferred": matcher.columns,
                "named": named}  # fmt: skip
     with ExitStack() as stack:
         pairs = read_new_pairs(sys.stdin.buffer if path is None else path, **options)
@@ -114,7 +114,7 @@ def predict_command(cfg: DictConfig) -> int:
             use_index(matcher, Path(str(cfg.index)).expanduser(), pairs)
         out = sys.stdout if cfg.output == "-" else stack.enter_context(output_file(cfg.output))
         count = predict(matcher, pairs, out, int(cfg.batch_size), "<stdin>" if path is None else str(path))
-    done = matcher.predictor
+    done = matcher
     cut = f"; {done.truncated} had a text cut to data.max_length={done.max_length} tokens" if done.truncated else ""
     print(f"predicted {count} pair{'' if count == 1 else 's'}{cut}", file=sys.stderr)
     return count

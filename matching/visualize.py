@@ -36,20 +36,30 @@ from matching.results.discovery import option_name
 from matching.saved.run_folder import find_checkpoint
 
 if TYPE_CHECKING:
-    from matching.training.build import TrainedRun
+    from matching.model.assembly import TrainedModel
 
 log = logging.getLogger(__name__)
 
 
-def matrix_values(run: TrainedRun, split: str = "dev", max_pairs: int = 2000) -> dict[str, np.ndarray]:
-    """Values of every cross-alignment matrix over the real cells of (up to `max_pairs` of) a split."""
+def matrix_values(run: TrainedModel, split: str = "dev", max_pairs: int = 2000) -> dict[str, np.ndarray]:
+    """Values of every cross-alignment matrix over the real cells of (up to `max_pairs` of) a split, read through
+    the run's data module and computed by the forward pass of training and inference (run_batch)."""
+    import torch
+
+    from matching.model.decomposable import run_batch
+    from matching.model.precision import resolve
+    from matching.training.build import evaluation_data
+
     if split not in run.task.named_splits:
         raise RunError(f"unknown split {split!r}; choose one of {run.task.named_splits}")
-    run.data.prepare_splits([split])
+    data = evaluation_data(run)
+    data.prepare_splits([split])
+    compute = resolve(str(run.cfg.get("dtype", "fp32")), torch.device("cpu"))
     values: dict[str, list[np.ndarray]] = {}
     seen = 0
-    for batch in run.data.loader(split):
-        out = run.predict(batch)
+    for batch in data.loader(split):
+        with torch.inference_mode():
+            out = run_batch(run.model, batch, compute)
         valid = out.mask_a.unsqueeze(2) & out.mask_b.unsqueeze(1)  # (B, La, Lb) real cells
         for name, m in out.matrices.items():
             if not name.startswith("intra_"):
@@ -89,12 +99,12 @@ def visualize(cfg: DictConfig) -> Path:
     others = tuple(Matcher.load(path, backend="torch") for path in compare)  # each run as it was saved
     if cfg.mode == "heatmap":
         matcher = Matcher(load(cfg.ckpt, backend="torch", config=cfg))
-        out = Path(cfg.out or matcher.predictor.about["run_dir"] / ("alignments.png" if others else "alignment.png"))
+        out = Path(cfg.out or matcher.about["run_dir"] / ("alignments.png" if others else "alignment.png"))
         heatmap(matcher, str(cfg.a), str(cfg.b), out, cfg.show_intra, others)
     else:  # a split's matrices: the run's data module reads it
-        from matching.training.build import load_trained
+        from matching.model.assembly import load_run
 
-        run = load_trained(find_checkpoint(cfg.ckpt), cfg)
+        run = load_run(find_checkpoint(cfg.ckpt), cfg)
         values = matrix_values(run, str(cfg.split), int(cfg.max_pairs))
         out = Path(cfg.out or run.run_dir / f"matrix_values_{cfg.split}.png")
         captions = {name: describe(name, run.cfg) for name in values}

@@ -15,7 +15,8 @@ from hydra.errors import ConfigCompositionException
 
 from matching.data.encoding import EmptyTextError, LabelError
 from matching.data.tables import read_new_pairs
-from matching.training.build import RunError, build_datamodule
+from matching.errors import RunError
+from matching.training.build import build_datamodule
 from matching.training.run import train
 
 

@@ -22,9 +22,9 @@ from hydra import compose, initialize_config_dir
 
 from matching import report as report_module
 from matching import train as train_module
-from matching.training import run as training
 from matching.results.discovery import find_runs
 from matching.results.tables import summarise, to_markdown
+from matching.training import run as training
 
 HAS_SUBMITIT = importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is not None
 HAS_RAY = importlib.util.find_spec("ray") is not None

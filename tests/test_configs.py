@@ -8,7 +8,8 @@ from hydra.utils import instantiate
 
 from matching.configs import build
 from matching.model.aligners import Aligner
-from matching.training.build import build_datamodule, build_model, build_task
+from matching.model.assembly import build_model, build_task
+from matching.training.build import build_datamodule
 from matching.training.callbacks import build_callbacks
 
 

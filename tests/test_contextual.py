@@ -16,9 +16,11 @@ from omegaconf import OmegaConf
 
 from matching import Matcher
 from matching.data.pairs import Pair
+from matching.errors import RunError
+from matching.model.assembly import load_run
 from matching.model.contextual import ContextualEncoder, WordPieces
 from matching.model.encoders import EncoderError, pool_words
-from matching.training.build import RunError, build_datamodule, load_trained
+from matching.training.build import build_datamodule
 from matching.training.run import train
 from tests.conftest import ROOT, SUBPROCESS_ENV, cli_overrides, evaluate, save_tiny_encoder
 
@@ -173,37 +175,46 @@ def test_contextual_run_trains_and_evaluates_to_the_same_metrics(contextual_run)
 
 def test_new_text_encoded_on_the_fly_scores_like_the_cached_states(contextual_run):
     run_dir, _ = contextual_run
-    run = load_trained(run_dir / "checkpoints/best.ckpt")
-    run.data.prepare_splits(["dev"])
-    split = run.data.splits["dev"]
-    loader = run.data.loader("dev")
-    cached = torch.empty(len(split), 2)
-    for batch in loader:
-        cached[batch["index"]] = run.predict(batch).logits.float()
     from matching.data.sources import read_split
+    from matching.inference import load
+    from matching.model.decomposable import run_batch
+    from matching.training.build import evaluation_data
 
+    run = load_run(run_dir / "checkpoints/best.ckpt")
+    data = evaluation_data(run)
+    data.prepare_splits(["dev"])
+    split = data.splits["dev"]
+    cached = torch.empty(len(split), 2)
+    with torch.inference_mode():
+        for batch in data.loader("dev"):
+            cached[batch["index"]] = run_batch(run.model, batch, torch.float32).logits.float()
     pairs = read_split(run.task, "dev", run.cfg.paths.data_dir, run.cfg.paths.cache_dir)
-    fresh = run.logits(pairs)
+    fresh = torch.from_numpy(load(run_dir / "checkpoints/best.ckpt", dtype="fp32").logits(pairs))
     torch.testing.assert_close(fresh, cached, atol=1e-4, rtol=1e-4)
 
 
 def test_contextual_run_predicts_and_visualizes_from_its_directory(contextual_run, tmp_path):
     run_dir, _ = contextual_run
-    run = load_trained(run_dir / "checkpoints/best.ckpt")
+    from matching.inference import load
+    from matching.model.decomposable import run_batch
+
+    run = load_run(run_dir / "checkpoints/best.ckpt")
+    predictor = load(run_dir / "checkpoints/best.ckpt")
     pairs = [
         Pair("what is a cat", "a cat is an animal", "1", group="q1"),
         Pair("what is a cat", "dogs bark", "0", group="q1"),
     ]
-    one = run.logits(pairs[:1])
-    both = run.logits(pairs)
-    torch.testing.assert_close(both[:1], one, atol=1e-5, rtol=1e-5)  # alone or in a padded batch
-    out = run.predict(run.batch(pairs))
+    one = predictor.logits(pairs[:1])
+    both = predictor.logits(pairs)
+    np.testing.assert_allclose(both[:1], one, atol=1e-5, rtol=1e-5)  # alone or in a padded batch
+    with torch.inference_mode():
+        out = run_batch(run.model, run.text.batch(run.text.prepare(pairs)), torch.float32)
     assert out.mask_a.shape[1] == 1 + 4  # NULL + the words: alignment stays word-level
     assert next(iter(out.matrices.values())).shape[1:] == (1 + 4, 1 + 5)
     from matching.matcher import Matcher
     from matching.visualize import matrix_values
 
-    aligned = Matcher.load(run.checkpoint).align("what is a cat", "a cat is an animal")
+    aligned = Matcher.load(run.weights_file).align("what is a cat", "a cat is an animal")
     tokens_a, matrices = aligned["a_tokens"], aligned["matrices"]
     assert tokens_a[1:] == ["what", "is", "a", "cat"] and all(m.shape == (5, 6) for m in matrices.values())
     assert all(np.isfinite(v).all() for v in matrix_values(run, "dev", max_pairs=20).values())  # heat-map values
@@ -347,7 +358,7 @@ def test_a_run_refuses_an_encoder_with_other_weights(contextual_run, tmp_path):
     cfg = OmegaConf.load(run_dir / "config.yaml")
     cfg.embeddings.model = str(other)
     with pytest.raises(RunError, match="trained with the encoder"):
-        load_trained(run_dir / "checkpoints/best.ckpt", cfg)
+        load_run(run_dir / "checkpoints/best.ckpt", cfg)
 
 
 def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder, tmp_path, fake_hub):
@@ -363,9 +374,10 @@ def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder, tmp_path
     assert not torch.equal(weights[f"model.encoder.encoder.{top}"], original[top])
     assert torch.equal(weights[f"model.encoder.encoder.{bottom}"], original[bottom])
     assert not list((Path(cfg.paths.cache_dir) / "contextual").glob("*.npy"))  # nothing cached when fine-tuning
-    run = load_trained(Path(cfg.paths.output_dir) / "checkpoints/last.ckpt")
-    logits = run.logits([Pair("a cat sat", "the cat sat on the mat", "entailment")])
-    assert torch.isfinite(logits).all()
+    from matching.inference import load
+
+    run = load_run(Path(cfg.paths.output_dir) / "checkpoints/last.ckpt")
+    assert np.isfinite(load(run.weights_file).logits([Pair("a cat sat", "the cat sat on the mat", "")])).all()
     # Exported, the fine-tuned encoder goes along: in model.onnx, and in the shared folder's safetensors
     from matching import Matcher
     from matching.saved.formats import export
@@ -373,7 +385,7 @@ def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder, tmp_path
 
     ort = pytest.importorskip("onnxruntime")
     pairs = [("a cat sat", "the cat sat on the mat"), ("dogs", "a dog barks loudly at the small cat"), ("a", "b")]
-    expected = Matcher.load(run.checkpoint).logits(pairs)
+    expected = Matcher.load(run.weights_file).logits(pairs)
     session = ort.InferenceSession(str(export(run, "onnx", tmp_path / "onnx")), providers=["CPUExecutionProvider"])
     _, logits = session.run(None, {k: v.numpy() for k, v in run.source.serving_inputs(run.text, pairs).items()})
     np.testing.assert_allclose(logits, expected, atol=1e-4)
@@ -401,7 +413,7 @@ def test_the_server_answers_a_contextual_run_as_the_run_does(contextual_run):
 
     run_dir, _ = contextual_run
     candidates = ["a cat is an animal", "dogs bark at night", "the cat"]
-    want = load_trained(run_dir / "checkpoints/best.ckpt").logits([Pair("what is a cat", c, "") for c in candidates])
+    want = torch.from_numpy(Matcher.load(run_dir).logits([("what is a cat", c) for c in candidates]))
     with serving(run_dir / "checkpoints/best.ckpt", ["threads=1"]) as url:
         answer = httpx.post(f"{url}/rank", json={"query": "what is a cat", "candidates": candidates}, timeout=60)
         aligned = httpx.post(f"{url}/align", json={"a": "what is a cat", "b": "a cat is an animal"}, timeout=60)
@@ -420,7 +432,7 @@ def test_a_contextual_run_answers_alike_on_onnx_runtime(contextual_run):
     run_dir, _ = contextual_run
     pairs = [(QUERY, c) for c in CANDIDATES]
     on_torch, on_onnx = Matcher.load(run_dir), Matcher.load(run_dir, backend="onnx")
-    assert on_onnx.backend == "onnx" and on_onnx.predictor.backend.cost == "contextual"
+    assert on_onnx.backend == "onnx" and on_onnx._predictor.backend.cost == "contextual"
     np.testing.assert_allclose(on_onnx.logits(pairs), on_torch.logits(pairs), atol=1e-4)
     assert [r["index"] for r in on_onnx.rank(QUERY, CANDIDATES)] == [
         r["index"] for r in on_torch.rank(QUERY, CANDIDATES)
@@ -507,7 +519,7 @@ CANDIDATES = ["a glacier cave is a cave formed within the ice of a glacier", "ca
 
 def test_each_distinct_text_of_a_call_is_encoded_once(contextual_run):
     matcher = Matcher.load(contextual_run[0], backend="torch")
-    encoder = matcher.predictor.state_encoder()
+    encoder = matcher._predictor.state_encoder()
     before = encoder.encoded
     matcher.predict([(QUESTION, c) for c in CANDIDATES] + [(QUESTION, CANDIDATES[0])])
     assert encoder.encoded - before == 1 + len(CANDIDATES)  # the question once, each candidate once
@@ -519,7 +531,7 @@ def test_ranking_against_an_index_encodes_the_query_alone_and_answers_the_same(c
     matcher = Matcher.load(contextual_run[0], backend="torch")
     index = matcher.index(CANDIDATES, save_to=tmp_path / "index")
     assert len(index) == len(CANDIDATES) and index.states.dtype == np.float16
-    encoder = matcher.predictor.state_encoder()
+    encoder = matcher._predictor.state_encoder()
     before = encoder.encoded
     ranked = matcher.rank(QUESTION, CANDIDATES)
     assert encoder.encoded - before == 1  # the question; every candidate's states come from the index
@@ -609,7 +621,7 @@ def test_the_encoder_on_onnx_runtime_ranks_as_on_pytorch(contextual_run, onnx_ca
     pytest.importorskip("onnxruntime")
     expected = Matcher.load(contextual_run[0], backend="torch").rank(QUESTION, CANDIDATES)
     matcher = Matcher.load(contextual_run[0], backend="torch", encoder_backend="onnx")
-    encoder = matcher.predictor.state_encoder()
+    encoder = matcher._predictor.state_encoder()
     assert encoder.runtime is not None and encoder.runtime.path.is_file()
     ranked = matcher.rank(QUESTION, CANDIDATES)
     got = {r["index"]: r["score"] for r in ranked}

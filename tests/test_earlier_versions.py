@@ -34,7 +34,8 @@ def test_each_moved_target_is_read_with_todays_name_and_the_rest_are_left_as_the
     assert current_target("matching.data.contextual.ContextualEncoder") == "matching.model.contextual.ContextualEncoder"
     for today in ("matching.model.aligners.CoDAAligner", "matching.data.tasks.Task", "torch.optim.Adam"):
         assert current_target(today) == today
-    node = {"model": {"_target_": "matching.model.DecomposableAttention", "aligner": {"_target_": "matching.aligners.X"}},
+    node = {"model": {"_target_": "matching.model.DecomposableAttention",
+                      "aligner": {"_target_": "matching.aligners.X"}},
             "callbacks": [{"_target_": "matching.callbacks.EpochProgressBar"}], "seed": 1}  # fmt: skip
     assert len(current_targets(node)) == 3
     assert node["model"]["aligner"]["_target_"] == "matching.model.aligners.X"

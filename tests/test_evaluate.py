@@ -7,9 +7,9 @@ import pytest
 
 from matching.cli import compose_config
 from matching.data.encoding import LabelError
+from matching.errors import RunError
 from matching.evaluate import evaluate as evaluate_command
 from matching.evaluate import main
-from matching.training.build import RunError
 
 
 def evaluate(checkpoint, split="dev", overrides=(), out=None):
@@ -147,7 +147,8 @@ def test_a_run_from_another_version_is_a_clear_error(snli_run, tmp_path):
 
     import yaml
 
-    from matching.training.build import RunError, load_trained
+    from matching.errors import RunError
+    from matching.model.assembly import load_run
 
     run_dir, _ = snli_run
     old = shutil.copytree(run_dir, tmp_path / "old_run")
@@ -155,4 +156,4 @@ def test_a_run_from_another_version_is_a_clear_error(snli_run, tmp_path):
     config["aligner"]["project"] = True
     (old / "config.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(RunError, match=r"unexpected keyword argument 'project'.*another version of matching"):
-        load_trained(old / "checkpoints" / "best.ckpt")
+        load_run(old / "checkpoints" / "best.ckpt")

@@ -9,7 +9,7 @@ from conftest import compose_train
 
 from matching.export import main
 from matching.inference.onnx_graph import ServingModel, example_inputs
-from matching.training.build import load_trained
+from matching.model.assembly import load_run
 from matching.training.run import train
 
 
@@ -37,7 +37,7 @@ def test_torchscript_parity(run_name, request, tmp_path):
     run_dir, _ = request.getfixturevalue(run_name)
     ckpt = run_dir / "checkpoints" / "best.ckpt"
     assert main([f"ckpt={ckpt}", "format=torchscript", f"out={tmp_path}"]) == 0
-    run = load_trained(ckpt)
+    run = load_run(ckpt)
     scripted = torch.jit.load(str(tmp_path / "model.pt"))
     for batch, len_a, len_b in SHAPES:
         a, b = example_inputs(len(run.vocab), batch, len_a, len_b, seed=batch)
@@ -55,7 +55,7 @@ def test_onnx_parity(run_name, request, tmp_path):
     run_dir, _ = request.getfixturevalue(run_name)
     ckpt = run_dir / "checkpoints" / "best.ckpt"
     assert main([f"ckpt={ckpt}", "format=onnx", f"out={tmp_path}"]) == 0
-    run = load_trained(ckpt)
+    run = load_run(ckpt)
     session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
     for batch, len_a, len_b in SHAPES:
         a, b = example_inputs(len(run.vocab), batch, len_a, len_b, seed=batch)

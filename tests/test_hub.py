@@ -10,8 +10,8 @@ import torch
 from omegaconf import OmegaConf
 
 from matching import Matcher
+from matching.errors import RunError
 from matching.export import main as export_main
-from matching.training.build import RunError
 from tests.conftest import FIXTURES
 
 PAIRS = [("A man plays a guitar.", "A person makes music."), ("how big is the moon", "Its diameter is 3,474 km."),
@@ -33,8 +33,8 @@ def test_a_shared_folder_loads_offline_with_identical_scores(run_name, request, 
     assert shared.logits(PAIRS).tobytes() == original.logits(PAIRS).tobytes()  # bit for bit
     assert shared.predict(PAIRS) == original.predict(PAIRS)
     assert shared.align(*PAIRS[1])["a_tokens"] == original.align(*PAIRS[1])["a_tokens"]
-    saved = dict(shared.predictor.backend.model.state_dict())
-    for name, tensor in original.predictor.backend.model.state_dict().items():  # the frozen vectors table included
+    saved = dict(shared._predictor.backend.model.state_dict())
+    for name, tensor in original._predictor.backend.model.state_dict().items():  # the frozen vectors table included
         assert saved[name].dtype == tensor.dtype and torch.equal(saved[name], tensor), name
     assert (folder / "vocab.txt").read_text() == (run_dir / "vocab.txt").read_text()
     spec = json.loads((folder / "serving.json").read_text())
@@ -121,7 +121,7 @@ def test_push_to_hub_and_load_by_repo_id(snli_run, tmp_path, fake_hub, capsys):
     assert fake_hub.uploads == ["alice/snli-softmax"]
     assert "uploaded to https://huggingface.co/alice/snli-softmax" in capsys.readouterr().out
     downloaded = Matcher.load("alice/snli-softmax")
-    assert downloaded.predictor.origin != folder and downloaded.predict(PAIRS) == Matcher.load(folder).predict(PAIRS)
+    assert downloaded.origin != folder and downloaded.predict(PAIRS) == Matcher.load(folder).predict(PAIRS)
     with pytest.raises(RunError, match="no folder alice/missing here, and cannot get the model 'alice/missing'.*404"):
         Matcher.load("alice/missing")
 

@@ -189,3 +189,49 @@ def test_no_library_module_imports_a_command_module():
     assert {"matching.train", "matching.predict", "matching.report", "matching.serve"} <= commands
     found = upward_imports(import_graph(), commands)
     assert not found, "library modules importing command modules:\n" + "\n".join(found)
+
+
+#: Underscored names that are public APIs: a NamedTuple's `_replace` (underscored so as not to clash with field
+#: names), `os._exit` (the exit that skips cleanup), an ATen operator's own name (what the ONNX exporter is told
+#: to translate), and Hydra's config keys (`_target_`, `_partial_`).
+PUBLIC_UNDERSCORED = {"_replace", "_exit", "_cdist_forward"}
+
+
+def private_attributes(source: str, filename: str = "<source>") -> list[str]:
+    """`file:line: expression` of every read of another object's private attribute (`x._y`, not through `self` or
+    `cls`) and every import of a private name of our own modules (`from matching.x import _y`)."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Attribute):
+            name, base = node.attr, ast.unparse(node.value)
+            if (
+                _private(name)
+                and not name.endswith("_")
+                and name not in PUBLIC_UNDERSCORED
+                and base not in ("self", "cls")
+            ):
+                found.append(f"{filename}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in OURS:
+            found += [f"{filename}:{node.lineno}: from {node.module} import {a.name}" for a in node.names
+                      if _private(a.name)]  # fmt: skip
+    return found
+
+
+def test_the_attribute_check_finds_each_form():
+    source = "\n".join([
+        "trainer._logger_connector.should_update_logs", "node._get_node('a')._value()", "self._cache", "cls._made",
+        "cfg.model._target_", "row._replace(a=1)", "from matching.training.datamodule import _split", "os._exit(1)",
+    ])  # fmt: skip
+    assert sorted(hit.split(": ", 1)[1] for hit in private_attributes(source)) == [
+        "from matching.training.datamodule import _split", "node._get_node", "node._get_node('a')._value",
+        "trainer._logger_connector",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("package", OURS)
+def test_no_module_reads_a_private_attribute_of_another_object(package):
+    """Lightning's `trainer._logger_connector`, OmegaConf's `_get_node`, `_value`, `_get_full_key`, a data module's
+    `_split_key` read from distillation: each was read once; a private name changes without notice."""
+    found = [hit for path in sorted((ROOT / package).rglob("*.py"))
+             for hit in private_attributes(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]  # fmt: skip
+    assert not found, "private attributes read from outside their object:\n" + "\n".join(found)

@@ -59,7 +59,7 @@ def test_onnx_backend_of_a_run_is_exported_once_and_matches_torch(snli_run, tmp_
     monkeypatch.setenv("MATCHING_ONNX_CACHE", str(tmp_path / "cache"))
     torch_answers = Matcher.load(snli_run[0]).logits(NLI)
     onnx = Matcher.load(snli_run[0], backend="onnx")
-    assert onnx.backend == "onnx" and onnx.predictor.dtype == "fp32"
+    assert onnx.backend == "onnx" and onnx.dtype == "fp32"
     np.testing.assert_allclose(onnx.logits(NLI), torch_answers, atol=FP32_TOLERANCE)
     graphs = list((tmp_path / "cache").rglob("model.onnx"))
     assert len(graphs) == 1 and "exported the model to ONNX once" in caplog.text
@@ -73,10 +73,10 @@ def test_int8_is_ort_with_quantized_weights_and_close_to_fp32(snli_run, tmp_path
     fp32 = Matcher.load(snli_run[0], backend="onnx")
     for reduce_range in (False, True):
         int8 = Matcher(load(snli_run[0], quantize="int8", reduce_range=reduce_range))
-        assert int8.backend == "onnx-int8" and int8.predictor.dtype == "int8"
-        graph = int8.predictor.backend.model_file
+        assert int8.backend == "onnx-int8" and int8.dtype == "int8"
+        graph = int8._predictor.backend.model_file
         assert graph.name == ("model.int8-7bit.onnx" if reduce_range else "model.int8.onnx")
-        assert graph.stat().st_size < fp32.predictor.backend.model_file.stat().st_size
+        assert graph.stat().st_size < fp32._predictor.backend.model_file.stat().st_size
         # int8 weights change the logits a little (the quality is measured on dev: docs/performance.md)
         np.testing.assert_allclose(int8.logits(NLI), fp32.logits(NLI), atol=0.25)
 

@@ -10,9 +10,8 @@ import torch
 from matching import Matcher
 from matching.data.pairs import Pair
 from matching.data.preparation import BatchTooLargeError
-from matching.errors import DataFormatError
+from matching.errors import DataFormatError, RunError
 from matching.predict import main as predict_main
-from matching.training.build import RunError, load_trained
 
 NLI = [("A man plays a guitar.", "A person makes music."), ("Two dogs run in a field.", "The cats sleep."),
        ("A woman is reading a book.", "Somebody reads."), ("Kids play soccer outside today.", "Children.")]  # fmt: skip
@@ -39,8 +38,10 @@ def test_predict_equals_the_predict_command_and_the_runs_logits(snli_run, tmp_pa
     for answer, record in zip(answers, expected, strict=True):
         assert answer["probs"] == pytest.approx(record["probs"], abs=1e-6)
         assert all(type(p) is float for p in answer["probs"].values())  # plain Python out
-    direct = torch.softmax(load_trained(run_dir / "checkpoints" / "best.ckpt").logits([Pair(a, b, "") for a, b in NLI]),
-                           dim=-1)  # fmt: skip
+    from matching.inference import load
+
+    logits = load(run_dir / "checkpoints" / "best.ckpt").logits([Pair(a, b, "") for a, b in NLI])
+    direct = torch.softmax(torch.from_numpy(logits), dim=-1)
     got = np.array([[a["probs"][label] for label in matcher.labels] for a in answers])
     np.testing.assert_allclose(got, direct.numpy(), atol=1e-6)
     assert matcher.kind == "classify" and matcher.labels == ["entailment", "neutral", "contradiction"]
@@ -93,13 +94,13 @@ def test_the_batch_budget_is_the_runs_and_can_be_set(snli_run):
     pairs = [*NLI, (long, "A person makes music."), ("Kids.", long)]
     default = Matcher.load(snli_run[0])
     small = Matcher.load(snli_run[0], batch_tokens=64, batch_cells=1000)
-    assert small.predictor.text.budget.tokens == 64 and default.predictor.text.budget.tokens == 65_536
+    assert small._predictor.text.budget.tokens == 64 and default._predictor.text.budget.tokens == 65_536
     np.testing.assert_allclose(small.logits(pairs), default.logits(pairs), atol=1e-6)  # other batches, same scores
     with pytest.raises(BatchTooLargeError, match="pair 2 has 30 x 30 tokens"):
         Matcher.load(snli_run[0], batch_cells=500).predict([("a", "b"), (long, long)])
     cut = Matcher.load(snli_run[0], overrides={"data.max_length": 5})
     cut.predict([(long, "b")])
-    assert cut.predictor.truncated == 1
+    assert cut.truncated == 1
 
 
 def test_align_gives_tokens_matrices_and_the_prediction(wikiqa_run):

@@ -7,9 +7,11 @@ import torch
 import torch.nn.functional as F
 from hydra.utils import instantiate
 
-from matching import Matcher, precision
+from matching import Matcher
 from matching.data.pairs import Pair
-from matching.training.build import build_datamodule, build_model, build_system, load_trained
+from matching.model import precision
+from matching.model.assembly import build_model, load_run
+from matching.training.build import build_datamodule, build_system
 from matching.training.run import train
 from tests.conftest import evaluate
 
@@ -30,7 +32,7 @@ def test_bf16_inference_is_fp32_within_the_tolerance(fixture, request):
     pairs = [Pair(a, b, "") for a, b in NLI]
     fp32 = Matcher.load(run_dir)
     bf16 = Matcher.load(run_dir, dtype="bf16")
-    assert fp32.predictor.backend.dtype == "fp32" and bf16.predictor.backend.dtype == "bf16"
+    assert fp32._predictor.backend.dtype == "fp32" and bf16._predictor.backend.dtype == "bf16"
     want, got = fp32.logits(pairs), bf16.logits(pairs)
     assert got.dtype == np.float32
     assert not np.array_equal(got, want)  # it did compute in bf16
@@ -54,8 +56,8 @@ def test_the_commands_take_dtype_and_an_old_run_is_fp32(wikiqa_run, tmp_path):
     saved = config.read_text()
     try:
         config.write_text("".join(line for line in saved.splitlines(True) if not line.startswith("dtype:")))
-        assert load_trained(ckpt).system.compute_dtype == "fp32"
-        assert Matcher.load(run_dir, dtype="bf16").predictor.backend.dtype == "bf16"
+        assert load_run(ckpt).cfg.dtype == "fp32"
+        assert Matcher.load(run_dir, dtype="bf16")._predictor.backend.dtype == "bf16"
         assert evaluate(ckpt, overrides=["dtype=bf16"], out=tmp_path / "old.json") == bf16
     finally:
         config.write_text(saved)

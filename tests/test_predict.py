@@ -127,10 +127,10 @@ def test_a_word_seen_only_in_the_vectors_file_gets_its_own_vector(snli_run, tmp_
     from conftest import FIXTURE_VECTORS
 
     from matching.data.pairs import Pair
-    from matching.training.build import load_trained
+    from matching.model.assembly import load_run
 
     run_dir, _ = snli_run
-    run = load_trained(run_dir / "checkpoints" / "best.ckpt")
+    run = load_run(run_dir / "checkpoints" / "best.ckpt")
     line = next(x for x in FIXTURE_VECTORS.read_text().splitlines() if x.startswith("album "))
     vector = np.array(line.split()[1:], dtype=np.float32)
     a = run.text.prepare([Pair("an album", "qwzx", "")]).a

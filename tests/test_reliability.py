@@ -13,7 +13,8 @@ import torch
 from conftest import ROOT, SUBPROCESS_ENV, big_snli, cli_overrides, evaluate
 
 from matching.data.batching import BucketBatchSampler
-from matching.training.build import AtomicCheckpointIO, load_trained
+from matching.model.assembly import load_run
+from matching.training.build import AtomicCheckpointIO
 from matching.training.callbacks import NonFiniteLossError
 from matching.training.run import train
 
@@ -54,7 +55,7 @@ def test_sigkill_mid_epoch_then_resume_reaches_the_uninterrupted_metrics(tmp_pat
     assert proc.wait() == -signal.SIGKILL
     assert not (killed / "metrics.json").exists()
     assert torch.load(last, weights_only=False)["epoch"] < 3  # it really was interrupted before the end
-    load_trained(last)  # the checkpoint left behind is whole
+    load_run(last)  # the checkpoint left behind is whole
 
     resume = subprocess.run(
         [sys.executable, "-m", "matching.train", f"resume={killed}", f"hydra.run.dir={tmp_path / 'resume_log'}"],
@@ -70,7 +71,7 @@ def test_sigkill_mid_epoch_then_resume_reaches_the_uninterrupted_metrics(tmp_pat
 
 
 def test_resume_of_a_run_without_checkpoint_is_a_clear_error(make_cfg, tmp_path):
-    from matching.training.build import RunError
+    from matching.errors import RunError
 
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "config.yaml").write_text("seed: 1\n")

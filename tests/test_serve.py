@@ -26,10 +26,10 @@ pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]
 
 from matching.data.pairs import Pair  # noqa: E402
 from matching.matcher import Matcher  # noqa: E402
+from matching.model.assembly import load_run  # noqa: E402
 from matching.predict import predict  # noqa: E402
 from matching.serve import main as serve_main  # noqa: E402
 from matching.serving.server import free_port, serving  # noqa: E402
-from matching.training.build import load_trained  # noqa: E402
 
 LIMITS = ["limits.max_pairs=6", "limits.max_candidates=5", "limits.max_text_tokens=30",
           "limits.max_request_bytes=20000", "threads=1"]  # fmt: skip
@@ -108,7 +108,7 @@ def test_health_and_info(servers, wikiqa_run):
     info = httpx.get(f"{servers['wikiqa']}/info").json()["model"]
     assert info["task"] == "wikiqa" and info["kind"] == "rank" and info["labels"] == ["0", "1"]
     assert info["aligner"] == "coda" and info["checkpoint"].endswith("best.ckpt")
-    assert info["vocabulary_size"] == len(load_trained(wikiqa_run[0] / "checkpoints" / "best.ckpt").vocab)
+    assert info["vocabulary_size"] == len(load_run(wikiqa_run[0] / "checkpoints" / "best.ckpt").vocab)
     assert info["limits"]["max_pairs"] == 6 and "/rank" in info["endpoints"]
     assert "/rank" not in httpx.get(f"{servers['snli']}/info").json()["model"]["endpoints"]
 
@@ -197,13 +197,13 @@ def test_a_served_answer_is_matchers_within_the_tolerance_of_its_dtype(wide_run,
     an AMX CPU): the server and Matcher compute alike, and the tolerance is bf16's, not fp32's."""
     from omegaconf import OmegaConf
 
-    from matching.model import precision
     from matching.cli import compose_config
+    from matching.model import precision
     from matching.serving.batcher import Job, Limits, Worker, WorkerSpec
 
     checkpoint = wide_run / "checkpoints" / "best.ckpt"
     matcher = Matcher.load(wide_run, dtype=dtype)
-    words = sorted(w for w in matcher.predictor.vocab.words if w.isalpha())
+    words = sorted(w for w in matcher.vocab.words if w.isalpha())
     rng = random.Random(0)
     pairs = [(" ".join(rng.choices(words, k=rng.randint(3, 12))), " ".join(rng.choices(words, k=rng.randint(3, 30))))
              for _ in range(300)]  # fmt: skip

@@ -43,7 +43,7 @@ def test_a_run_saved_before_a_key_existed_is_the_same_run_and_a_changed_value_is
 
     from omegaconf import OmegaConf
 
-    from matching.training.build import RunError
+    from matching.errors import RunError
     from matching.training.sweeps import prior_run
 
     cfg = OmegaConf.create({"seed": 1, "loss": {"class_weights": None, "kind": "pointwise"}, "optim": {"lr": 3e-4}})

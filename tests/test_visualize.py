@@ -6,7 +6,7 @@ import struct
 import pytest
 
 from matching.matcher import Matcher
-from matching.training.build import load_trained
+from matching.model.assembly import load_run
 from matching.visualize import main, matrix_values
 
 
@@ -48,7 +48,7 @@ def test_heatmap_for_softmax_labels_tokens_with_null(make_cfg, tmp_path):
 
 def test_histogram_mode_over_the_dev_set(wikiqa_run, tmp_path, capsys):
     run, _ = wikiqa_run
-    values = matrix_values(load_trained(run / "checkpoints" / "best.ckpt"))
+    values = matrix_values(load_run(run / "checkpoints" / "best.ckpt"))
     assert set(values) == {"affinity", "gate", "M"}
     assert len(values["M"]) == len(values["gate"]) > 100
     assert values["M"].min() >= -1 and values["M"].max() <= 1
@@ -75,7 +75,7 @@ def _figure_texts(monkeypatch):
     """Every text drawn in the next figures visualize saves (titles, axis labels, tick labels)."""
     import matplotlib.text
 
-    from matching import alignment_figures as visualize
+    from matching.results import alignment_figures as visualize
 
     texts: list[str] = []
     save = visualize._save

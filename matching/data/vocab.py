@@ -37,13 +37,13 @@ class Tokenizer:
         self.lowercase, self.keep_tokens = lowercase, list(keep_tokens)
         self._keep = re.compile("(" + "|".join(map(re.escape, keep_tokens)) + ")") if keep_tokens else None
         steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
-        self._normalizer = normalizers.Sequence(steps)
-        self._pre_tokenizer = pre_tokenizers.Sequence(
+        self.normalizer = normalizers.Sequence(steps)
+        self.pre_tokenizer = pre_tokenizers.Sequence(
             [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation(behavior="isolated")]
         )
 
     def _split(self, text: str) -> list[str]:
-        return [w for w, _ in self._pre_tokenizer.pre_tokenize_str(self._normalizer.normalize_str(text))]
+        return [w for w, _ in self.pre_tokenizer.pre_tokenize_str(self.normalizer.normalize_str(text))]
 
     def __call__(self, text: str) -> list[str]:
         if self._keep is None:
@@ -67,8 +67,8 @@ def hf_tokenizer(tokenizer: Tokenizer, vocab: Vocabulary):
     from tokenizers import models
 
     hf = HFTokenizer(models.WordLevel(dict(vocab.index), unk_token=f"<oov{0}>"))
-    hf.normalizer = tokenizer._normalizer
-    hf.pre_tokenizer = tokenizer._pre_tokenizer
+    hf.normalizer = tokenizer.normalizer
+    hf.pre_tokenizer = tokenizer.pre_tokenizer
     kept = [t for t in tokenizer.keep_tokens if t in vocab.index]  # others hash like any unknown word
     if kept:
         hf.add_special_tokens(kept)

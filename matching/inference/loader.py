@@ -149,8 +149,8 @@ def load(
     if encoder_backend == "onnx":
         from matching.inference.onnx_encoder import OnnxEncoder
 
-        encoder = getattr(predictor.backend, "frozen_encoder", None)
-        if encoder is None or predictor.backend.device.type != "cpu":
+        encoder = predictor.backend.frozen_encoder
+        if encoder is None or predictor.backend.device != "cpu":
             raise RunError("encoder_backend=onnx runs a contextual model's frozen encoder on ONNX Runtime for new "
                            "text, with the model on PyTorch on the CPU (backend=torch, device=cpu); this model has "
                            "no such encoder here")  # fmt: skip
@@ -161,26 +161,20 @@ def load(
 # -- a run or a shared folder: the PyTorch model --------------------------------------------------------------------
 def from_weights(form: str, where: Path, backend: str, quantize: str | None, reduce_range: bool | None, device: str,
                  dtype: str | None, overrides: dict, config: Any, threads: int) -> Predictor:  # fmt: skip
-    from matching.model import precision
     from matching.inference.torch_backend import TorchBackend, device_name
-    from matching.model.assembly import read_checkpoint, read_vocabulary, trained_model
-    from matching.saved.run_folder import configured, find_run_dir
+    from matching.model import precision
+    from matching.model.assembly import load_run, trained_model
 
     settings = dict(overrides)
     if dtype is not None:
         settings["dtype"] = precision.check(dtype)
     device = device_name(device)
     if form == "run":
-        from matching.saved.run_folder import saved_config as run_config
-
-        run_dir = find_run_dir(where)
-        cfg = configured(config if config is not None else run_config(where), settings)
-        vocab, (weights, meta) = read_vocabulary(run_dir), read_checkpoint(where)
-        weights_file = where
+        parts = load_run(where, config, settings)
     else:
-        run_dir = where
         cfg, weights_file, vocab, weights, meta = read_shared(where, settings, config)
-    parts = trained_model(cfg, run_dir, weights_file, vocab, weights, meta)
+        parts = trained_model(cfg, where, weights_file, vocab, weights, meta)
+    cfg, run_dir, weights_file = parts.cfg, parts.run_dir, parts.weights_file
     columns = {k: None if v is None else str(v) for k, v in (cfg.task.get("columns") or {}).items()}
     common = dict(labels=list(parts.task.labels), kind=parts.kind, task=parts.task.name, columns=columns,
                   origin=run_dir if form == "shared" else where, config=cfg, null_token=bool(parts.model.null_token),

@@ -9,8 +9,8 @@ without VNNI instructions its u8×s8 products can saturate; ONNX Runtime's docum
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +40,32 @@ def vnni() -> bool:
     return False
 
 
+#: What ONNX Runtime's quantizer prints on the root logger on every call (`logging.warning`): advice to run its
+#: pre-processing, which a dynamic quantization of our graphs does not need.
+PREPROCESSING_ADVICE = "Please consider to run pre-processing before quantization"
+
+
+@contextmanager
+def without_preprocessing_advice() -> Iterator[None]:
+    """The quantizer's one advice line left out, and the root logger as it was after: no level changed, every other
+    record passes, and the handler that `logging.warning` installs on a root logger without one is taken away again
+    (the application's logging is its own)."""
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+
+    def advice(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(PREPROCESSING_ADVICE)
+
+    root.addFilter(advice)
+    try:
+        yield
+    finally:
+        root.removeFilter(advice)
+        if not handlers:  # logging.basicConfig's, from the quantizer's logging.warning
+            for handler in list(root.handlers):
+                root.removeHandler(handler)
+
+
 def quantized(model_file: Path, reduce_range: bool | None = None) -> Path:
     """`model_file` with int8 weights beside it (`model.int8.onnx`, or `model.int8-7bit.onnx` with `reduce_range`),
     written once. `reduce_range`: None picks it for CPUs without VNNI (see the module docstring)."""
@@ -56,14 +82,11 @@ def quantized(model_file: Path, reduce_range: bool | None = None) -> Path:
     del graph.graph.value_info[:]
     plain, tmp = out.with_name(out.name + ".in.tmp"), out.with_name(out.name + ".tmp")
     onnx.save(graph, str(plain))
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # the quantizer's advice to pre-process, printed on the root logger every time
     try:
-        quantization.quantize_dynamic(str(plain), str(tmp), weight_type=quantization.QuantType.QInt8,
-                                      reduce_range=reduce_range)  # fmt: skip
+        with without_preprocessing_advice():
+            quantization.quantize_dynamic(str(plain), str(tmp), weight_type=quantization.QuantType.QInt8,
+                                          reduce_range=reduce_range)  # fmt: skip
     finally:
-        root.setLevel(level)
         plain.unlink(missing_ok=True)
     tmp.replace(out)
     log.info("int8 weights (dynamic quantization%s): %s", ", reduce_range" if reduce_range else "", out)
@@ -97,6 +120,8 @@ class OnnxBackend:
         self.model_file, self.inputs, self.name, self.cost = model_file, inputs, name, cost
         self.threads, self.cap = threads, cap
         self.batch_pairs = CPU_BATCH_PAIRS  # ONNX Runtime's CPU provider
+        self.device, self.can_align = "cpu", False  # the exported graph returns the logits only
+        self.frozen_encoder = None  # a contextual graph encodes each pair's texts itself
         self.session = Sessions(self.ort, model_file)
         self.session(1)  # a broken file fails here, at load, not at the first request
 
@@ -106,6 +131,13 @@ class OnnxBackend:
     def call(self, prepared: PreparedPairs) -> AbstractContextManager[None]:
         """One call's scope: nothing to keep across its batches (the graph encodes each pair's texts itself)."""
         return nullcontext()
+
+    def threads_for(self, tokens: int) -> AbstractContextManager[None]:
+        """Nothing to set: each session run is given its threads (`run`)."""
+        return nullcontext()
+
+    def alignment(self, prepared: PreparedPairs) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        raise NotImplementedError("an exported graph returns the logits only (can_align is False)")
 
     def logits(self, prepared: PreparedPairs, index: np.ndarray) -> np.ndarray:
         return self.run(self.inputs(prepared, index), call_tokens(prepared.sides()[index]))

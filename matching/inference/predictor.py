@@ -29,6 +29,9 @@ class Backend(Protocol):
     name: str  # "torch", "onnx" or "onnx-int8"
     threads: int  # intra-op threads of every call (0: chosen per call, matching.inference.threads)
     batch_pairs: int | None  # the most pairs a batch of a call holds (None: only the memory budget bounds it)
+    device: str  # where it computes: "cpu", "cuda", "cuda:1", ...
+    can_align: bool  # whether `alignment` answers (the PyTorch model keeps its matrices; an exported graph does not)
+    frozen_encoder: Any  # the frozen contextual encoder that encodes new text outside the model, or None
 
     def logits(self, prepared: PreparedPairs, index: np.ndarray) -> np.ndarray: ...
 
@@ -36,7 +39,15 @@ class Backend(Protocol):
         """The scope of one call over `prepared` (its batches run inside it)."""
         ...
 
+    def threads_for(self, tokens: int) -> AbstractContextManager[None]:
+        """Intra-op threads chosen for a piece of work of `tokens` tokens, set for the block."""
+        ...
+
     def set_threads(self, threads: int, cap: int | None = None) -> None: ...
+
+    def alignment(self, prepared: PreparedPairs) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The first pair's logits (1, C) and every alignment matrix the model used (when `can_align`)."""
+        ...
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -61,6 +72,12 @@ def label_probabilities(logits: np.ndarray, labels: Sequence[str]) -> list[tuple
         best = max(range(len(labels)), key=row.__getitem__)
         answers.append((labels[best], dict(zip(labels, row, strict=True))))
     return answers
+
+
+def ranking(candidates: Sequence[str], answers: Sequence[dict]) -> list[dict]:
+    """Ranking answers (`{"score", "p_match"}` per candidate) as `rank` returns them: best first, ties in order."""
+    order = sorted(range(len(candidates)), key=lambda i: (-answers[i]["score"], i))
+    return [{"index": i, "candidate": candidates[i], **answers[i]} for i in order]
 
 
 @dataclass
@@ -128,7 +145,7 @@ class Predictor:
     # -- an index of known texts' states ------------------------------------------------------------------------
     def state_encoder(self):
         """The frozen contextual encoder whose states an index keeps, or a RunError saying why this model has none."""
-        encoder = getattr(self.backend, "frozen_encoder", None)
+        encoder = self.backend.frozen_encoder
         if encoder is not None:
             return encoder
         if not self.reads_every_word:
@@ -168,8 +185,7 @@ class Predictor:
 
     def alignment(self, prepared: PreparedPairs) -> dict:
         """One prepared pair's alignment (`Matcher.align`); only a backend that keeps the matrices has it."""
-        align = getattr(self.backend, "alignment", None)
-        if align is None:
+        if not self.backend.can_align:
             raise RunError(
                 f"this model runs on {self.backend.name}, whose exported graph returns the logits only: alignments "
                 "need the PyTorch model. Load the run directory or shared folder with backend=torch to draw them"
@@ -177,5 +193,5 @@ class Predictor:
         if not prepared.tokens.all():
             raise RunError("both texts need at least one token to draw an alignment")
         self.text.check(prepared, "input")
-        logits, matrices = align(prepared)
+        logits, matrices = self.backend.alignment(prepared)
         return {"logits": logits, "matrices": matrices}

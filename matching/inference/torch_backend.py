@@ -47,20 +47,22 @@ class TorchBackend:
     makes its batches (ids, and what the embedding source adds: an encoder's word states)."""
 
     name = "torch"
+    can_align = True
 
     def __init__(self, model: DecomposableAttention, pipeline: TextPipeline, dtype: str, device: str = "cpu",
                  threads: int = 0, cap: int | None = None):  # fmt: skip
         self.model, self.pipeline = model.eval(), pipeline
-        self.device = torch.device(device)
+        self.torch_device = torch.device(device)
+        self.device = str(self.torch_device)
         self.dtype = dtype
-        self.compute = resolve(dtype, self.device)
+        self.compute = resolve(dtype, self.torch_device)
         self.threads, self.cap = threads, cap
-        self.batch_pairs = CPU_BATCH_PAIRS if self.device.type == "cpu" else None
+        self.batch_pairs = CPU_BATCH_PAIRS if self.torch_device.type == "cpu" else None
         self.cost = "contextual" if pipeline.source is not None and pipeline.source.reads_every_word else "static"
-        if self.device.type != "cpu":
-            self.model.to(self.device)
+        if self.torch_device.type != "cpu":
+            self.model.to(self.torch_device)
         if pipeline.source is not None:
-            pipeline.source.on_device(str(self.device))
+            pipeline.source.on_device(str(self.torch_device))
 
     def set_threads(self, threads: int, cap: int | None = None) -> None:
         self.threads, self.cap = threads, cap
@@ -68,8 +70,8 @@ class TorchBackend:
     @torch.inference_mode()
     def outputs(self, prepared: PreparedPairs, index: np.ndarray):
         batch = self.pipeline.batch(prepared, index)
-        if self.device.type != "cpu":
-            batch = to_device(batch, self.device)
+        if self.torch_device.type != "cpu":
+            batch = to_device(batch, self.torch_device)
         return run_batch(self.model, batch, self.compute)
 
     @property
@@ -96,7 +98,7 @@ class TorchBackend:
     def threads_for(self, tokens: int) -> Iterator[None]:
         """Intra-op threads chosen for a piece of work of `tokens` tokens (matching.inference.threads), set for the
         block: the process's own setting is back after it."""
-        wanted = thread_count(self.threads, tokens, self.cost, self.cap) if self.device.type == "cpu" else 0
+        wanted = thread_count(self.threads, tokens, self.cost, self.cap) if self.torch_device.type == "cpu" else 0
         before = torch.get_num_threads()
         if not wanted or wanted == before:
             yield

@@ -1,14 +1,14 @@
 """A trained model's parts from its config and files, for training and inference alike: the task, the embedding
 source, the text pipeline, the model (with its trained weights, checked against the config), and where a saved run
 keeps them. Nothing here imports Lightning: training (matching.training.build) adds the data module and the
-LightningModule
-around these parts; inference (matching.inference) uses them alone.
+LightningModule around these parts; inference (matching.inference), export and evaluation use them alone.
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 from hydra.errors import InstantiationException
@@ -23,6 +23,7 @@ from matching.data.vocab import Tokenizer, Vocabulary
 from matching.errors import RunError
 from matching.model.decomposable import DecomposableAttention
 from matching.model.embeddings import EmbeddingSource
+from matching.saved.run_folder import check_checkpoint, configured, find_run_dir, saved_config
 
 
 def build_task(cfg: DictConfig) -> Task:
@@ -65,14 +66,40 @@ def text_pipeline(
     return TextPipeline(task, tokenizer, data.get("max_length"), budget, source, vocab)
 
 
-class TrainedModel(NamedTuple):
-    """A trained model and what prepares its input: the parts every use of a saved run starts from."""
+@dataclass
+class TrainedModel:
+    """A trained model, what prepares its input, and where it came from: what every use of a saved model starts
+    from (inference's backends, `export`, `evaluate`, `visualize`); built by `trained_model` or `load_run`."""
 
     model: DecomposableAttention
     task: Task
     source: EmbeddingSource
     text: TextPipeline
-    kind: str
+    kind: str  # "classify" or "rank"
+    cfg: DictConfig  # the config it was built from (a run's saved one, with a command's overrides)
+    run_dir: Path  # its run directory or shared folder
+    weights_file: Path  # its checkpoint or safetensors file
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self.task.labels)
+
+    @property
+    def vocab(self) -> Vocabulary:
+        return self.text.vocab
+
+
+def load_run(
+    checkpoint: str | os.PathLike, cfg: DictConfig | None = None, settings: dict | None = None
+) -> TrainedModel:
+    """The trained model of a run directory's checkpoint, from the run's files alone (no vectors file or training
+    data needed). `cfg`: the run's config as a command composed it (None: the saved one); `settings`: dotted keys
+    of the config to override (matching.saved.run_folder.configured)."""
+    checkpoint = check_checkpoint(checkpoint)
+    run_dir = find_run_dir(checkpoint)
+    cfg = configured(cfg if cfg is not None else saved_config(checkpoint), settings or {})
+    vocab, (weights, meta) = read_vocabulary(run_dir), read_checkpoint(checkpoint)
+    return trained_model(cfg, run_dir, checkpoint, vocab, weights, meta)
 
 
 def trained_model(
@@ -114,7 +141,8 @@ def trained_model(
         raise another_version(run_dir, err) from err
     model.load_state_dict({k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")})
     model.eval()
-    return TrainedModel(model, task, source, text_pipeline(cfg, task, source, vocab), meta.get("kind", task.kind))
+    text = text_pipeline(cfg, task, source, vocab)
+    return TrainedModel(model, task, source, text, meta.get("kind", task.kind), cfg, run_dir, weights_file)
 
 
 def read_checkpoint(checkpoint: Path) -> tuple[dict[str, torch.Tensor], dict]:

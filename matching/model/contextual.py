@@ -277,7 +277,7 @@ class ContextualEncoder(EmbeddingSource):
         self.encoded += len(distinct)
         for start in range(0, len(distinct), self.batch_size):
             chunk = distinct[start : start + self.batch_size]
-            for words, states in zip(chunk, self._encode_batch(chunk), strict=True):
+            for words, states in zip(chunk, self.encode_batch(chunk), strict=True):
                 for i in missing[words]:
                     out[i] = states
         return out
@@ -296,7 +296,7 @@ class ContextualEncoder(EmbeddingSource):
             self._remembered = before
 
     @torch.inference_mode()
-    def _encode_batch(self, texts: Sequence[Sequence[str]]) -> list[np.ndarray]:
+    def encode_batch(self, texts: Sequence[Sequence[str]]) -> list[np.ndarray]:
         inputs = {k: v.to(self.device) for k, v in self.pieces(texts).items()}
         words = max(len(t) for t in texts)
         if self.runtime is None:

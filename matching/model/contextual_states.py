@@ -103,7 +103,7 @@ def encode_states(encoder: ContextualEncoder, key: dict, folder: Path, name: str
         with tqdm(total=len(unique), desc=f"encoding {name} with {Path(encoder.name).name}", unit=" texts") as bar:
             for k in range(0, len(order), encoder.batch_size):
                 chunk = order[k : k + encoder.batch_size].tolist()
-                for i, states in zip(chunk, encoder._encode_batch([unique[i] for i in chunk]), strict=True):
+                for i, states in zip(chunk, encoder.encode_batch([unique[i] for i in chunk]), strict=True):
                     rows[starts[i] : starts[i] + lengths[i]] = states
                 bar.update(len(chunk))
         rows.flush()

@@ -138,20 +138,20 @@ def heatmap(
         matrices = aligned["matrices"]
         if not show_intra:
             matrices = {k: v for k, v in matrices.items() if not k.startswith("intra_")}
-        captions = {name: describe(name, each.predictor.config) for name in matrices}
+        captions = {name: describe(name, each.config) for name in matrices}
         predictions.append(prediction_text(each, aligned, a, b))
         if others:
             first = next(iter(captions))
-            name = labels[i] if labels else run_label(each.predictor.config)
+            name = labels[i] if labels else run_label(each.config)
             captions[first] = f"{name}: {predictions[-1]}\n{captions[first]}"
         rows.append((aligned["a_tokens"], aligned["b_tokens"], matrices, captions))
     width = max(60, 45 * max(len(row[2]) for row in rows))
-    first = matcher.predictor
+    first = matcher
     head = f"{first.task} · " + (f"{len(rows)} runs" if others else option_name(first.config, "aligner"))
     lines = [head, *textwrap.wrap(f"a: {a}", width), *textwrap.wrap(f"b: {b}", width)]
     if not others:
         lines.append(predictions[0])
-    ranges = {name: value_range(name, each.predictor.config) for each, row in zip((matcher, *others), rows, strict=True)
+    ranges = {name: value_range(name, each.config) for each, row in zip((matcher, *others), rows, strict=True)
               for name in row[2]}  # fmt: skip
     return draw_heatmap_rows(rows, out, "\n".join(lines), ranges)
 

@@ -18,12 +18,13 @@ import torch
 from omegaconf import OmegaConf
 
 from matching.data.vocab import hf_tokenizer
+from matching.errors import RunError
 from matching.files import write_json, write_text_atomic
 from matching.inference.onnx_graph import ServingModel, example_inputs, write_onnx
+from matching.model.assembly import TrainedModel
 from matching.model.embeddings import EmbeddingSource
 from matching.saved.onnx_folder import serving_spec
 from matching.saved.shared_folder import shared_config, write_folder
-from matching.training.build import RunError, TrainedRun
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +42,10 @@ def check_format(fmt: str, source: type[EmbeddingSource], checkpoint: str) -> No
 
 
 def export(
-    run: TrainedRun, fmt: str, out_dir: Path, encoder: str | None = None, encoder_revision: str | None = None
+    run: TrainedModel, fmt: str, out_dir: Path, encoder: str | None = None, encoder_revision: str | None = None
 ) -> Path:
     """Write the run in `fmt` into `out_dir`; returns the model file's path."""
-    check_format(fmt, type(run.source), str(run.checkpoint))
+    check_format(fmt, type(run.source), str(run.weights_file))
     if fmt == "hub":
         return write_folder(run, out_dir, encoder, encoder_revision) / FORMATS[fmt]
     out_dir.mkdir(parents=True, exist_ok=True)

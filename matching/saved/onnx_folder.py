@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from matching.data.tasks import describe, keep_recent_turns
 from matching.files import file_sha256
+from matching.model.assembly import TrainedModel
 from matching.results.discovery import option_name
-from matching.training.build import TrainedRun
 
 
 def trim_arguments(trim) -> dict | None:
@@ -17,7 +17,7 @@ def trim_arguments(trim) -> dict | None:
     return dict(trim.keywords)
 
 
-def serving_spec(run: TrainedRun, fmt: str, model_file: str, encoder: dict | None = None) -> dict:
+def serving_spec(run: TrainedModel, fmt: str, model_file: str, encoder: dict | None = None) -> dict:
     """serving.json: the model file, its inputs and outputs, the labels and every step of the text preparation;
     `encoder`: how a shared folder names what its embedding source loads from elsewhere (EmbeddingSource)."""
     cfg = run.cfg
@@ -66,7 +66,7 @@ def serving_spec(run: TrainedRun, fmt: str, model_file: str, encoder: dict | Non
         spec["loader"] = "from matching import Matcher; Matcher.load(<this folder>)"
     else:
         # what it was exported from, by name and content: no path of the machine it was exported on
-        spec["checkpoint"] = run.checkpoint.name
-        spec["checkpoint_sha256"] = file_sha256(run.checkpoint)
+        spec["checkpoint"] = run.weights_file.name
+        spec["checkpoint_sha256"] = file_sha256(run.weights_file)
     spec |= run.source.serving_spec(fmt, encoder)  # what a model with the source's own inputs takes
     return spec

@@ -13,7 +13,7 @@ import re
 from pathlib import PurePath
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 #: Extensions of the tables a generic task reads (taken off the file name, innermost last: `.tsv.gz`).
 TABLE_EXTENSIONS = {".gz", ".tsv", ".csv", ".jsonl", ".json", ".ndjson", ".parquet", ".txt", ".arrow"}
@@ -57,9 +57,11 @@ def name_from_data(fallback: str, *, _parent_: DictConfig) -> str:
 
 def _raw(node: Any, *keys: str) -> str | None:
     """The value at `keys` as written (an interpolation unresolved), or None."""
+    if not isinstance(node, DictConfig):
+        return None
+    value: Any = OmegaConf.to_container(node, resolve=False)
     for key in keys:
-        if not isinstance(node, DictConfig) or key not in node:
+        if not isinstance(value, dict) or key not in value:
             return None
-        node = node._get_node(key)
-    value = node._value() if node is not None else None
+        value = value[key]
     return None if value is None else str(value)

@@ -38,14 +38,15 @@ from omegaconf import DictConfig, OmegaConf
 from matching.configs import CONF
 from matching.data.tables import text_names
 from matching.data.vocab import hf_tokenizer
+from matching.errors import RunError
 from matching.extras import require
 from matching.files import write_atomic, write_json, write_text_atomic
+from matching.model.assembly import TrainedModel
 from matching.results.discovery import option_name
 from matching.saved.examples import EXAMPLES, run_examples
 from matching.saved.onnx_folder import serving_spec
 from matching.saved.provenance import PROVENANCE, describe_data, read_provenance
 from matching.saved.shared_reading import WEIGHTS
-from matching.training.build import RunError, TrainedRun
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ KEPT = ("task", "data", "embeddings", "model", "aligner", "intra", "choices", "s
 # --- writing ----------------------------------------------------------------------------------------------------
 
 
-def shared_config(run: TrainedRun, reference: dict | None = None) -> DictConfig:
+def shared_config(run: TrainedModel, reference: dict | None = None) -> DictConfig:
     """The run's config for a shared folder: the KEPT nodes, with no path of the training machine in it (the
     embedding source says how its node reads: `reference`, see EmbeddingSource.shared_reference)."""
     cfg = OmegaConf.create({k: copy.deepcopy(run.cfg[k]) for k in KEPT if k in run.cfg})
@@ -73,13 +74,13 @@ def shared_config(run: TrainedRun, reference: dict | None = None) -> DictConfig:
     return cfg
 
 
-def metadata(run: TrainedRun, reference: dict | None) -> dict[str, Any]:
+def metadata(run: TrainedModel, reference: dict | None) -> dict[str, Any]:
     """What the checkpoint says about itself (MatchingSystem.on_save_checkpoint), for the safetensors header."""
     record = run.source.shared_record(run.model.source_record, reference)
     return {"task": run.task.name, "labels": run.labels, "kind": run.kind, "encoder": record}
 
 
-def write_folder(run: TrainedRun, out: Path, encoder: str | None = None, encoder_revision: str | None = None) -> Path:
+def write_folder(run: TrainedModel, out: Path, encoder: str | None = None, encoder_revision: str | None = None) -> Path:
     """Write the shared folder of a trained run into `out`; returns `out`."""
     safetensors = require("safetensors.torch", "hub", "writing a shared model folder (safetensors)")
     reference = run.source.shared_reference(run.cfg.embeddings, encoder, encoder_revision)
@@ -106,7 +107,7 @@ def write_folder(run: TrainedRun, out: Path, encoder: str | None = None, encoder
     return out
 
 
-def training_row(run: TrainedRun, metrics: dict, provenance: dict) -> str:
+def training_row(run: TrainedModel, metrics: dict, provenance: dict) -> str:
     """How long it trained and in what arithmetic: the epochs it ran (metrics.json), the best one, the most the
     config allowed, and what its `dtype` computed in on the training machine (provenance.json)."""
     parts = []
@@ -120,12 +121,12 @@ def training_row(run: TrainedRun, metrics: dict, provenance: dict) -> str:
     return "; ".join(parts)
 
 
-def _metrics(run: TrainedRun) -> dict[str, float]:
+def _metrics(run: TrainedModel) -> dict[str, float]:
     file = run.run_dir / "metrics.json"
     return json.loads(file.read_text()) if file.is_file() else {}
 
 
-def training_command(run: TrainedRun) -> tuple[str, bool]:
+def training_command(run: TrainedModel) -> tuple[str, bool]:
     """The command that trained the run, and whether it is the recorded one (Hydra's .hydra/overrides.yaml) or
     rebuilt from the config groups it chose."""
     recorded = run.run_dir / ".hydra" / "overrides.yaml"
@@ -155,7 +156,7 @@ def by_name(override: str) -> str:
     return key + eq + _ABSOLUTE.sub(lambda m: PurePath(m.group()).name, value) if eq else override
 
 
-def model_card(run: TrainedRun, metrics: dict[str, float], encoder: dict | None) -> str:
+def model_card(run: TrainedModel, metrics: dict[str, float], encoder: dict | None) -> str:
     """The folder's README.md: what the model is, how well it did on dev, how it was trained, how to load it."""
     task, kind = run.task.name, run.kind
     aligner = option_name(run.cfg, "aligner")

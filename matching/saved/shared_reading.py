@@ -72,8 +72,7 @@ def check_targets(node: Any, folder: Path, key: str = "") -> None:
                 "code. If you trust this model, train or load it as a run directory instead"
             )
         for name in node:
-            value = node._get_node(name)
-            if value is not None and not isinstance(value, (DictConfig, ListConfig)) and value._is_interpolation():
+            if OmegaConf.is_interpolation(node, name):
                 raise RunError(f"{folder / 'config.yaml'}: {key}.{name} is an interpolation; a shared folder holds "
                                "plain values only")  # fmt: skip
             check_targets(node[name], folder, f"{key}.{name}".lstrip("."))

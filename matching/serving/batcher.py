@@ -102,14 +102,14 @@ BUG = "the model failed on this request ({}); this is a bug in matching: please 
 
 
 class Worker:
-    """A loaded run answering jobs, in the thread its `Batcher` runs it in (tests may call it directly). `predictor`:
+    """A loaded run answering jobs, in the thread its `Batcher` runs it in (tests may call it directly). `matcher`:
     the run already loaded (else it is loaded from `spec`)."""
 
-    def __init__(self, spec: WorkerSpec, predictor: Any = None):
+    def __init__(self, spec: WorkerSpec, matcher: Any = None):
         from matching.matcher import Matcher
 
         self.spec, self.limits = spec, spec.limits
-        if predictor is None:
+        if matcher is None:
             from matching.inference import load
 
             config = spec.config if "task" in spec.config else None  # an exported ONNX folder has none to apply
@@ -117,16 +117,15 @@ class Worker:
                 from omegaconf import OmegaConf
 
                 config = OmegaConf.create(config)
-            predictor = load(spec.ckpt, backend=spec.backend, quantize=spec.quantize, device=spec.device,
-                             config=config, encoder_backend=spec.encoder_backend)  # fmt: skip
-        predictor.backend.set_threads(spec.threads, spec.cap)  # the worker's share of the cores
-        self.matcher = Matcher(predictor)
+            matcher = Matcher(load(spec.ckpt, backend=spec.backend, quantize=spec.quantize, device=spec.device,
+                                   config=config, encoder_backend=spec.encoder_backend))  # fmt: skip
+        self.matcher = matcher
+        matcher.set_threads(spec.threads, spec.cap)  # the worker's share of the cores
         if spec.index:
             self.matcher.use_index(spec.index)
-        self.predictor = predictor
         # A word outside the vocabulary has no trained vector: it hashes to one of the OOV buckets' random vectors
         # (unless the model reads every word, as an encoder does: then none is marked).
-        self.marks_unknown = not predictor.reads_every_word
+        self.marks_unknown = not matcher.reads_every_word
 
     # -- checks --------------------------------------------------------------------------------------------------
     def check_texts(self, fields: list[str], counts: list[int]) -> Rejected | None:
@@ -157,12 +156,12 @@ class Worker:
             listed = "candidates" if job.kind == "rank" else "documents"
             fields = ["query", *(f"{listed}[{i}]" for i in range(len(pairs)))]
         else:
-            if not hasattr(self.predictor.backend, "alignment"):
-                return Rejected(501, f"this server runs the model on {self.predictor.backend.name}, whose graph "
+            if not self.matcher.can_align:
+                return Rejected(501, f"this server runs the model on {self.matcher.backend}, whose graph "
                                      "returns the logits only: /align needs the PyTorch model (serve with "
                                      "backend=torch)")  # fmt: skip
             pairs, fields = [Pair(*job.texts, "", None, 1)], ["a", "b"]
-        prepared = self.predictor.prepare(pairs)
+        prepared = self.matcher.prepare(pairs)
         counts = prepared.tokens.ravel().tolist()  # a0, b0, a1, b1, ...
         if job.kind in ("rank", "rerank"):  # the query once, then each candidate
             counts = [counts[0], *counts[1::2]]
@@ -215,7 +214,7 @@ class Worker:
         if not prepared:
             return []
         try:
-            answers = self.matcher.answers(self.predictor.logits_of(PreparedPairs.join(prepared), "request"))
+            answers = self.matcher.answers(self.matcher.logits_of(PreparedPairs.join(prepared), "request"))
         except Exception:  # noqa: BLE001 - scored again one by one below, each failure its own job's
             return [self._score_alone(p) for p in prepared]
         ends = itertools.accumulate(len(p) for p in prepared)
@@ -223,7 +222,7 @@ class Worker:
 
     def _score_alone(self, prepared: PreparedPairs) -> list[dict] | Rejected:
         try:
-            return self.matcher.answers(self.predictor.logits_of(prepared, "request"))
+            return self.matcher.answers(self.matcher.logits_of(prepared, "request"))
         except Exception as err:  # noqa: BLE001 - ours, and this job's alone
             log.exception("scoring a request failed")
             return _bug(err)
@@ -232,7 +231,7 @@ class Worker:
     def _body(job: Job, answers: list[dict]) -> dict:
         """The answer of a classify, rank or rerank job (the last in the shape rerank clients read: Cohere's, Jina's,
         Infinity's)."""
-        from matching.matcher import ranking
+        from matching.inference.predictor import ranking
 
         if job.kind == "classify":
             return {"predictions": answers}
@@ -251,7 +250,7 @@ class Worker:
         from matching.model.matrices import describe, value_range
 
         aligned = self.matcher.alignment(prepared)
-        index, cfg = self.predictor.vocab.index, self.predictor.config
+        index, cfg = self.matcher.vocab.index, self.matcher.config
         aligned["unknown"] = {side: [self.marks_unknown and t != "<null>" and t not in index
                                      for t in aligned[f"{side}_tokens"]] for side in "ab"}  # fmt: skip
         aligned["about"] = {name: {"caption": describe(name, cfg), "range": value_range(name, cfg)}

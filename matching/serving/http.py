@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from matching.data.tables import TEXT_COLUMNS, text_names
 from matching.files import file_sha256
-from matching.inference import Predictor
+from matching.matcher import Matcher
 from matching.saved.examples import page_examples
 from matching.serving.batcher import Batcher, Limits, error_body
 
@@ -408,15 +408,15 @@ def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guard
 ENDPOINTS = "GET / /health /info; POST /classify /rank /rerank /align"
 
 
-def model_info(predictor: Predictor, limits: Limits, examples: list | None = None) -> dict:
+def model_info(matcher: Matcher, limits: Limits, examples: list | None = None) -> dict:
     """What GET /info says about a served model (and the page shows): its task, labels, aligner, embeddings, the
     data it was trained on, its weights, backend and arithmetic, the limits and example inputs (`examples`: see
     `page_examples`). It names no path of the machine: files by name and sha256 (provenance.json, hashed at
     training; the weights, hashed here, once per server start), the run by `run_label`."""
-    cfg, about = predictor.config, predictor.about
+    cfg, about = matcher.config, matcher.about
     if cfg is None:  # an exported ONNX folder: what its serving.json recorded at export
         exported = about.get("exported") or {}
-        folder = predictor.origin
+        folder = matcher.origin
         info = {"aligner": exported.get("aligner"), "intra": exported.get("intra"),
                 "embeddings": exported.get("embeddings"), "data": {}, "provenance": {},
                 "checkpoint": f"{run_label(folder)}/{Path(about.get('graph') or 'model.onnx').name}",
@@ -442,22 +442,22 @@ def model_info(predictor: Predictor, limits: Limits, examples: list | None = Non
             "run_dir": run_label(run_dir),
         }
     info = {
-        "task": predictor.task,
-        "kind": predictor.kind,
-        "labels": predictor.labels,
-        "columns": {k: v for k, v in predictor.columns.items() if k in ("a", "b") and v},  # /classify's names
+        "task": matcher.task,
+        "kind": matcher.kind,
+        "labels": matcher.labels,
+        "columns": {k: v for k, v in matcher.columns.items() if k in ("a", "b") and v},  # /classify's names
         **info,
-        "backend": predictor.backend.name,
-        "dtype": predictor.dtype,
-        "null_token": predictor.null_token,
-        "vocabulary_size": len(predictor.vocab),
-        "max_length": predictor.max_length,
-        "endpoints": (["/classify", "/rank", "/rerank"] if predictor.kind == "rank" else ["/classify"])
-        + (["/align"] if hasattr(predictor.backend, "alignment") else []),
+        "backend": matcher.backend,
+        "dtype": matcher.dtype,
+        "null_token": matcher.null_token,
+        "vocabulary_size": len(matcher.vocab),
+        "max_length": matcher.max_length,
+        "endpoints": (["/classify", "/rank", "/rerank"] if matcher.kind == "rank" else ["/classify"])
+        + (["/align"] if matcher.can_align else []),
         "limits": asdict(limits),
     }
     if examples is None:
-        info["examples"], info["examples_from"] = page_examples(cfg, run_dir, predictor.task, predictor.kind)
+        info["examples"], info["examples_from"] = page_examples(cfg, run_dir, matcher.task, matcher.kind)
     else:
         info["examples"], info["examples_from"] = examples, "given"
     return info

@@ -29,6 +29,7 @@ from matching.errors import RunError
 from matching.extras import require
 from matching.inference import load, saved_config
 from matching.inference.threads import cores
+from matching.matcher import Matcher
 
 #: The hosts that listen on every address: the Host allow-list cannot name them, only localhost's names.
 EVERY_ADDRESS = ("0.0.0.0", "::", "")
@@ -198,16 +199,16 @@ def build_served_app(cfg: DictConfig, workers: int = 1, settings: dict | None = 
     for other in compare:
         configs.append((str(other), OmegaConf.to_container(saved_config(str(other)), resolve=True)))
     encoder_backend = str(cfg.get("encoder_backend") or "torch")
-    predictors = [
-        load(ckpt, backend=backend, quantize=quantize, device=device,
-             config=OmegaConf.create(config) if "task" in config else None, encoder_backend=encoder_backend)
+    matchers = [
+        Matcher(load(ckpt, backend=backend, quantize=quantize, device=device,
+             config=OmegaConf.create(config) if "task" in config else None, encoder_backend=encoder_backend))
         for ckpt, config in configs
     ]  # fmt: skip
     index = str(cfg.index) if cfg.get("index") else None
     if index is not None:  # a missing or stale index is refused before anything listens
         if compare:
             raise RunError("index= serves one contextual run against its candidates' states; drop compare=")
-    infos = [model_info(predictor, limits) for predictor in predictors]
+    infos = [model_info(matcher, limits) for matcher in matchers]
     kinds = {info["kind"] for info in infos}
     if len(kinds) > 1:
         listed = ", ".join(
@@ -223,11 +224,11 @@ def build_served_app(cfg: DictConfig, workers: int = 1, settings: dict | None = 
               f"{cores()} cores: each run uses {cap}", file=sys.stderr)  # fmt: skip
         threads = cap
     runs = []
-    for name, (ckpt, config), info, predictor in zip(_run_names([i["aligner"] for i in infos]), configs, infos,
-                                                     predictors, strict=True):  # fmt: skip
+    for name, (ckpt, config), info, matcher in zip(_run_names([i["aligner"] for i in infos]), configs, infos,
+                                                   matchers, strict=True):  # fmt: skip
         spec = WorkerSpec(ckpt, config, limits, threads, cap, settings["max_batch_size"], float(cfg.batch_timeout),
                           float(cfg.timeout), device, backend, quantize, index, encoder_backend)  # fmt: skip
-        worker = Worker(spec, predictor)
+        worker = Worker(spec, matcher)
         runs.append(ServedRun(name, info, Batcher(worker, name, settings["max_batch_size"], float(cfg.batch_timeout))))
     server_info = {"max_batch_size": settings["max_batch_size"], "batch_timeout": float(cfg.batch_timeout),
                    "timeout": float(cfg.timeout), "threads": threads, "threads_cap": cap, "accelerator": device,

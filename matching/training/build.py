@@ -1,7 +1,7 @@
-"""Runs: build a run's parts from its config, and load a trained run back from its directory.
-
-`train` builds; `evaluate`, `predict`, `visualize` and `export` load. A run directory holds `config.yaml`
-(resolved), `vocab.txt`, `checkpoints/*.ckpt` and `metrics.json`; that is all a trained model needs, offline.
+"""A training run's parts built from its config: the data module (and the vocabulary it builds), the
+LightningModule with its optimiser, losses and class weights, and the checkpoint writer; and the data module of a
+trained run, which `evaluate` and `visualize` read a split through. The model itself is assembled by
+matching.model.assembly, for training and every use of a trained model alike.
 """
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,32 +17,26 @@ import numpy as np
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
 from matching.configs import build
 from matching.data.pairs import Pair
-from matching.data.pipeline import PreparedPairs, TextPipeline
 from matching.data.sources import labels_from_data
-from matching.data.tasks import Task
 from matching.data.vocab import Vocabulary
 from matching.errors import (
     ConfigError,
-    RunError,  # noqa: F401  (imported from here by the commands and tests, as before)
+    RunError,
 )
 from matching.files import write_atomic
 from matching.model.assembly import (
+    TrainedModel,
     another_version,
-    build_model,  # noqa: F401  (training's model, built from the parts inference uses)
     build_task,
-    read_checkpoint,
-    read_vocabulary,
-    trained_model,
 )
-from matching.model.decomposable import DecomposableAttention, MatchOutput
-from matching.model.embeddings import EmbeddingSource, embeddings_choice
-from matching.saved.run_folder import check_checkpoint, find_checkpoint, find_run_dir
+from matching.model.decomposable import DecomposableAttention
+from matching.model.embeddings import embeddings_choice
+from matching.saved.run_folder import find_checkpoint
 from matching.training.datamodule import PairDataModule, split_prefix
 from matching.training.losses import distill_settings
 from matching.training.system import MatchingSystem
@@ -86,10 +79,12 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None, run_dir: 
 def trained_logits(path: str) -> Callable[[list[Pair]], np.ndarray]:
     """The (N, 2) logits of pairs under the trained ranking run at `path` (its directory or a checkpoint): how
     `task.negatives.method=ckpt` scores the candidates it mines (matching.training.negatives)."""
-    run = load_trained(find_checkpoint(path))
-    if run.data.task.kind != "rank":
-        raise ConfigError(f"task.negatives.ckpt={path} is a {run.data.task.kind} model; mining needs a ranking run")
-    return lambda pairs: run.logits(pairs, "mining candidates").numpy()
+    from matching.inference import load
+
+    predictor = load(find_checkpoint(path), backend="torch")
+    if predictor.kind != "rank":
+        raise ConfigError(f"task.negatives.ckpt={path} is a {predictor.kind} model; mining needs a ranking run")
+    return lambda pairs: predictor.logits(pairs, "mining candidates")
 
 
 def class_weights(cfg: DictConfig, dm: PairDataModule) -> list[float] | None:
@@ -154,110 +149,10 @@ def check_writable(folder: Path) -> None:
         ) from err
 
 
-@dataclass
-class TrainedRun:
-    """A trained model with everything needed to use it: the run's config, its data module (vocabulary and text
-    preparation, no corpus read yet) and an evaluation-only MatchingSystem in eval mode."""
-
-    run_dir: Path
-    checkpoint: Path
-    cfg: DictConfig  # the run's saved config, with the caller's overrides applied
-    data: PairDataModule
-    system: MatchingSystem
-    truncated: int = 0  # new pairs cut to data.max_length by `logits`
-
-    @property
-    def vocab(self) -> Vocabulary:
-        return self.data.vocab
-
-    @property
-    def model(self) -> DecomposableAttention:
-        return self.system.model
-
-    @property
-    def labels(self) -> list[str]:
-        return self.system.labels
-
-    @property
-    def kind(self) -> str:
-        return self.system.kind
-
-    @property
-    def task(self) -> Task:
-        return self.data.task
-
-    @property
-    def columns(self) -> dict[str, str | None]:
-        """The columns the run read its pairs from (`task.columns`: a, b, label, group; empty for a benchmark, whose
-        reader knows its format): what new pairs are read by first (matching.data.tables.read_new_pairs)."""
-        columns = self.cfg.task.get("columns") or {}
-        return {k: None if v is None else str(v) for k, v in columns.items()}
-
-    @property
-    def text(self) -> TextPipeline:
-        """How the run prepares a pair: tokens, words, ids and batches (matching.data.pipeline)."""
-        return self.data.text
-
-    @property
-    def source(self) -> EmbeddingSource:
-        return self.data.vectors
-
-    def batch(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
-        """New pairs as one model batch, prepared exactly as the training data was."""
-        prepared = self.text.prepare(pairs)
-        self.text.check(prepared, "input")
-        return self.text.batch(prepared)
-
-    def logits(self, pairs: Sequence[Pair], source: str = "input") -> torch.Tensor:
-        """(N, C) float32 logits of new pairs, in their order (see `logits_of`)."""
-        return self.logits_of(self.text.prepare(pairs), source)
-
-    @torch.inference_mode()
-    def logits_of(self, prepared: PreparedPairs, source: str = "input") -> torch.Tensor:
-        """(N, C) float32 logits of prepared pairs, in their order. The pairs are run in batches of similar length
-        that fit the run's memory budget (`data.batch_cells`, `data.batch_tokens`), so one long text cannot inflate
-        a batch; a pair too long to fit alone is an error naming its line, raised before anything is allocated.
-        `self.truncated` counts the pairs cut to `data.max_length`."""
-        self.truncated += prepared.cut
-        self.text.check(prepared, source)
-        out = torch.empty(len(prepared), len(self.labels))
-        for index, batch in self.text.batches(prepared):
-            out[torch.from_numpy(index)] = self.predict(batch).logits.float().cpu()
-        return out
-
-    @torch.inference_mode()
-    def predict(self, batch: dict[str, torch.Tensor]) -> MatchOutput:
-        """The one inference path of every command: MatchingSystem.predict_step (on the model's device)."""
-        device = self.system.device
-        if device.type != "cpu":  # nested too: a fine-tuned encoder's word pieces are dicts of tensors
-            batch = move_data_to_device(batch, device)
-        return self.system.predict_step(batch, 0)
-
-
-def load_trained(checkpoint: str | os.PathLike, cfg: DictConfig | None = None) -> TrainedRun:
-    """Rebuild a trained run from its directory alone (no vectors file or training data needed). `cfg` is the
-    run's config as a command composed it (the saved one with the command line's overrides); None reads the
-    saved one as it is."""
-    checkpoint = check_checkpoint(checkpoint)
-    run_dir = find_run_dir(checkpoint)
-    cfg = OmegaConf.load(run_dir / "config.yaml") if cfg is None else cfg
-    vocab = read_vocabulary(run_dir)
-    weights, meta = read_checkpoint(checkpoint)
-    return assemble_run(run_dir, checkpoint, cfg, vocab, weights, meta)
-
-
-def assemble_run(
-    run_dir: Path, checkpoint: Path, cfg: DictConfig, vocab: Vocabulary, weights: dict[str, torch.Tensor], meta: dict
-) -> TrainedRun:
-    """A TrainedRun from its parts (matching.model.assembly.trained_model checks them against each other), with the data
-    module and an evaluation-only MatchingSystem around the model: what evaluating a split and exporting need."""
-    trained = trained_model(cfg, run_dir, checkpoint, vocab, weights, meta)
+def evaluation_data(trained: TrainedModel) -> PairDataModule:
+    """The data module of a trained run (its vocabulary and text preparation; no corpus read yet): what
+    evaluating a split or drawing its matrices reads the split through, prepared exactly as in training."""
     try:
-        data = build_datamodule(cfg, vocab=vocab, run_dir=run_dir)
+        return build_datamodule(trained.cfg, vocab=trained.vocab, run_dir=trained.run_dir)
     except (InstantiationException, TypeError) as err:  # e.g. a config key this version no longer has
-        raise another_version(run_dir, err) from err
-    system = MatchingSystem(trained.model, None, data.labels, kind=trained.kind, task=data.task.name,
-                            val_prefixes=(), test_prefixes=(), compute_dtype=cfg.get("dtype", "fp32"),
-                            positive_label=data.task.positive_label)  # fmt: skip
-    system.eval()
-    return TrainedRun(run_dir, checkpoint, cfg, data, system)
+        raise another_version(trained.run_dir, err) from err

@@ -72,9 +72,10 @@ class EpochNumbers(pl.Callback):
                           sync_dist=False)  # fmt: skip
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        # Only on the steps whose row the loggers write (every trainer.log_every_n_steps): a logged number becomes a
-        # tensor on the model's device, which on a GPU is a copy from the host that waits for the queued work.
-        if trainer._logger_connector.should_update_logs or trainer.fast_dev_run:
+        # Only on the steps whose row the loggers write (every trainer.log_every_n_steps, counted in optimiser steps,
+        # as Lightning's logger connector counts them; and the last): a logged number becomes a tensor on the
+        # model's device, which on a GPU is a copy from the host that waits for the queued work.
+        if trainer.global_step % trainer.log_every_n_steps == 0 or trainer.should_stop or trainer.fast_dev_run:
             self._log(pl_module, trainer, on_step=True)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:

@@ -222,10 +222,10 @@ class PairDataModule(pl.LightningDataModule):
         """A split's pairs as the run sees them: read, then completed with the negatives of `task.negatives`."""
         pairs = read_split(self.task, name, self.data_dir, self.cache_dir)
         if self.miner is not None:
-            pairs = self.miner.complete(name, pairs, self._split_key(name))
+            pairs = self.miner.complete(name, pairs, self.split_key(name))
         return pairs
 
-    def _split_key(self, name: str) -> dict[str, Any]:
+    def split_key(self, name: str) -> dict[str, Any]:
         """What a split's preparation depends on besides the source: its file, slice and text preparation (the key
         of what an embedding source caches for it)."""
         split = self.task.splits[name]
@@ -264,8 +264,8 @@ class PairDataModule(pl.LightningDataModule):
         self.vectors.attach(splits, self._source_keys(names), self._source_cache())
 
     def _source_keys(self, names: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Each split's key (`_split_key`) under the label the source caches it by: `<task>-<split>`."""
-        return {f"{self.task.name}-{n}": self._split_key(n) for n in names}
+        """Each split's key (`split_key`) under the label the source caches it by: `<task>-<split>`."""
+        return {f"{self.task.name}-{n}": self.split_key(n) for n in names}
 
     def _build_vocabulary(self, raw: Mapping[str, tuple[Sequence[Pair], list[tuple[list[str], list[str]]]]]):
         vocab = Vocabulary.build((t for ab in raw["train"][1] for t in ab), self.oov_buckets)

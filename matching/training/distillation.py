@@ -52,7 +52,7 @@ def teacher_logits(cfg: DictConfig, dm, run_dir: Path, teachers: list[str]) -> n
                 "a teacher must be trained on the same labels, in the same order (the same task)"
             )
     identities = [{"teacher": path, "sha256": _weights_sha256(p)} for path, p in zip(teachers, predictors, strict=True)]
-    key = {"teachers": sorted(i["sha256"] for i in identities), "split": dm._split_key("train"), "pairs": len(pairs)}
+    key = {"teachers": sorted(i["sha256"] for i in identities), "split": dm.split_key("train"), "pairs": len(pairs)}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:32]
     cached = Path(cfg.paths.cache_dir) / "teacher" / f"{digest}.npy"
     started = time.perf_counter()

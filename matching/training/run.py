@@ -36,22 +36,17 @@ from torch.backends.cpu import get_cpu_capability
 
 from matching.configs import check_config
 from matching.data.vocab import Vocabulary
+from matching.errors import RunError
 from matching.extras import check_installed
 from matching.files import write_json, write_text_atomic
+from matching.model.assembly import build_model
 from matching.model.precision import describe
 from matching.results.scores import write_recorded
 from matching.saved.earlier_versions import upgraded
 from matching.saved.examples import curated, write_run_examples
 from matching.saved.provenance import write_provenance
-from matching.training.build import (
-    AtomicCheckpointIO,
-    RunError,
-    build_datamodule,
-    build_model,
-    build_system,
-    check_writable,
-    find_run_dir,
-)
+from matching.saved.run_folder import find_run_dir
+from matching.training.build import AtomicCheckpointIO, build_datamodule, build_system, check_writable
 from matching.training.callbacks import EpochNumbers, run_callbacks
 from matching.training.datamodule import PairDataModule, split_prefix
 from matching.training.distillation import teacher_logits

@@ -57,7 +57,7 @@ def check_sweep_processes(cfg: DictConfig) -> None:
     several = devices not in (1, "1") and not (isinstance(devices, (list, ListConfig)) and len(devices) == 1)
     external = any(key in os.environ for key in ("SLURM_NTASKS", "LOCAL_RANK"))
     if str(trainer.get("strategy", "")) == "ddp" and several and not external:
-        from matching.training.build import RunError
+        from matching.errors import RunError
 
         raise RunError(
             f"trainer=ddp with trainer.devices={devices} in a sweep job: Lightning would start the other processes by "
@@ -82,18 +82,15 @@ def location_keys(cfg: DictConfig) -> set[str]:
     found: set[str] = set()
 
     def walk(node: Any, prefix: str) -> None:
-        if not isinstance(node, (DictConfig, ListConfig)):
-            return
-        keys = node.keys() if isinstance(node, DictConfig) else range(len(node))
-        for key in keys:
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in items:
             full = f"{prefix}{key}"
-            child = node._get_node(key)
-            if OmegaConf.is_interpolation(node, key) and "paths." in str(child._value()):
+            if isinstance(value, str) and "${" in value and "paths." in value:
                 found.add(full)
-            elif isinstance(child, (DictConfig, ListConfig)):
-                walk(child, full + ".")
+            else:
+                walk(value, full + ".")
 
-    walk(cfg, "")
+    walk(OmegaConf.to_container(cfg, resolve=False), "")
     return found
 
 
@@ -157,7 +154,7 @@ def prior_run(cfg: DictConfig, run_dir: Path) -> PriorRun:
         )  # fmt: skip
     differ = config_differences(saved, current, ignored | added)
     if differ:
-        from matching.training.build import RunError  # here: the report reads sweeps without loading torch
+        from matching.errors import RunError
 
         shown = "; ".join(differ[:8]) + (f"; and {len(differ) - 8} more" if len(differ) > 8 else "")
         raise RunError(
