@@ -18,8 +18,8 @@ import statistics
 from pathlib import Path
 
 from matching.results.discovery import find_runs
-from matching.results.scores import unit_scores
 from matching.results.significance import method_test, paired_test, seed_mean
+from matching.training.scores import unit_scores
 
 
 def splits(seeds: list[int], size: int):

@@ -32,10 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from matching.data.batching import BucketBatchSampler, PadCollator
 from matching.data.encoding import EncodedSplit
 from matching.model.aligners import CoDAAligner, ConflictAligner, SoftmaxAligner, SoftmaxConflictAligner
 from matching.model.decomposable import DecomposableAttention
+from matching.training.batching import BucketBatchSampler, PadCollator
 from matching.training.system import MatchingSystem
 
 ALIGNERS = {

@@ -63,10 +63,10 @@ def evaluate_run(run: TrainedModel, split: str = "dev", out: str | None = None, 
                  quantize: str | None = None) -> dict[str, float]:  # fmt: skip
     """Score the run on `split` as its validation did (the same batches, metrics and per-unit scores), through
     its data module and an evaluation-only LightningModule around the trained model."""
-    from matching.results.scores import write_recorded
     from matching.training.build import evaluation_data
     from matching.training.datamodule import split_prefix
     from matching.training.metrics import chance_warnings
+    from matching.training.scores import write_recorded
     from matching.training.system import MatchingSystem
 
     data = evaluation_data(run)
@@ -142,7 +142,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     """The `evaluate` command on a composed config (conf/evaluate.yaml over the run's saved config)."""
     # Imported here, not at the top: torch and Lightning load only after Hydra has read the arguments, so that
     # a typo is answered in under a second (benchmarks/bench_cli_errors.py).
-    from matching.model.assembly import load_run
+    from matching.saved.run_folder import load_run
 
     backend, quantize = str(cfg.get("backend") or "torch"), cfg.get("quantize")
     if backend not in ("torch", "onnx") or quantize not in (None, "int8"):

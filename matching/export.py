@@ -35,8 +35,8 @@ def export_command(cfg: DictConfig) -> Path:
     """The `export` command on a composed config (conf/export.yaml over the run's saved config)."""
     # Imported here, not at the top: torch and Lightning load only after Hydra has read the arguments, so that
     # a typo is answered in under a second (benchmarks/bench_cli_errors.py).
-    from matching.model.assembly import load_run
     from matching.saved.formats import check_format, export
+    from matching.saved.run_folder import load_run
     from matching.saved.shared_folder import push
 
     fmt = cfg.format

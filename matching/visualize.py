@@ -102,7 +102,7 @@ def visualize(cfg: DictConfig) -> Path:
         out = Path(cfg.out or matcher.about["run_dir"] / ("alignments.png" if others else "alignment.png"))
         heatmap(matcher, str(cfg.a), str(cfg.b), out, cfg.show_intra, others)
     else:  # a split's matrices: the run's data module reads it
-        from matching.model.assembly import load_run
+        from matching.saved.run_folder import load_run
 
         run = load_run(find_checkpoint(cfg.ckpt), cfg)
         values = matrix_values(run, str(cfg.split), int(cfg.max_pairs))

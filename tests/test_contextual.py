@@ -17,9 +17,9 @@ from omegaconf import OmegaConf
 from matching import Matcher
 from matching.data.pairs import Pair
 from matching.errors import RunError
-from matching.model.assembly import load_run
 from matching.model.contextual import ContextualEncoder, WordPieces
 from matching.model.encoders import EncoderError, pool_words
+from matching.saved.run_folder import load_run
 from matching.training.build import build_datamodule
 from matching.training.run import train
 from tests.conftest import ROOT, SUBPROCESS_ENV, cli_overrides, evaluate, save_tiny_encoder

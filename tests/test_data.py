@@ -7,13 +7,13 @@ import pytest
 import torch
 from conftest import FIXTURE_VECTORS
 
-from matching.data.batching import BucketBatchSampler, PadCollator
 from matching.data.encoding import LabelError
-from matching.data.pipeline import pad_batch
 from matching.data.readers import read_snli_jsonl
 from matching.data.sources import CorpusNotFoundError
 from matching.data.tasks import Task
 from matching.data.vocab import NULL_ID, PAD_ID, Tokenizer, Vocabulary
+from matching.model.pipeline import pad_batch
+from matching.training.batching import BucketBatchSampler, PadCollator
 from matching.training.build import build_datamodule
 from matching.training.datamodule import PairDataModule, split_prefix
 

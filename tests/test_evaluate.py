@@ -44,7 +44,7 @@ def test_per_question_scores_average_to_the_metrics(wikiqa_run, snli_run):
     """scores/val.csv, written by train and again by evaluate, holds the units whose means are the logged metrics."""
     import csv
 
-    from matching.results.scores import unit_scores
+    from matching.training.scores import unit_scores
 
     for (run, trained), checks in ((wikiqa_run, {"map": "val/map", "mrr": "val/mrr", "map_raw": "val/map_raw",
                                                  "top1": "val/top1", "p1": "val/p1", "mrr10": "val/mrr10",
@@ -148,7 +148,7 @@ def test_a_run_from_another_version_is_a_clear_error(snli_run, tmp_path):
     import yaml
 
     from matching.errors import RunError
-    from matching.model.assembly import load_run
+    from matching.saved.run_folder import load_run
 
     run_dir, _ = snli_run
     old = shutil.copytree(run_dir, tmp_path / "old_run")

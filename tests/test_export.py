@@ -8,8 +8,8 @@ import torch
 from conftest import compose_train
 
 from matching.export import main
-from matching.inference.onnx_graph import ServingModel, example_inputs
-from matching.model.assembly import load_run
+from matching.saved.onnx_graph import ServingModel, example_inputs
+from matching.saved.run_folder import load_run
 from matching.training.run import train
 
 

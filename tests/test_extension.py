@@ -78,7 +78,7 @@ def test_a_throwaway_aligner_is_one_class_and_one_yaml(tmp_path, monkeypatch, ca
         "entailment", "neutral", "contradiction",
     }  # fmt: skip
     assert {r["aligner"] for r in seen["report"]} == {"uniform"}
-    from matching.model.assembly import load_run
+    from matching.saved.run_folder import load_run
 
     run = load_run(run_dir / "checkpoints" / "best.ckpt")
     assert type(run.model.aligner).__name__ == "UniformAligner"
@@ -195,7 +195,7 @@ def test_a_throwaway_embedding_source_is_one_class_and_one_yaml(tmp_path, monkey
                                 yaml + "freeze: true\nnormalize: true\n")  # fmt: skip
     seen = _through_every_command(run_dir, tmp_path, "A man plays.\tA person plays music.\n", capsys)
     assert len(seen["predictions"]) == 1
-    from matching.model.assembly import load_run
+    from matching.saved.run_folder import load_run
 
     run = load_run(run_dir / "checkpoints" / "best.ckpt")
     assert type(run.source).__name__ == "TrigramVectors"

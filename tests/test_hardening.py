@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from matching.data.batching import BucketBatchSampler
 from matching.data.preparation import BatchTooLargeError, Budget
 from matching.predict import main as predict_main
+from matching.training.batching import BucketBatchSampler
 
 # ------------------------------------------------------------------ family 1: memory bounded by the input
 

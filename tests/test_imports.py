@@ -235,3 +235,29 @@ def test_no_module_reads_a_private_attribute_of_another_object(package):
     found = [hit for path in sorted((ROOT / package).rglob("*.py"))
              for hit in private_attributes(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]  # fmt: skip
     assert not found, "private attributes read from outside their object:\n" + "\n".join(found)
+
+
+def test_export_inference_and_the_saved_forms_run_without_lightning(snli_run, tmp_path):
+    """Exporting a run (hub and ONNX), loading it back and answering import no Lightning: the model assembly and the
+    inference object are the whole path (training's LightningModule is for training and `evaluate`)."""
+    import subprocess
+    import sys
+
+    run_dir, _ = snli_run
+    script = f"""
+import importlib, pkgutil, sys
+from matching.cli import compose_config
+from matching.export import export_command
+for room in ("matching.inference", "matching.saved", "matching.model"):
+    for module in pkgutil.iter_modules(importlib.import_module(room).__path__):
+        importlib.import_module(room + "." + module.name)
+for fmt in ("hub", "onnx"):
+    export_command(compose_config("export", ["ckpt={run_dir}", "format=" + fmt, "out={tmp_path}/" + fmt]))
+from matching import Matcher
+for path in ("{run_dir}", "{tmp_path}/hub", "{tmp_path}/onnx"):
+    Matcher.load(path).predict([("A man plays a guitar.", "A person makes music.")])
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("lightning", "pytorch_lightning", "lightning_fabric")))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-2000:]

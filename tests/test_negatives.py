@@ -1,4 +1,4 @@
-"""Negatives mined from the corpus for a ranking task of positive pairs alone (matching.training.negatives), and a run
+"""Negatives mined from the corpus for a ranking task of positive pairs alone (matching.data.negatives), and a run
 on such a file (task=pairs_positives) through train, evaluate, predict (rank), export and serve."""
 
 import json
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from conftest import FIXTURES, compose_train
 
+from matching.data.negatives import BM25, Negatives, bm25_scorer, mine, normalized, words
 from matching.data.pairs import Pair
 from matching.errors import ConfigError
-from matching.training.negatives import BM25, Negatives, bm25_scorer, mine, normalized, words
 
 POSITIVES = FIXTURES / "pairs_positives"
 
@@ -214,7 +214,7 @@ def test_every_run_keeps_and_logs_its_own_mined_lists_with_a_shared_cache(tmp_pa
             f"task.splits.train.path={POSITIVES / 'train.jsonl'}", f"task.splits.dev.path={POSITIVES / 'dev.jsonl'}",
         )  # fmt: skip
         run_dir = tmp_path / name
-        with caplog.at_level(logging.INFO, logger="matching.training.negatives"):
+        with caplog.at_level(logging.INFO, logger="matching.data.negatives"):
             caplog.clear()
             build_datamodule(cfg, run_dir=run_dir).setup("fit")
         assert "train: 48 negatives mined by bm25" in caplog.text

@@ -127,7 +127,7 @@ def test_a_word_seen_only_in_the_vectors_file_gets_its_own_vector(snli_run, tmp_
     from conftest import FIXTURE_VECTORS
 
     from matching.data.pairs import Pair
-    from matching.model.assembly import load_run
+    from matching.saved.run_folder import load_run
 
     run_dir, _ = snli_run
     run = load_run(run_dir / "checkpoints" / "best.ckpt")

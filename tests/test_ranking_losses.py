@@ -1,6 +1,6 @@
 """The ranking losses (matching.training.losses) against hand-computed values and gradients, and the batches of whole
 queries
-they train on (matching.data.batching.QueryBatchSampler)."""
+they train on (matching.training.batching.QueryBatchSampler)."""
 
 import logging
 import math
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from matching.data.batching import QueryBatchSampler
 from matching.data.preparation import Budget
 from matching.errors import ConfigError
+from matching.training.batching import QueryBatchSampler
 from matching.training.losses import listwise_softmax, pairwise_hinge
 
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 from conftest import ROOT, SUBPROCESS_ENV, big_snli, cli_overrides, evaluate
 
-from matching.data.batching import BucketBatchSampler
-from matching.model.assembly import load_run
+from matching.saved.run_folder import load_run
+from matching.training.batching import BucketBatchSampler
 from matching.training.build import AtomicCheckpointIO
 from matching.training.callbacks import NonFiniteLossError
 from matching.training.run import train

@@ -26,8 +26,8 @@ pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]
 
 from matching.data.pairs import Pair  # noqa: E402
 from matching.matcher import Matcher  # noqa: E402
-from matching.model.assembly import load_run  # noqa: E402
 from matching.predict import predict  # noqa: E402
+from matching.saved.run_folder import load_run  # noqa: E402
 from matching.serve import main as serve_main  # noqa: E402
 from matching.serving.server import free_port, serving  # noqa: E402
 

@@ -6,7 +6,7 @@ import struct
 import pytest
 
 from matching.matcher import Matcher
-from matching.model.assembly import load_run
+from matching.saved.run_folder import load_run
 from matching.visualize import main, matrix_values
 
 

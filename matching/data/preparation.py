@@ -3,7 +3,7 @@ text), the model's words (cut to `max_length`), ids (the vocabulary) and batches
 memory `Budget`.
 
 `TextPreparation` is the part of the text pipeline that every backend shares: training's data module and PyTorch
-inference extend it with tensors (matching.data.pipeline.TextPipeline); an ONNX Runtime model is fed from it alone
+inference extend it with tensors (matching.model.pipeline.TextPipeline); an ONNX Runtime model is fed from it alone
 (matching.inference), which is why nothing here imports torch.
 """
 

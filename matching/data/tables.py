@@ -251,7 +251,7 @@ def read_pair_table(
     by their usual names); `format` tsv | csv | jsonl | parquet | dataset (None: by the file name); `header`:
     whether a TSV/CSV file's first line names its columns (False: they are named "1", "2", ... ); `rank`: a ranking
     corpus, whose pairs without a group column are grouped by their first text; `positives`: a file without a label
-    column holds matches alone (each pair gets the label "1"; negatives are mined, matching.training.negatives)."""
+    column holds matches alone (each pair gets the label "1"; negatives are mined, matching.data.negatives)."""
     given = Path(os.path.expanduser(str(path)))
     found = given if given.is_dir() else existing_corpus_file(given)
     table = open_table(found, table_format(found, format), header)

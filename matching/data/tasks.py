@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from matching.data.negatives import Negatives
 from matching.data.pairs import Pair
 from matching.errors import ConfigError
-from matching.training.negatives import Negatives
 
 Reader = Callable[[str | os.PathLike], Iterator[Pair]]
 KINDS = ("classify", "rank")
@@ -46,7 +46,7 @@ class Task:
     whose F1, precision, recall, average precision and ROC-AUC a two-label task reports (null: the second label;
     see matching.training.metrics). `negatives` (a ranking task whose file holds positive pairs alone): how negatives
     are
-    mined from the corpus (matching.training.negatives.Negatives).
+    mined from the corpus (matching.data.negatives.Negatives).
     """
 
     name: str

@@ -163,7 +163,8 @@ def from_weights(form: str, where: Path, backend: str, quantize: str | None, red
                  dtype: str | None, overrides: dict, config: Any, threads: int) -> Predictor:  # fmt: skip
     from matching.inference.torch_backend import TorchBackend, device_name
     from matching.model import precision
-    from matching.model.assembly import load_run, trained_model
+    from matching.model.assembly import trained_model
+    from matching.saved.run_folder import load_run
 
     settings = dict(overrides)
     if dtype is not None:
@@ -204,7 +205,7 @@ def cache_root() -> Path:
 def exported_graph(parts, weights_file: Path) -> Path:
     """The ONNX graph of a trained model, exported once into the cache under its weights' sha256."""
     from matching.files import file_sha256
-    from matching.inference.onnx_graph import write_onnx
+    from matching.saved.onnx_graph import write_onnx
 
     folder = cache_root() / file_sha256(weights_file)[:32]
     graph = folder / "model.onnx"

@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from matching.data.pipeline import TextPipeline
 from matching.data.preparation import CPU_BATCH_PAIRS, PreparedPairs
 from matching.inference.threads import call_tokens, thread_count
 from matching.model.decomposable import DecomposableAttention, run_batch
+from matching.model.pipeline import TextPipeline
 from matching.model.precision import resolve
 
 

@@ -6,7 +6,6 @@ LightningModule around these parts; inference (matching.inference), export and e
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,14 +15,13 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from matching.configs import build
-from matching.data.pipeline import TextPipeline
 from matching.data.preparation import BATCH_CELLS, BATCH_TOKENS, Budget
 from matching.data.tasks import Task
 from matching.data.vocab import Tokenizer, Vocabulary
 from matching.errors import RunError
 from matching.model.decomposable import DecomposableAttention
 from matching.model.embeddings import EmbeddingSource
-from matching.saved.run_folder import check_checkpoint, configured, find_run_dir, saved_config
+from matching.model.pipeline import TextPipeline
 
 
 def build_task(cfg: DictConfig) -> Task:
@@ -69,7 +67,8 @@ def text_pipeline(
 @dataclass
 class TrainedModel:
     """A trained model, what prepares its input, and where it came from: what every use of a saved model starts
-    from (inference's backends, `export`, `evaluate`, `visualize`); built by `trained_model` or `load_run`."""
+    from (inference's backends, `export`, `evaluate`, `visualize`); built by `trained_model` (from a run folder:
+    matching.saved.run_folder.load_run)."""
 
     model: DecomposableAttention
     task: Task
@@ -87,19 +86,6 @@ class TrainedModel:
     @property
     def vocab(self) -> Vocabulary:
         return self.text.vocab
-
-
-def load_run(
-    checkpoint: str | os.PathLike, cfg: DictConfig | None = None, settings: dict | None = None
-) -> TrainedModel:
-    """The trained model of a run directory's checkpoint, from the run's files alone (no vectors file or training
-    data needed). `cfg`: the run's config as a command composed it (None: the saved one); `settings`: dotted keys
-    of the config to override (matching.saved.run_folder.configured)."""
-    checkpoint = check_checkpoint(checkpoint)
-    run_dir = find_run_dir(checkpoint)
-    cfg = configured(cfg if cfg is not None else saved_config(checkpoint), settings or {})
-    vocab, (weights, meta) = read_vocabulary(run_dir), read_checkpoint(checkpoint)
-    return trained_model(cfg, run_dir, checkpoint, vocab, weights, meta)
 
 
 def trained_model(

@@ -33,13 +33,13 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from matching.data.encoding import EncodedSplit
-from matching.data.pipeline import pad_batch
 from matching.data.preparation import PIECE_INPUTS, PIECE_KEYS, piece_windows
 from matching.extras import require
 from matching.files import file_sha256
 from matching.model.contextual_states import SplitStates, cached_states, encode_states
 from matching.model.embeddings import EmbeddingSource, ServingInputs
 from matching.model.encoders import EncoderError, EncoderServingModel, WordEncoder, pool_words
+from matching.model.pipeline import pad_batch
 
 log = logging.getLogger(__name__)
 

@@ -166,7 +166,7 @@ class EmbeddingSource(ABC):
 
     def serving_model(self, model: torch.nn.Module, text: Any) -> ServingInputs | None:
         """The module other runtimes run when the model takes more than token ids, with example inputs (`text`: the
-        run's TextPipeline); None: the token-id model (matching.inference.onnx_graph.ServingModel)."""
+        run's TextPipeline); None: the token-id model (matching.saved.onnx_graph.ServingModel)."""
         return None
 
     def write_serving_files(self, folder: Path) -> None:

@@ -15,7 +15,6 @@ from dataclasses import replace
 
 from matching.results.discovery import Run
 from matching.results.rows import BASELINE, Comparison, Row
-from matching.results.scores import METRIC_COLUMNS, ranked_answers, unit_rows, unit_scores
 from matching.results.significance import (
     ALPHA,
     MIN_SEEDS,
@@ -27,6 +26,7 @@ from matching.results.significance import (
     paired_test,
     seed_mean,
 )
+from matching.training.scores import METRIC_COLUMNS, ranked_answers, unit_rows, unit_scores
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from omegaconf import OmegaConf
 from matching.data.vocab import hf_tokenizer
 from matching.errors import RunError
 from matching.files import write_json, write_text_atomic
-from matching.inference.onnx_graph import ServingModel, example_inputs, write_onnx
 from matching.model.assembly import TrainedModel
 from matching.model.embeddings import EmbeddingSource
 from matching.saved.onnx_folder import serving_spec
+from matching.saved.onnx_graph import ServingModel, example_inputs, write_onnx
 from matching.saved.shared_folder import shared_config, write_folder
 
 log = logging.getLogger(__name__)

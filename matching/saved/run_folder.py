@@ -8,12 +8,15 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from matching.errors import RunError
 from matching.saved.earlier_versions import upgraded
+
+if TYPE_CHECKING:
+    from matching.model.assembly import TrainedModel
 
 
 def find_run_dir(checkpoint: Path) -> Path:
@@ -83,3 +86,18 @@ def configured(cfg: DictConfig, settings: dict[str, Any]) -> DictConfig:
 
 
 _ABSENT = object()
+
+
+def load_run(
+    checkpoint: str | os.PathLike, cfg: DictConfig | None = None, settings: dict | None = None
+) -> TrainedModel:
+    """The trained model of a run directory's checkpoint, from the run's files alone (no vectors file or training
+    data needed). `cfg`: the run's config as a command composed it (None: the saved one); `settings`: dotted keys
+    of the config to override (matching.saved.run_folder.configured)."""
+    from matching.model.assembly import read_checkpoint, read_vocabulary, trained_model
+
+    checkpoint = check_checkpoint(checkpoint)
+    run_dir = find_run_dir(checkpoint)
+    cfg = configured(cfg if cfg is not None else saved_config(checkpoint), settings or {})
+    vocab, (weights, meta) = read_vocabulary(run_dir), read_checkpoint(checkpoint)
+    return trained_model(cfg, run_dir, checkpoint, vocab, weights, meta)

@@ -5,7 +5,7 @@ The HTTP front (matching/serving/http.py) hands each checked request to the run'
 batcher is an asyncio task: it waits for a job, takes every job already queued (those that arrived while its previous
 batch ran) and, for `batch_timeout` seconds, more, up to `max_batch_size` jobs, and runs the batch in the run's one
 model thread (PyTorch and ONNX Runtime release the GIL while they compute, so the event loop goes on reading and
-answering requests meanwhile). Each job's pairs are prepared once by the run's text pipeline (matching.data.pipeline),
+answering requests meanwhile). Each job's pairs are prepared once by the run's text pipeline (matching.model.pipeline),
 which gives both the checks (an empty text, a text over `limits.max_text_tokens`, counted by the run's own tokenizer)
 and the model's inputs. The pairs of a batch's /classify and /rank jobs run through one `Predictor.logits_of` call
 (matching.inference), which cuts them into model batches within the run's memory budget (`data.batch_tokens`,
@@ -143,7 +143,7 @@ class Worker:
         return None
 
     def prepare(self, job: Job) -> PreparedPairs | Rejected:
-        """The job's pairs, prepared once (matching.data.pipeline) for both the checks and the model, or why the
+        """The job's pairs, prepared once (matching.model.pipeline) for both the checks and the model, or why the
         job is refused."""
         from matching.data.pairs import Pair
 

@@ -21,7 +21,6 @@ from matching.files import write_text_atomic
 from matching.results.charts import write_ranking
 from matching.results.discovery import Run
 from matching.results.rows import Comparison, Row
-from matching.results.scores import ranked_answers, unit_rows
 from matching.results.tables import (
     MANY_RULE,
     VERSUS_HEADS,
@@ -36,6 +35,7 @@ from matching.studies.seeds import RULE as SEEDS_RULE
 from matching.studies.seeds import SeedPlan
 from matching.studies.selection import Choice, rule
 from matching.studies.spec import StudySpec
+from matching.training.scores import ranked_answers, unit_rows
 
 log = logging.getLogger(__name__)
 

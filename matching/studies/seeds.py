@@ -23,11 +23,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from matching.files import write_json
-from matching.results.scores import unit_scores
 from matching.results.sequential import futile, looks, nominal_levels
 from matching.results.significance import common_units, holm, t_p_value, unit_table, variance_parts
 from matching.studies.results import RunResult
 from matching.studies.spec import StudySpec
+from matching.training.scores import unit_scores
 
 SEEDS_FILE = "seeds.json"
 RESOLVED, STOPPED, AT_MAX, WAITING = "resolved", "stopped: futile", "not resolved at the maximum", "undecided"

@@ -56,7 +56,7 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None, run_dir: 
     plus every word with a pretrained vector among the dev splits and the vectors file's first
     `embeddings.top_words` words), and the source's files are checked before any corpus is read. `run_dir` (default:
     `paths.output_dir`, a training run's folder) keeps what a positives-only task mines
-    (matching.training.negatives)."""
+    (matching.data.negatives)."""
     task = build_task(cfg)
     if not task.labels:  # a generic task (task=pairs): the data's label names, kept in the config the run saves
         task.labels = labels_from_data(task, cfg.paths.data_dir, cfg.paths.cache_dir)
@@ -78,7 +78,7 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None, run_dir: 
 
 def trained_logits(path: str) -> Callable[[list[Pair]], np.ndarray]:
     """The (N, 2) logits of pairs under the trained ranking run at `path` (its directory or a checkpoint): how
-    `task.negatives.method=ckpt` scores the candidates it mines (matching.training.negatives)."""
+    `task.negatives.method=ckpt` scores the candidates it mines (matching.data.negatives)."""
     from matching.inference import load
 
     predictor = load(find_checkpoint(path), backend="torch")

@@ -20,19 +20,19 @@ import torch
 from torch.utils.data import DataLoader
 
 from matching.data import cache as corpus_cache
-from matching.data.batching import BucketBatchSampler, PadCollator, QueryBatchSampler, TrainLoader
 from matching.data.cache import file_stamp
 from matching.data.encoding import EncodedSplit, encode_split, keep_answered_questions
+from matching.data.negatives import NegativeMiner
 from matching.data.pairs import Pair
-from matching.data.pipeline import TextPipeline
 from matching.data.preparation import BATCH_CELLS, BATCH_TOKENS, Budget
 from matching.data.sources import read_split, resolve_path
 from matching.data.tasks import Task
 from matching.data.vocab import Tokenizer, Vocabulary
 from matching.errors import ConfigError, DataFormatError
 from matching.model.embeddings import EmbeddingSource, PretrainedVectors
+from matching.model.pipeline import TextPipeline
+from matching.training.batching import BucketBatchSampler, PadCollator, QueryBatchSampler, TrainLoader
 from matching.training.callbacks import batches_trained
-from matching.training.negatives import NegativeMiner
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class PairDataModule(pl.LightningDataModule):
         pad_to: round each batch's lengths up to a multiple of this (a compiled model then sees few shapes).
         whole_queries: training batches hold whole queries (QueryBatchSampler), for the ranking losses that compare
             a query's candidates (loss.kind=pairwise|listwise).
-        run_dir: the run's folder, where negatives mined for `task.negatives` are kept (matching.training.negatives).
+        run_dir: the run's folder, where negatives mined for `task.negatives` are kept (matching.data.negatives).
         trained_logits: the logits of pairs under a trained run (its path), for task.negatives.method=ckpt.
     """
 

@@ -1,7 +1,7 @@
 """The training losses of a ranking task over the score of each (query, candidate) pair, the margin of the match
 logit (`match_margin`: what evaluate, predict and serve rank by). `pointwise` (the paper's protocol) is the 2-class
 cross-entropy of every pair on its own; the two ranking losses compare the candidates of one query, so their batches
-hold whole queries (see matching.data.batching.QueryBatchSampler):
+hold whole queries (see matching.training.batching.QueryBatchSampler):
 
 - `pairwise`: the margin (hinge) loss max(0, margin − (s⁺ − s⁻)) over every (positive, negative) pair of candidates
   of one query in the batch, averaged over those pairs (a query with many negatives weighs more, as in RankNet-style

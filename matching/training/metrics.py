@@ -263,7 +263,7 @@ def check_monitor(
 class EvaluationRecord(Metric):
     """Every evaluated pair's example index, label, group, predicted class and score (the ranking margin, or the
     probability of the predicted class), gathered from all processes with duplicates dropped: what an evaluation
-    writes to the run directory (`matching.results.scores`) for paired significance tests and for reading the
+    writes to the run directory (`matching.training.scores`) for paired significance tests and for reading the
     answers."""
 
     full_state_update = False

@@ -41,7 +41,6 @@ from matching.extras import check_installed
 from matching.files import write_json, write_text_atomic
 from matching.model.assembly import build_model
 from matching.model.precision import describe
-from matching.results.scores import write_recorded
 from matching.saved.earlier_versions import upgraded
 from matching.saved.examples import curated, write_run_examples
 from matching.saved.provenance import write_provenance
@@ -51,6 +50,7 @@ from matching.training.callbacks import EpochNumbers, run_callbacks
 from matching.training.datamodule import PairDataModule, split_prefix
 from matching.training.distillation import teacher_logits
 from matching.training.metrics import chance_warnings, check_monitor, positive_index
+from matching.training.scores import write_recorded
 from matching.training.sweeps import check_sweep_processes, is_sweep_job, prior_run
 
 log = logging.getLogger(__name__)
@@ -270,7 +270,7 @@ def _train(cfg: DictConfig) -> dict[str, float]:
         for callback in callbacks:  # the best checkpoint's evaluations are logged under its epoch
             if isinstance(callback, EpochNumbers):
                 callback.evaluated = metrics["best_epoch"]
-        system.record_predictions = True  # each pair's prediction, for scores/ (matching.results.scores)
+        system.record_predictions = True  # each pair's prediction, for scores/ (matching.training.scores)
         for result in trainer.validate(system, datamodule=dm, ckpt_path="best", verbose=False):
             metrics |= _floats(result)
         if cfg.test and dm.test_splits:

@@ -10,9 +10,9 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from matching.data.pipeline import TextPipeline
 from matching.errors import RunError
 from matching.model.embeddings import EmbeddingSource, ServingInputs
+from matching.model.pipeline import TextPipeline
 
 
 class ServingModel(nn.Module):
