@@ -32,8 +32,7 @@ from matching.cli import command
 from matching.errors import RunError
 from matching.files import write_json
 from matching.model.matrices import describe
-from matching.results.discovery import option_name
-from matching.saved.run_folder import find_checkpoint
+from matching.saved.run_folder import find_checkpoint, option_name
 
 if TYPE_CHECKING:
     from matching.model.assembly import TrainedModel

@@ -261,3 +261,29 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in ("lightning", "pytorch
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-2000:]
+
+
+#: The package's rooms, lowest first: each imports only rooms before it (docs/architecture.md draws them).
+ROOMS = ("data", "model", "saved", "inference", "training", "results", "studies", "serving")
+
+
+def upward_room_imports(graph: dict[str, set[str]]) -> list[str]:
+    def room(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 and parts[1] in ROOMS else None
+
+    found = []
+    for module, imported in graph.items():
+        for other in imported:
+            a, b = room(module), room(other)
+            if a and b and ROOMS.index(b) > ROOMS.index(a):
+                found.append(f"{module} ({a}) imports {other} ({b})")
+    return sorted(found)
+
+
+def test_the_rooms_import_downward_only():
+    assert upward_room_imports({"matching.data.x": {"matching.model.y"}, "matching.model.y": {"matching.data.x"}}) == [
+        "matching.data.x (data) imports matching.model.y (model)"
+    ]
+    found = upward_room_imports(import_graph())
+    assert not found, "a room importing a room above it:\n" + "\n".join(found)

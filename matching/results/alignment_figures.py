@@ -12,7 +12,7 @@ import numpy as np
 from matching.extras import require
 from matching.matcher import Matcher
 from matching.model.matrices import color_scale, describe, value_range
-from matching.results.discovery import option_name
+from matching.saved.run_folder import option_name
 
 
 def _plt():

@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from matching.errors import MissingFileError
+from matching.saved.run_folder import option_name
 from matching.training.sweeps import planned_jobs
 
 log = logging.getLogger(__name__)
@@ -266,11 +267,3 @@ def _grouped_like_siblings(job: Run, runs: list[Run]) -> Run:
         if run.path.is_relative_to(job.path) and _without_seed(run.overrides) == _without_seed(job.overrides):
             return replace(job, task=run.task, aligner=run.aligner, variant=run.variant, config=run.config)
     return job
-
-
-def option_name(cfg: Mapping, group: str) -> str:
-    """The option of a config group a run was trained with (`aligner=coda` -> "coda"), as saved by `train` (`cfg`:
-    its config, a dict or a DictConfig); for a run composed without Hydra's record of its choices, the class name
-    of the group's `_target_`."""
-    chosen = (cfg.get("choices") or {}).get(group)
-    return chosen or str(cfg[group]["_target_"]).rsplit(".", 1)[-1]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from matching.data.tasks import describe, keep_recent_turns
 from matching.files import file_sha256
 from matching.model.assembly import TrainedModel
-from matching.results.discovery import option_name
+from matching.saved.run_folder import option_name
 
 
 def trim_arguments(trim) -> dict | None:

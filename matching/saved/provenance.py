@@ -24,7 +24,7 @@ from matching.data.sources import resolve_path
 from matching.data.tasks import Task
 from matching.files import existing, file_sha256, write_json, write_text_atomic
 from matching.model.embeddings import EmbeddingSource
-from matching.results.discovery import option_name
+from matching.saved.run_folder import option_name
 
 log = logging.getLogger(__name__)
 

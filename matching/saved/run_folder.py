@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -101,3 +102,11 @@ def load_run(
     cfg = configured(cfg if cfg is not None else saved_config(checkpoint), settings or {})
     vocab, (weights, meta) = read_vocabulary(run_dir), read_checkpoint(checkpoint)
     return trained_model(cfg, run_dir, checkpoint, vocab, weights, meta)
+
+
+def option_name(cfg: Mapping, group: str) -> str:
+    """The option of a config group a run was trained with (`aligner=coda` -> "coda"), as saved by `train` (`cfg`:
+    its config, a dict or a DictConfig); for a run composed without Hydra's record of its choices, the class name
+    of the group's `_target_`."""
+    chosen = (cfg.get("choices") or {}).get(group)
+    return chosen or str(cfg[group]["_target_"]).rsplit(".", 1)[-1]

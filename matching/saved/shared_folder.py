@@ -42,10 +42,10 @@ from matching.errors import RunError
 from matching.extras import require
 from matching.files import write_atomic, write_json, write_text_atomic
 from matching.model.assembly import TrainedModel
-from matching.results.discovery import option_name
 from matching.saved.examples import EXAMPLES, run_examples
 from matching.saved.onnx_folder import serving_spec
 from matching.saved.provenance import PROVENANCE, describe_data, read_provenance
+from matching.saved.run_folder import option_name
 from matching.saved.shared_reading import WEIGHTS
 
 log = logging.getLogger(__name__)

@@ -424,8 +424,8 @@ def model_info(matcher: Matcher, limits: Limits, examples: list | None = None) -
                 "checkpoint_sha256": about.get("checkpoint_sha256"), "run_dir": run_label(folder)}  # fmt: skip
         run_dir = folder
     else:  # a run or a shared folder (torch is here: what reads its provenance and options may use it)
-        from matching.results.discovery import option_name
         from matching.saved.provenance import embeddings_name, read_provenance
+        from matching.saved.run_folder import option_name
 
         run_dir = Path(about["run_dir"])
         provenance = read_provenance(run_dir)
