@@ -10,7 +10,8 @@ from hydra.utils import instantiate
 from matching import Matcher
 from matching.data.pairs import Pair
 from matching.model import precision
-from matching.model.assembly import build_model, load_run
+from matching.model.assembly import build_model
+from matching.saved.run_folder import load_run
 from matching.training.build import build_datamodule, build_system
 from matching.training.run import train
 from tests.conftest import evaluate

@@ -16,8 +16,6 @@ its serving.json and vocab.txt.
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import os
 import re
@@ -25,22 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from matching.data.preparation import (
-    BATCH_CELLS,
-    BATCH_TOKENS,
-    PIECE_INPUTS,
-    PIECE_KEYS,
-    Budget,
-    PreparedPairs,
-    TextPreparation,
-    piece_windows,
-)
-from matching.data.tasks import Task, keep_recent_turns
-from matching.data.vocab import Tokenizer, Vocabulary
 from matching.errors import RunError
-from matching.inference.onnx_backend import QUANTIZE, OnnxBackend, quantized
+from matching.inference.onnx_backend import QUANTIZE, OnnxBackend, cache_root
 from matching.inference.predictor import Predictor
 from matching.saved.shared_reading import REQUIRED, download, read_shared
 
@@ -48,7 +32,18 @@ log = logging.getLogger(__name__)
 
 #: A Hugging Face hub repository id: `owner/name` (what `load` downloads when no such path exists here).
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-BACKENDS = ("auto", "torch", "onnx")
+
+
+def _torch_runtime():
+    from matching.inference.torch_backend import TorchBackend  # here: an ONNX Runtime predictor needs no torch
+
+    return TorchBackend
+
+
+#: The runtimes a trained model runs on: each a Backend (matching.inference.predictor) class whose `from_trained`
+#: loads a trained model onto it (exporting and quantizing what it needs). A new runtime is one module and one row.
+RUNTIMES: dict[str, Callable[[], Any]] = {"torch": _torch_runtime, "onnx": lambda: OnnxBackend}
+BACKENDS = ("auto", *RUNTIMES)
 #: What the saved forms are called in messages.
 FORMS = (
     "a run directory, its checkpoints/ folder, a checkpoint file, a folder written by matching-export format=hub or "
@@ -161,15 +156,15 @@ def load(
 # -- a run or a shared folder: the PyTorch model --------------------------------------------------------------------
 def from_weights(form: str, where: Path, backend: str, quantize: str | None, reduce_range: bool | None, device: str,
                  dtype: str | None, overrides: dict, config: Any, threads: int) -> Predictor:  # fmt: skip
-    from matching.inference.torch_backend import TorchBackend, device_name
+    from matching.inference.torch_backend import device_name
     from matching.model import precision
     from matching.model.assembly import trained_model
     from matching.saved.run_folder import load_run
 
+    device = device_name(device)
     settings = dict(overrides)
     if dtype is not None:
         settings["dtype"] = precision.check(dtype)
-    device = device_name(device)
     if form == "run":
         parts = load_run(where, config, settings)
     else:
@@ -181,131 +176,21 @@ def from_weights(form: str, where: Path, backend: str, quantize: str | None, red
                   origin=run_dir if form == "shared" else where, config=cfg, null_token=bool(parts.model.null_token),
                   reads_every_word=parts.source.reads_every_word)  # fmt: skip
     about = {"run_dir": run_dir, "weights": weights_file, "trained_dtype": str(cfg.get("dtype", "fp32"))}
-    if backend == "torch":
-        torch_backend = TorchBackend(parts.model, parts.text, str(cfg.get("dtype", "fp32")), device, threads)
-        return Predictor(parts.text, torch_backend, dtype=precision.short(torch_backend.compute), about=about,
-                         **common)  # fmt: skip
-    if device != "cpu":
-        raise RunError("backend=onnx runs on the CPU here (ONNX Runtime's CPU provider); give device=cpu")
-    graph = exported_graph(parts, weights_file)
-    if quantize:
-        graph = quantized(graph, reduce_range)
-    inputs = contextual_inputs(parts) if parts.source.reads_every_word else ids_inputs(parts.text)
-    cost = "contextual" if parts.source.reads_every_word else "onnx"
-    onnx = OnnxBackend(graph, inputs, "onnx-int8" if quantize else "onnx", cost, threads)
-    return Predictor(parts.text, onnx, dtype="int8" if quantize else "fp32", about=about | {"graph": graph},
-                     **common)  # fmt: skip
-
-
-def cache_root() -> Path:
-    """Where backend=onnx keeps the graphs it exports: $MATCHING_ONNX_CACHE, default ~/.cache/matching/onnx."""
-    return Path(os.environ.get("MATCHING_ONNX_CACHE") or Path.home() / ".cache" / "matching" / "onnx").expanduser()
-
-
-def exported_graph(parts, weights_file: Path) -> Path:
-    """The ONNX graph of a trained model, exported once into the cache under its weights' sha256."""
-    from matching.files import file_sha256
-    from matching.saved.onnx_graph import write_onnx
-
-    folder = cache_root() / file_sha256(weights_file)[:32]
-    graph = folder / "model.onnx"
-    if graph.is_file():
-        return graph
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise RunError(
-            f"cannot create the ONNX cache folder {folder} ({err.strerror or err}); set MATCHING_ONNX_CACHE=<a "
-            "writable folder>, or export the model once with matching-export format=onnx and load that folder"
-        ) from None
-    tmp = folder / f"model.{os.getpid()}.onnx"
-    write_onnx(parts.model, parts.source, parts.text, tmp)
-    tmp.replace(graph)
-    log.warning("exported the model to ONNX once, for backend=onnx: %s (MATCHING_ONNX_CACHE= moves it)", graph)
-    return graph
-
-
-def ids_inputs(text: TextPreparation):
-    """The exported token-id model's inputs: `a` and `b`."""
-    return text.ids
-
-
-def piece_inputs(text: TextPreparation, pieces_of: Callable[[list[list[str]]], list[tuple]], frame: tuple[int, ...]):
-    """An exported contextual model's inputs: the ids, and each side's word pieces (`pieces_of`: each text's piece
-    ids and the word of each piece) in the windows `frame` describes (width, step, cls, sep and pad ids:
-    matching.data.preparation.piece_windows), as the run's PyTorch pipeline makes them."""
-
-    def inputs(prepared: PreparedPairs, index: np.ndarray) -> dict[str, np.ndarray]:
-        feed = text.ids(prepared, index)
-        for side, words in (("a", prepared.words_a), ("b", prepared.words_b)):
-            windows = piece_windows(pieces_of([words[i] for i in index]), *frame)
-            feed |= {f"{side}_{name}": windows[key] for name, key in zip(PIECE_INPUTS, PIECE_KEYS, strict=True)}
-        return feed
-
-    return inputs
-
-
-def contextual_inputs(parts):
-    """A run's contextual graph's inputs: its word pieces from the run's own encoder tokenizer."""
-    pieces = parts.source.pieces
-    return piece_inputs(parts.text, pieces.pieces, (pieces.width, pieces.step, pieces.cls, pieces.sep, pieces.pad))
-
-
-def exported_contextual_inputs(text: TextPreparation, folder: Path, spec: dict):
-    """An exported contextual folder's inputs without torch: its word pieces from the encoder's own tokenizer
-    (encoder_tokenizer.json, read by the `tokenizers` library), in the windows serving.json describes."""
-    from tokenizers import Tokenizer
-
-    ctx = spec["contextual"]
-    tokenizer = Tokenizer.from_file(str(folder / ctx["piece_tokenizer"]))
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-
-    def pieces_of(texts: list[list[str]]) -> list[tuple]:
-        encoded = tokenizer.encode_batch([list(t) for t in texts], is_pretokenized=True, add_special_tokens=False)
-        return [(e.ids, e.word_ids) for e in encoded]
-
-    frame = (int(ctx["window"]), int(ctx["step"]), int(ctx["cls_id"]), int(ctx["sep_id"]), int(ctx["pad_id"]))
-    return piece_inputs(text, pieces_of, frame)
+    runtime = RUNTIMES[backend]().from_trained(parts, device=device, threads=threads, quantize=quantize,
+                                                reduce_range=reduce_range)  # fmt: skip
+    return Predictor(parts.text, runtime, dtype=runtime.arithmetic, about=about | runtime.about, **common)
 
 
 # -- an exported ONNX folder: no torch --------------------------------------------------------------------------------
 def from_export(graph: Path, quantize: str | None, reduce_range: bool | None, overrides: dict,
                 threads: int) -> Predictor:  # fmt: skip
-    folder = graph.parent
-    spec_file = folder / "serving.json"
-    try:
-        spec = json.loads(spec_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise RunError(f"cannot read {spec_file} ({err}); export the model again (matching-export "
-                             "format=onnx)") from None  # fmt: skip
-    unknown = set(overrides) - {"data.batch_tokens", "data.batch_cells"}
-    if unknown:
-        raise RunError(f"an exported ONNX model takes no {', '.join(sorted(unknown))}: its text preparation "
-                             "is fixed in serving.json")  # fmt: skip
-    tokenizer = spec["tokenizer"]
-    trim = spec.get("trim_a_arguments")
-    if spec.get("trim_a") and trim is None:
-        raise RunError(f"{spec_file}: the first text's trim ({spec['trim_a']}) is not described in a form this "
-                             "version reads; export the model again")  # fmt: skip
-    task = Task(name=spec["task"], kind=spec["kind"], reader=None, labels=list(spec["labels"]), splits={},
-                eval_splits=[], keep_tokens=list(tokenizer.get("keep_tokens") or []),
-                trim_a=functools.partial(keep_recent_turns, **trim) if trim else None)  # fmt: skip
-    budget = spec.get("budget") or {}
-    budget = Budget(overrides.get("data.batch_cells", budget.get("cells", BATCH_CELLS)),
-                    overrides.get("data.batch_tokens", budget.get("tokens", BATCH_TOKENS)))  # fmt: skip
-    vocab = Vocabulary.load(folder / "vocab.txt")
-    text = TextPreparation(task, Tokenizer(bool(tokenizer["lowercase"]), keep_tokens=task.keep_tokens),
-                           spec.get("max_length"), budget, vocab)  # fmt: skip
-    if quantize:
-        graph = quantized(graph, reduce_range)
-    contextual = bool(spec.get("contextual"))
-    inputs = exported_contextual_inputs(text, folder, spec) if contextual else ids_inputs(text)
-    name = "onnx-int8" if quantize else "onnx"
-    backend = OnnxBackend(graph, inputs, name, "contextual" if contextual else "onnx", threads)
-    about = {"exported": spec.get("about") or {}, "checkpoint": spec.get("checkpoint"), "graph": graph,
+    from matching.saved.onnx_folder import read_exported
+
+    spec, text = read_exported(graph, overrides)
+    backend = OnnxBackend.from_folder(graph, text, spec, threads=threads, quantize=quantize, reduce_range=reduce_range)
+    about = {"exported": spec.get("about") or {}, "checkpoint": spec.get("checkpoint"), "graph": backend.model_file,
              "checkpoint_sha256": spec.get("checkpoint_sha256"), "trained_dtype": spec.get("dtype")}  # fmt: skip
     return Predictor(text, backend, labels=list(spec["labels"]), kind=spec["kind"], task=spec["task"],
-                     columns=spec.get("columns") or {}, dtype="int8" if quantize else "fp32", origin=folder,
-                     about=about, null_token=bool((spec.get("about") or {}).get("null_token")),
-                     reads_every_word=contextual)  # fmt: skip
+                     columns=spec.get("columns") or {}, dtype=backend.arithmetic, origin=graph.parent, about=about,
+                     null_token=bool((spec.get("about") or {}).get("null_token")),
+                     reads_every_word=bool(spec.get("contextual")))  # fmt: skip

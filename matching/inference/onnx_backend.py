@@ -1,6 +1,10 @@
 """ONNX Runtime: the exported graph (`matching-export format=onnx`, or exported on the fly by matching.inference.load)
 answering prepared pairs on the CPU, in float32 or with int8 weights (dynamic quantization). Imports no torch.
 
+The runtime's one unit: its backend (`OnnxBackend`), built from a trained model (`from_trained`: the graph exported
+once into a cache, quantized once) or from an exported folder (`from_folder`), the inputs its graph takes (token
+ids; a contextual graph's word pieces too) and the quantization.
+
 int8: ONNX Runtime's dynamic quantization (weights int8 once, activations quantized per call). On x86-64 CPUs
 without VNNI instructions its u8×s8 products can saturate; ONNX Runtime's documentation advises `reduce_range`
 (7-bit weights) there, which is what `reduce_range=None` picks from the CPU's flags.
@@ -9,13 +13,22 @@ without VNNI instructions its u8×s8 products can saturate; ONNX Runtime's docum
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
 
-from matching.data.preparation import CPU_BATCH_PAIRS, PreparedPairs
+from matching.data.preparation import (
+    CPU_BATCH_PAIRS,
+    PIECE_INPUTS,
+    PIECE_KEYS,
+    PreparedPairs,
+    TextPreparation,
+    piece_windows,
+)
+from matching.errors import RunError
 from matching.extras import require
 from matching.inference.threads import call_tokens, thread_count
 
@@ -125,6 +138,39 @@ class OnnxBackend:
         self.session = Sessions(self.ort, model_file)
         self.session(1)  # a broken file fails here, at load, not at the first request
 
+    @classmethod
+    def from_trained(cls, parts, *, device: str, threads: int, quantize: str | None = None,
+                     reduce_range: bool | None = None) -> OnnxBackend:  # fmt: skip
+        """A trained model (matching.model.assembly.TrainedModel) on ONNX Runtime: its graph exported once into the
+        cache, with int8 weights when `quantize="int8"`."""
+        if device != "cpu":
+            raise RunError("backend=onnx runs on the CPU here (ONNX Runtime's CPU provider); give device=cpu")
+        graph = exported_graph(parts, parts.weights_file)
+        if quantize:
+            graph = quantized(graph, reduce_range)
+        contextual = parts.source.reads_every_word
+        inputs = contextual_inputs(parts) if contextual else ids_inputs(parts.text)
+        return cls(graph, inputs, "onnx-int8" if quantize else "onnx", "contextual" if contextual else "onnx", threads)
+
+    @classmethod
+    def from_folder(cls, graph: Path, text: TextPreparation, spec: dict, *, threads: int, quantize: str | None = None,
+                    reduce_range: bool | None = None) -> OnnxBackend:  # fmt: skip
+        """An exported folder's graph (`spec`: its serving.json; `text`: the preparation it describes)."""
+        if quantize:
+            graph = quantized(graph, reduce_range)
+        contextual = bool(spec.get("contextual"))
+        inputs = exported_contextual_inputs(text, graph.parent, spec) if contextual else ids_inputs(text)
+        return cls(graph, inputs, "onnx-int8" if quantize else "onnx", "contextual" if contextual else "onnx", threads)
+
+    @property
+    def arithmetic(self) -> str:
+        """What the arithmetic is: fp32, or int8 weights."""
+        return "int8" if self.name == "onnx-int8" else "fp32"
+
+    @property
+    def about(self) -> dict:
+        return {"graph": self.model_file}
+
     def set_threads(self, threads: int, cap: int | None = None) -> None:
         self.threads, self.cap = threads, cap
 
@@ -146,3 +192,76 @@ class OnnxBackend:
         """(B, C) float32 logits of the graph's inputs `feed` (`tokens`: the call's padded tokens, for threads)."""
         threads = thread_count(self.threads, tokens, self.cost, self.cap)
         return np.asarray(self.session(threads).run(["logits"], feed)[0], np.float32)
+
+
+# -- what the graph is built from and fed ------------------------------------------------------------------------
+def cache_root() -> Path:
+    """Where backend=onnx keeps the graphs it exports: $MATCHING_ONNX_CACHE, default ~/.cache/matching/onnx."""
+    return Path(os.environ.get("MATCHING_ONNX_CACHE") or Path.home() / ".cache" / "matching" / "onnx").expanduser()
+
+
+def exported_graph(parts, weights_file: Path) -> Path:
+    """The ONNX graph of a trained model, exported once into the cache under its weights' sha256."""
+    from matching.files import file_sha256
+    from matching.saved.onnx_graph import write_onnx
+
+    folder = cache_root() / file_sha256(weights_file)[:32]
+    graph = folder / "model.onnx"
+    if graph.is_file():
+        return graph
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunError(
+            f"cannot create the ONNX cache folder {folder} ({err.strerror or err}); set MATCHING_ONNX_CACHE=<a "
+            "writable folder>, or export the model once with matching-export format=onnx and load that folder"
+        ) from None
+    tmp = folder / f"model.{os.getpid()}.onnx"
+    write_onnx(parts.model, parts.source, parts.text, tmp)
+    tmp.replace(graph)
+    log.warning("exported the model to ONNX once, for backend=onnx: %s (MATCHING_ONNX_CACHE= moves it)", graph)
+    return graph
+
+
+def ids_inputs(text: TextPreparation):
+    """The exported token-id model's inputs: `a` and `b`."""
+    return text.ids
+
+
+def piece_inputs(text: TextPreparation, pieces_of: Callable[[list[list[str]]], list[tuple]], frame: tuple[int, ...]):
+    """An exported contextual model's inputs: the ids, and each side's word pieces (`pieces_of`: each text's piece
+    ids and the word of each piece) in the windows `frame` describes (width, step, cls, sep and pad ids:
+    matching.data.preparation.piece_windows), as the run's PyTorch pipeline makes them."""
+
+    def inputs(prepared: PreparedPairs, index: np.ndarray) -> dict[str, np.ndarray]:
+        feed = text.ids(prepared, index)
+        for side, words in (("a", prepared.words_a), ("b", prepared.words_b)):
+            windows = piece_windows(pieces_of([words[i] for i in index]), *frame)
+            feed |= {f"{side}_{name}": windows[key] for name, key in zip(PIECE_INPUTS, PIECE_KEYS, strict=True)}
+        return feed
+
+    return inputs
+
+
+def contextual_inputs(parts):
+    """A run's contextual graph's inputs: its word pieces from the run's own encoder tokenizer."""
+    pieces = parts.source.pieces
+    return piece_inputs(parts.text, pieces.pieces, (pieces.width, pieces.step, pieces.cls, pieces.sep, pieces.pad))
+
+
+def exported_contextual_inputs(text: TextPreparation, folder: Path, spec: dict):
+    """An exported contextual folder's inputs without torch: its word pieces from the encoder's own tokenizer
+    (encoder_tokenizer.json, read by the `tokenizers` library), in the windows serving.json describes."""
+    from tokenizers import Tokenizer
+
+    ctx = spec["contextual"]
+    tokenizer = Tokenizer.from_file(str(folder / ctx["piece_tokenizer"]))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+
+    def pieces_of(texts: list[list[str]]) -> list[tuple]:
+        encoded = tokenizer.encode_batch([list(t) for t in texts], is_pretokenized=True, add_special_tokens=False)
+        return [(e.ids, e.word_ids) for e in encoded]
+
+    frame = (int(ctx["window"]), int(ctx["step"]), int(ctx["cls_id"]), int(ctx["sep_id"]), int(ctx["pad_id"]))
+    return piece_inputs(text, pieces_of, frame)

@@ -11,17 +11,16 @@ import numpy as np
 import torch
 
 from matching.data.preparation import CPU_BATCH_PAIRS, PreparedPairs
+from matching.errors import RunError
 from matching.inference.threads import call_tokens, thread_count
 from matching.model.decomposable import DecomposableAttention, run_batch
 from matching.model.pipeline import TextPipeline
-from matching.model.precision import resolve
+from matching.model.precision import resolve, short
 
 
 def device_name(device: str) -> str:
     """`device` checked: cpu, cuda, cuda:N, mps, or auto (the GPU when there is one)."""
     import re
-
-    from matching.errors import RunError
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -63,6 +62,23 @@ class TorchBackend:
             self.model.to(self.torch_device)
         if pipeline.source is not None:
             pipeline.source.on_device(str(self.torch_device))
+
+    @classmethod
+    def from_trained(cls, parts, *, device: str, threads: int, quantize: str | None = None,
+                     reduce_range: bool | None = None) -> TorchBackend:  # fmt: skip
+        """A trained model (matching.model.assembly.TrainedModel) in its config's arithmetic (`dtype`)."""
+        if quantize:
+            raise RunError("quantize=int8 runs on ONNX Runtime: give backend=onnx (or leave backend=auto)")
+        return cls(parts.model, parts.text, str(parts.cfg.get("dtype", "fp32")), device_name(device), threads)
+
+    @property
+    def arithmetic(self) -> str:
+        """What the arithmetic is: fp32 or bf16 (matching.model.precision)."""
+        return short(self.compute)
+
+    @property
+    def about(self) -> dict:
+        return {}
 
     def set_threads(self, threads: int, cap: int | None = None) -> None:
         self.threads, self.cap = threads, cap

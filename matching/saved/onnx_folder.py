@@ -1,12 +1,23 @@
 """serving.json: what a client of an exported or shared model needs to know to feed it, without this package: the
-model file, its inputs and outputs, the labels and every step of the text preparation."""
+model file, its inputs and outputs, the labels and every step of the text preparation. `serving_spec` writes it
+(`matching-export`); `read_exported` reads an exported folder back into its text preparation, without torch."""
 
 from __future__ import annotations
 
-from matching.data.tasks import describe, keep_recent_turns
+import functools
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from matching.data.preparation import BATCH_CELLS, BATCH_TOKENS, Budget, TextPreparation
+from matching.data.tasks import Task, describe, keep_recent_turns
+from matching.data.vocab import Tokenizer, Vocabulary
+from matching.errors import RunError
 from matching.files import file_sha256
-from matching.model.assembly import TrainedModel
 from matching.saved.run_folder import option_name
+
+if TYPE_CHECKING:
+    from matching.model.assembly import TrainedModel
 
 
 def trim_arguments(trim) -> dict | None:
@@ -70,3 +81,34 @@ def serving_spec(run: TrainedModel, fmt: str, model_file: str, encoder: dict | N
         spec["checkpoint_sha256"] = file_sha256(run.weights_file)
     spec |= run.source.serving_spec(fmt, encoder)  # what a model with the source's own inputs takes
     return spec
+
+
+def read_exported(graph: Path, overrides: dict) -> tuple[dict, TextPreparation]:
+    """An exported folder's serving.json and the text preparation it describes (`overrides`: the memory budget,
+    `data.batch_tokens`, `data.batch_cells`; nothing else of an exported model can change)."""
+    folder = graph.parent
+    spec_file = folder / "serving.json"
+    try:
+        spec = json.loads(spec_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise RunError(f"cannot read {spec_file} ({err}); export the model again (matching-export "
+                             "format=onnx)") from None  # fmt: skip
+    unknown = set(overrides) - {"data.batch_tokens", "data.batch_cells"}
+    if unknown:
+        raise RunError(f"an exported ONNX model takes no {', '.join(sorted(unknown))}: its text preparation "
+                             "is fixed in serving.json")  # fmt: skip
+    tokenizer = spec["tokenizer"]
+    trim = spec.get("trim_a_arguments")
+    if spec.get("trim_a") and trim is None:
+        raise RunError(f"{spec_file}: the first text's trim ({spec['trim_a']}) is not described in a form this "
+                             "version reads; export the model again")  # fmt: skip
+    task = Task(name=spec["task"], kind=spec["kind"], reader=None, labels=list(spec["labels"]), splits={},
+                eval_splits=[], keep_tokens=list(tokenizer.get("keep_tokens") or []),
+                trim_a=functools.partial(keep_recent_turns, **trim) if trim else None)  # fmt: skip
+    budget = spec.get("budget") or {}
+    budget = Budget(overrides.get("data.batch_cells", budget.get("cells", BATCH_CELLS)),
+                    overrides.get("data.batch_tokens", budget.get("tokens", BATCH_TOKENS)))  # fmt: skip
+    vocab = Vocabulary.load(folder / "vocab.txt")
+    text = TextPreparation(task, Tokenizer(bool(tokenizer["lowercase"]), keep_tokens=task.keep_tokens),
+                           spec.get("max_length"), budget, vocab)  # fmt: skip
+    return spec, text
