@@ -1,20 +1,15 @@
-"""The configs: where the package's config folder is, the objects a `_target_` node builds, and the checks of a
-config's values that run before any data is read."""
+"""The configs: where the package's config folder is, and the objects a `_target_` node builds (the checks of a
+training config's values, run before any data is read, are training's: matching.training.config_checks)."""
 
 from __future__ import annotations
 
-import inspect
-import json
 from typing import Any
 
-import torch
-from hydra.utils import get_object, instantiate
-from omegaconf import DictConfig, OmegaConf
+from hydra.utils import instantiate
+from omegaconf import DictConfig
 
 from matching.errors import ConfigError
 from matching.files import config_dir
-from matching.model.precision import check
-from matching.training.losses import check_distill, check_loss, distill_settings
 
 CONF = config_dir()
 
@@ -32,93 +27,3 @@ def build(node: DictConfig, **kwargs: Any) -> Any:
             "older version of matching: retrain, or start from the matching file under conf/"
         )
     return instantiate(node, _partial_=True)(**kwargs)
-
-
-#: The `_target_` nodes of a training config whose values are checked against what their targets take.
-CHECKED_NODES = ("task", "data", "embeddings", "model", "aligner", "intra", "optim", "callbacks", "logger", "trainer")
-
-
-def check_arguments(node: DictConfig, key: str) -> None:
-    """A `_target_` node's values that cannot be what its class or function takes (a word where a number is
-    expected, a number where a flag is, a key it does not have) raise RunError naming `key.name`; nested nodes,
-    and the nodes of a group without a `_target_` of its own (callbacks), are checked too. Arguments are
-    type-checked where their annotation (or default) says bool, int or float."""
-    if "_target_" not in node:  # a group of nodes (e.g. callbacks): check each one that builds something
-        for name, child in node.items():
-            if isinstance(child, DictConfig):
-                check_arguments(child, f"{key}.{name}")
-        return
-    target = get_object(node._target_)
-    try:
-        params = inspect.signature(target).parameters
-    except (TypeError, ValueError):  # a builtin without a signature
-        return
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    for name in node:
-        if name.startswith("_") and name.endswith("_"):
-            continue
-        value = node[name]
-        if isinstance(value, DictConfig):
-            check_arguments(value, f"{key}.{name}")
-            continue
-        if name not in params and not takes_any:
-            raise ConfigError(
-                f"{key}.{name}: {node._target_} takes no argument {name!r}; its arguments: {sorted(params)}"
-            )
-        kind = _expected_kind(params[name]) if name in params else None
-        if value is None or kind is None:
-            continue
-        ok = {"bool": lambda v: isinstance(v, bool),
-              "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-              "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}[kind](value)  # fmt: skip
-        if not ok:
-            what = {"bool": "true or false", "int": "a whole number", "number": "a number"}[kind]
-            default = params[name].default
-            shown = "" if default is inspect.Parameter.empty else f" (the default is {json.dumps(default)})"
-            raise ConfigError(f"{key}.{name}={value!r}: expected {what}{shown}")
-
-
-_KINDS = {"bool": "bool", "int": "int", "float": "number", "int | float": "number", "float | int": "number"}
-
-
-def _expected_kind(param: inspect.Parameter) -> str | None:
-    """ "bool", "int", "number" or None (anything else, or not known) for a parameter, from its annotation (as
-    written, e.g. "int", "Optional[int]", "float | Tensor"), else from the type of its default."""
-    annotation = param.annotation
-    if annotation is not inspect.Parameter.empty:
-        if isinstance(annotation, type):
-            text = annotation.__name__
-        else:
-            text = annotation if isinstance(annotation, str) else repr(annotation).replace("typing.", "")
-        text = text.replace("NoneType", "None").replace("Optional[", "Union[None, ").replace("torch.Tensor", "Tensor")
-        if text.startswith("Union[") and text.endswith("]"):
-            text = " | ".join(t.strip() for t in text[6:-1].split(",") if t.strip() != "None")
-        text = " | ".join(t for t in (x.strip() for x in text.split("|")) if t not in ("None", "Tensor"))
-        return _KINDS.get(text)
-    default = param.default
-    if isinstance(default, bool):
-        return "bool"
-    return "number" if isinstance(default, (int, float)) else None  # torch's int defaults take floats too
-
-
-def check_config(cfg: DictConfig) -> None:
-    """Everything that can be checked before any data is read: the types of the components' arguments, and that
-    the optimiser builds."""
-    for key in CHECKED_NODES:
-        node = cfg.get(key)
-        if isinstance(node, DictConfig):
-            check_arguments(node, key)
-    check(cfg.get("dtype", "fp32"))
-    loss = cfg.get("loss") or {}  # no _target_: its keys are checked here, not by check_arguments
-    task = cfg.get("task") or {}
-    check_loss(str(loss.get("kind") or "pointwise"), str(task.get("kind") or "classify"), loss.get("class_weights"),
-               loss.get("margin", 1.0))  # fmt: skip
-    distill = distill_settings(cfg, str(task.get("kind") or "classify"))
-    if distill is not None:
-        check_distill(distill["loss"], str(task.get("kind") or "classify"), distill["weight"], distill["temperature"])
-    try:
-        instantiate(cfg.optim)([torch.nn.Parameter(torch.zeros(1))])
-    except (TypeError, ValueError) as err:
-        raise ConfigError(
-            f"optim: the optimiser cannot be built from {OmegaConf.to_container(cfg.optim)} ({err})"
-        ) from None

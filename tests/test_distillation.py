@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest import compose_train
 
-from matching.configs import check_config
 from matching.errors import ConfigError
+from matching.training.config_checks import check_config
 from matching.training.losses import kl_to_teacher, listwise_kl, margin_mse
 from matching.training.run import train
 

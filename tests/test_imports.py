@@ -281,9 +281,66 @@ def upward_room_imports(graph: dict[str, set[str]]) -> list[str]:
     return sorted(found)
 
 
+def test_the_base_imports_no_room():
+    graph = import_graph()
+    found = [f"{m} imports {d}" for m, ds in graph.items() for d in ds if room_of(m) == "base" != room_of(d)]
+    assert not found, "the modules every room stands on import a room:\n" + "\n".join(found)
+
+
 def test_the_rooms_import_downward_only():
     assert upward_room_imports({"matching.data.x": {"matching.model.y"}, "matching.model.y": {"matching.data.x"}}) == [
         "matching.data.x (data) imports matching.model.y (model)"
     ]
     found = upward_room_imports(import_graph())
     assert not found, "a room importing a room above it:\n" + "\n".join(found)
+
+
+def room_of(module: str) -> str:
+    """A module's room: its folder under matching/ (data, model, ...), `Matcher` for the public face (matcher.py and
+    the package itself), `base` for what every room stands on (errors, configs, files, extras), else `commands`."""
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in ROOMS:
+        return parts[1]
+    if module in ("matching.matcher", "matching"):  # the package's face: Matcher, DEMO_DATA, the config resolvers
+        return "Matcher"
+    if module in ("matching.errors", "matching.configs", "matching.files", "matching.extras"):
+        return "base"
+    return "commands"
+
+
+def rooms_drawing(graph: dict[str, set[str]] | None = None) -> str:
+    """The rooms and how many imports run between each two, as a Mermaid flowchart (docs/architecture.md)."""
+    graph = import_graph() if graph is None else graph
+    counts: dict[tuple[str, str], int] = {}
+    for module, imported in graph.items():
+        for other in imported:
+            a, b = room_of(module), room_of(other)
+            if a != b and b != "base":  # every room stands on base: its arrows would hide the others
+                counts[(a, b)] = counts.get((a, b), 0) + 1
+    order = ("commands", "serving", "studies", "results", "Matcher", "training", "inference", "saved", "model", "data")
+    lines = ["```mermaid", "flowchart TD"]
+    lines += [
+        f"    {a} -->|{n}| {b}"
+        for (a, b), n in sorted(counts.items(), key=lambda e: (order.index(e[0][0]), order.index(e[0][1])))
+    ]
+    return "\n".join(lines + ["```"])
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def test_the_architecture_page_draws_the_rooms_as_the_code_imports_them():
+    """docs/architecture.md's drawing is the one the code gives; `python tests/test_imports.py` redraws it."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    start = text.index("```mermaid")
+    drawn = text[start : text.index("```", start + 3) + 3]
+    assert drawn == rooms_drawing(), (
+        "the rooms moved: run `python tests/test_imports.py` to redraw docs/architecture.md"
+    )
+
+
+if __name__ == "__main__":  # redraw docs/architecture.md's drawing from the code
+    page = ARCHITECTURE.read_text(encoding="utf-8")
+    begin = page.index("```mermaid")
+    ARCHITECTURE.write_text(page[:begin] + rooms_drawing() + page[page.index("```", begin + 3) + 3 :], encoding="utf-8")
+    print(f"redrew {ARCHITECTURE}")

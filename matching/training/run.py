@@ -34,7 +34,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 # torch.backends.cpu reached as an attribute (a GenericModule).
 from torch.backends.cpu import get_cpu_capability
 
-from matching.configs import check_config
 from matching.data.vocab import Vocabulary
 from matching.errors import RunError
 from matching.extras import check_installed
@@ -47,6 +46,7 @@ from matching.saved.provenance import write_provenance
 from matching.saved.run_folder import find_run_dir
 from matching.training.build import AtomicCheckpointIO, build_datamodule, build_system, check_writable
 from matching.training.callbacks import EpochNumbers, run_callbacks
+from matching.training.config_checks import check_config
 from matching.training.datamodule import PairDataModule, split_prefix
 from matching.training.distillation import teacher_logits
 from matching.training.metrics import chance_warnings, check_monitor, positive_index
