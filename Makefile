@@ -72,8 +72,8 @@ serve: install  ## serve a run over HTTP, its page at /: make serve RUN=outputs/
 	@test -n "$(RUN)" || { echo "make serve needs RUN=<run dir> (the folder with config.yaml and checkpoints/)"; exit 2; }
 	$(BIN)/matching-serve ckpt=$(RUN)/checkpoints/best.ckpt port=$(PORT) $(ARGS)
 
-test: install  ## run the default (fast) test suite
-	$(BIN)/python -m pytest -q
+test: install  ## run the default (fast) test suite, on a process per core (at most 4; a test file stays in one)
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 test-slow: install  ## run the slow tests too
 	$(BIN)/python -m pytest -q -m "slow or not slow"

@@ -99,6 +99,18 @@ def offline(monkeypatch, onnx_cache):
     monkeypatch.setenv("MATCHING_ONNX_CACHE", str(onnx_cache))
 
 
+@pytest.fixture(autouse=True)
+def no_hydra_run_left_over():
+    """A command run in-process (its Hydra main) leaves its Hydra run config behind; a later test in the same
+    process would read that run's overrides as its own (a sweep's `newer_keys`). Each test starts without one,
+    whichever tests ran before it in its process (pytest-xdist spreads them over processes)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    HydraConfig.instance().cfg = None
+    yield
+    HydraConfig.instance().cfg = None
+
+
 @pytest.fixture
 def make_cfg(tmp_path):
     return lambda *overrides, **kw: compose_train(tmp_path, *overrides, **kw)

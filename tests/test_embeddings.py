@@ -132,7 +132,7 @@ def test_windows_1252_word(tmp_path, caplog):
     # a later UTF-8 "café" is a duplicate; \x81 is undefined in Windows-1252 (read as latin-1)
     text = b"the 0.1 0.2\ncaf\xe9 0.3 0.4\n\x93 0.5 0.6\n" + "café 9 9\n".encode() + b"\x81x 1 1\n"
     path = write(tmp_path / "v.txt", text)
-    with caplog.at_level(logging.INFO, logger="matching.data"):
+    with caplog.at_level(logging.INFO, logger="matching.model"):
         matrix, found = load_vectors(path, ["café", "\u201c", "the"])
     assert found.all()
     np.testing.assert_allclose(matrix, [[0.3, 0.4], [0.5, 0.6], [0.1, 0.2]])
@@ -170,7 +170,7 @@ def test_garbled_first_line_always_raises(tmp_path):
 
 def test_garbled_lines_outside_vocabulary_are_skipped(tmp_path, caplog):
     path = write(tmp_path / "v.txt", "the 0.1 0.2 0.3\nbad 1 x 3\nshort 1\nnospace\n\ncat 1 2 3\n")
-    with caplog.at_level(logging.INFO, logger="matching.data"):
+    with caplog.at_level(logging.INFO, logger="matching.model"):
         matrix, found = load_vectors(path, ["cat", "the"])
     assert found.all()
     np.testing.assert_array_equal(matrix[0], [1, 2, 3])
@@ -202,7 +202,7 @@ def test_cache(tmp_path, monkeypatch, caplog):
         raise AssertionError("the vectors file was parsed again")
 
     monkeypatch.setattr(vector_files, "_read_text", no_parsing)
-    with caplog.at_level(logging.INFO, logger="matching.data"):
+    with caplog.at_level(logging.INFO, logger="matching.model"):
         second = load_vectors(path, WORDS, cache_dir=cache)
     assert "from cache" in caplog.text
     for a, b in zip(first, second, strict=True):
@@ -239,7 +239,7 @@ def test_large_batches_match_exact_parser(tmp_path, monkeypatch):
 @pytest.mark.skipif(not GLOVE_SAMPLE.exists(), reason="shared GloVe sample not available")
 def test_real_glove_sample(caplog):
     words = ["the", ",", "\u2013", "\u2019s", "no-such-word-here"]
-    with caplog.at_level(logging.INFO, logger="matching.data"):
+    with caplog.at_level(logging.INFO, logger="matching.model"):
         matrix, found = load_vectors(GLOVE_SAMPLE, words, dim=50)
     assert matrix.shape == (5, 50)
     assert found.tolist() == [True, True, True, True, False]
@@ -252,7 +252,7 @@ def test_real_glove_sample(caplog):
 
 def test_repeated_vocabulary_word_keeps_the_first_vector_and_is_reported(tmp_path, caplog):
     path = write(tmp_path / "v.txt", GLOVE_TEXT + "cat 9 9 9\nfoo 1 1 1\nthe 8 8 8\n")
-    with caplog.at_level(logging.WARNING, logger="matching.data"):
+    with caplog.at_level(logging.WARNING, logger="matching.model"):
         matrix, found = load_vectors(path, WORDS)
     assert_vectors(matrix, found, WORDS)
     assert "2 line(s) repeat a vocabulary word" in caplog.text
@@ -262,7 +262,7 @@ def test_repeated_vocabulary_word_keeps_the_first_vector_and_is_reported(tmp_pat
 @pytest.mark.parametrize("separator", ["\t", "  ", " \t"])
 def test_a_vocabulary_line_with_tabs_or_several_spaces_is_read_and_reported(tmp_path, caplog, separator):
     path = write(tmp_path / "v.txt", f"the 0.1 0.2 0.3\ncat{separator}1.0{separator}-2.0 3.5\nsat -0.25 0.0 1e-3\n")
-    with caplog.at_level(logging.WARNING, logger="matching.data"):
+    with caplog.at_level(logging.WARNING, logger="matching.model"):
         matrix, found = load_vectors(path, WORDS)
     assert_vectors(matrix, found, WORDS)
     assert "1 vocabulary line(s) separate their fields with tabs or several spaces" in caplog.text
@@ -303,7 +303,7 @@ def test_nan_in_a_word2vec_binary_vector_is_an_error_naming_the_word(tmp_path):
 
 def test_a_re_encoded_word_is_not_reported_as_irregular_spacing(tmp_path, caplog):
     path = write(tmp_path / "v.txt", b"the 0.1 0.2 0.3\n" + "caf\xe9 1 2 3\n".encode("cp1252"))
-    with caplog.at_level(logging.WARNING, logger="matching.data"):
+    with caplog.at_level(logging.WARNING, logger="matching.model"):
         matrix, found = load_vectors(path, ["café"])
     assert found.all() and "tabs or several spaces" not in caplog.text
 
