@@ -361,6 +361,18 @@ def test_a_run_refuses_an_encoder_with_other_weights(contextual_run, tmp_path):
         load_run(run_dir / "checkpoints/best.ckpt", cfg)
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "auto"])
+def test_fine_tuning_trains_under_every_dtype_the_cpu_default_can_pick(dtype, make_cfg, tiny_encoder):
+    """dtype=auto is bf16 on a CPU with AMX or AVX512-BF16 and fp32 elsewhere; bf16 is asked for here whatever the
+    CPU (slower without those instructions, the same arithmetic). A fine-tuned encoder's LayerNorm once stopped the
+    first step: 'mixed dtype (CPU): expect parameter to have scalar type of Float'."""
+    cfg = contextual(make_cfg, tiny_encoder, "embeddings.trainable_layers=1", "trainer.max_epochs=1", f"dtype={dtype}")
+    metrics = train(cfg)
+    assert np.isfinite(metrics["val/loss"])
+    state = torch.load(Path(cfg.paths.output_dir) / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)
+    assert state["state_dict"]["model.encoder.encoder.encoder.layer.1.output.LayerNorm.weight"].dtype == torch.float32
+
+
 def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder, tmp_path, fake_hub):
     cfg = contextual(make_cfg, tiny_encoder, "embeddings.trainable_layers=1", "trainer.max_epochs=1")
     train(cfg)

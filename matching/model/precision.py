@@ -120,8 +120,11 @@ def forward_in(dtype: torch.dtype, model: nn.Module, *args: Any, **kwargs: Any) 
 def cast_weights(model: nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """Each floating-point weight of `model` cast to `dtype`, by name, but the tables that are gathered from
     (nn.Embedding: the model casts the rows it gathers) and the submodules the model keeps in float32 (its
-    `float32_modules`, e.g. the classifier); a trainable weight's cast passes its gradient back in float32."""
-    tables = {f"{name}.weight" for name, module in model.named_modules() if isinstance(module, nn.Embedding)}
+    `float32_modules`, e.g. the classifier); a trainable weight's cast passes its gradient back in float32. A
+    fine-tuned encoder inside the model (`encoder.`) is cast whole, its embedding tables too: it adds their rows
+    and normalises the sum itself, and its LayerNorm takes its input in its weights' dtype."""
+    tables = {f"{name}.weight" for name, module in model.named_modules()
+              if isinstance(module, nn.Embedding) and not name.startswith("encoder.")}  # fmt: skip
     kept = tuple(f"{name}." for name in getattr(model, "float32_modules", ()))
     return {
         name: p.to(dtype)
