@@ -28,6 +28,7 @@ import csv
 import gzip
 import io
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -131,9 +132,10 @@ def main() -> None:
         "--cross-encoder-map",
         type=float,
         default=None,
-        help="the CrossEncoder's dev MAP measured elsewhere (e.g. a fine-tuned one's), drawn instead",
+        help="the CrossEncoder's MAP on the same split measured elsewhere (e.g. a fine-tuned one's), drawn instead",
     )
     parser.add_argument("--chart", type=Path, default=None, help="a PNG of MAP against rank pairs/s (log)")
+    parser.add_argument("--split", default=None, help="what --pairs is, for the chart (default: from its file name)")
     parser.add_argument("--json", type=Path, default=None, help="every figure as JSON")
     args = parser.parse_args()
     results = []
@@ -162,10 +164,18 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     if args.chart:
-        draw(results, args.chart)
+        draw(results, args.chart, args.split or split_name(args.pairs), args.pairs.name)
 
 
-def draw(results: list[dict], out: Path) -> None:
+def split_name(path: Path) -> str:
+    """Which split a pairs file holds, from its name (`WikiQA-test.tsv` -> "test"), else the name itself: what the
+    chart says its MAP is of (a chart of the test file once said "dev")."""
+    words = re.split(r"[^a-z]+", path.name.lower())
+    found = [w for w in ("test", "dev", "validation", "train") if w in words]
+    return found[0] if found else path.name
+
+
+def draw(results: list[dict], out: Path, split: str, source: str) -> None:
     """MAP against `rank` pairs/s (log scale): each model at 1 thread (labelled, blue) joined to its 2-thread point
     (orange), a quoted MAP drawn hollow; dashed, the CrossEncoder's MAP and 10x its 1-thread speed."""
     import matplotlib
@@ -204,8 +214,8 @@ def draw(results: list[dict], out: Path) -> None:
     ax.set_ylim(low - 0.5, high + 0.3)
     ax.set_xscale("log")
     ax.set_xlabel("Matcher.rank per question: pairs/s (log scale; blue: 1 thread, orange: 2 threads)")
-    ax.set_ylabel("dev MAP (%)")
-    ax.set_title("WikiQA dev: ranking quality against speed (one sitting)")
+    ax.set_ylabel(f"{split} MAP (%)")
+    ax.set_title(f"{source} ({split}): ranking quality against speed (one sitting)")
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=130)
