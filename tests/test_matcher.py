@@ -130,3 +130,13 @@ def test_load_errors_say_what_to_give(snli_run, tmp_path):
     if not torch.cuda.is_available():
         with pytest.raises(RunError, match="torch sees no CUDA GPU"):
             Matcher.load(snli_run[0], device="cuda")
+
+
+def test_a_ranking_keeps_the_given_order_among_equal_scores():
+    """`rank`'s order: best first, and candidates of the same score in the order they were given (what a client
+    paging through results, or a test of a run's ranking, relies on)."""
+    from matching.inference.predictor import ranking
+
+    answers = [{"score": s, "p_match": 0.5} for s in (0.1, 0.7, 0.1, 0.7, -2.0)]
+    order = [r["index"] for r in ranking(["a", "b", "c", "d", "e"], answers)]
+    assert order == [1, 3, 0, 2, 4]

@@ -140,7 +140,8 @@ def test_a_huge_chunked_body_is_refused_while_it_streams(server):
 @pytest.mark.parametrize(
     ("body", "headers", "status", "words"),
     [
-        (b"[" * 10000 + b"]" * 10000, {}, 400, "nests deeper than 32"),
+        (b"[" * 10000 + b"]" * 10000, {}, 400, "nests deeper than 32 levels"),
+        (b'{"pairs": [{"a": "x", "b": ' + b"[" * 30 + b"]" * 30 + b"}]}", {}, 400, "nests deeper than 32 levels"),
         (b'{"pairs": [{"a": "x", "b": NaN}]}', {}, 400, "not valid JSON"),
         (b'{"pairs": [{"a": "x", "b": ' + b"9" * 5000 + b"}]}", {}, 400, "not valid JSON"),
         (b'{"pairs": [{"a": "x", "b": "y"}]}', {"Content-Type": "text/plain; a=json"}, 415, "application/json"),
