@@ -149,7 +149,7 @@ def load(
             raise RunError("encoder_backend=onnx runs a contextual model's frozen encoder on ONNX Runtime for new "
                            "text, with the model on PyTorch on the CPU (backend=torch, device=cpu); this model has "
                            "no such encoder here")  # fmt: skip
-        encoder.runtime = OnnxEncoder(encoder, cache_root())
+        encoder.encode_new_text_with(OnnxEncoder(encoder, cache_root()))
     return predictor
 
 

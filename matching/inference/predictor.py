@@ -181,7 +181,7 @@ class Predictor:
         if index is not None and index.key != self.index_key():
             raise StaleIndexError("this index was built with another encoder or text pipeline than this model's; "
                                   "build one with this model")  # fmt: skip
-        encoder.index = index
+        encoder.use_index(index)
 
     def alignment(self, prepared: PreparedPairs) -> dict:
         """One prepared pair's alignment (`Matcher.align`); only a backend that keeps the matrices has it."""

@@ -208,6 +208,16 @@ class ContextualEncoder(EmbeddingSource):
         # new text's encoder on another runtime: (ids, mask) -> piece states (matching.inference.onnx_encoder)
         self.runtime = None
 
+    def use_index(self, index) -> None:
+        """Read known texts' states from `index` (a matching.inference.StateIndex checked against this encoder by
+        its caller), or from none (None)."""
+        self.index = index
+
+    def encode_new_text_with(self, runtime) -> None:
+        """Encode new text with `runtime` ((ids, mask) -> piece states: matching.inference.onnx_encoder), the same
+        word pooling after it; None: this encoder's own PyTorch module."""
+        self.runtime = runtime
+
     def identity(self) -> dict:
         """What the states depend on (cache keys, and the check that a run is used with its own encoder)."""
         return {"encoder": str(self.path), "weights_sha256": self.weights, "pooling": "mean of word pieces",
