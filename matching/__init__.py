@@ -8,6 +8,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from matching.saved.earlier_versions import keep_old_import_paths
 from matching.saved.run_names import name_from_data
 
 __all__ = ["DEMO_DATA", "Matcher"]
@@ -22,6 +23,8 @@ DEMO_DATA = Path(__file__).resolve().parent / "demo_data"
 OmegaConf.register_new_resolver("demo_data", lambda name="": str(DEMO_DATA / name), replace=True)
 # A generic task's name from its data (`task=pairs` on claims_train.tsv: `claims`), for the same reason here.
 OmegaConf.register_new_resolver("name_from_data", name_from_data, replace=True)
+# Code written for the flat layout (`from matching.aligners import Aligner`) still imports, with a warning.
+keep_old_import_paths()
 
 
 def __getattr__(name: str):

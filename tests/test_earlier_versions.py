@@ -61,3 +61,35 @@ def test_a_run_saved_before_the_rooms_loads_with_the_same_answers_and_a_sweep_fi
     today = OmegaConf.load(run_dir / "config.yaml")
     prior = prior_run(today, earlier)
     assert prior.state == "complete" and prior.metrics == json.loads((run_dir / "metrics.json").read_text())
+
+
+def test_the_old_import_paths_of_the_extension_points_give_todays_modules_with_a_warning():
+    """docs/extending.md told users `from matching.aligners import Aligner` (and matching.layers,
+    matching.data.embeddings) before the rooms: their code still imports, the same classes, and is told where
+    they live now."""
+    import subprocess
+    import sys
+
+    script = """
+import warnings
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as seen:
+    from matching.aligners import Aligner
+    from matching.layers import pair_mask
+    from matching.data.embeddings import EmbeddingSource
+import matching.model.aligners, matching.model.layers, matching.model.embeddings
+assert Aligner is matching.model.aligners.Aligner and pair_mask is matching.model.layers.pair_mask
+assert EmbeddingSource is matching.model.embeddings.EmbeddingSource
+print(sorted(str(w.message).split(":")[0] for w in seen if w.category is DeprecationWarning))
+try:
+    import matching.attention
+except ModuleNotFoundError:
+    print("no other name")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [
+        "['matching.aligners is now matching.model.aligners', 'matching.data.embeddings is now "
+        "matching.model.embeddings', 'matching.layers is now matching.model.layers']",
+        "no other name",
+    ]

@@ -1,4 +1,5 @@
-"""Configs saved by earlier versions of matching, read as today's.
+"""Configs saved by earlier versions of matching, read as today's; and the import paths that code written for them
+uses.
 
 A run folder's or a shared folder's `config.yaml` names the classes it builds by where they lived when it was
 trained (`_target_: matching.aligners.CoDAAligner`). Those modules have since moved into the package's rooms
@@ -10,7 +11,12 @@ same arguments.
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.util
 import logging
+import sys
+import warnings
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -66,3 +72,37 @@ def upgraded(cfg: DictConfig) -> DictConfig:
     if "dtype" not in cfg:
         cfg.dtype = "fp32"
     return cfg
+
+
+#: The modules that a user's own code imports to extend matching (docs/extending.md before the package's rooms:
+#: `from matching.aligners import Aligner`, `from matching.layers import pair_mask`, `from matching.data.embeddings
+#: import EmbeddingSource`), and where they are now. Importing one by its old path gives today's module, with a
+#: DeprecationWarning naming the new path.
+OLD_IMPORT_PATHS = {
+    "matching.aligners": "matching.model.aligners",
+    "matching.layers": "matching.model.layers",
+    "matching.data.embeddings": "matching.model.embeddings",
+}
+
+
+class OldImportPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds a module of `OLD_IMPORT_PATHS` by its old name and hands back today's module (the same object, so
+    that a class subclassed through either path is one class); answers no other name."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None):
+        return importlib.util.spec_from_loader(name, self) if name in OLD_IMPORT_PATHS else None
+
+    def create_module(self, spec):
+        today = OLD_IMPORT_PATHS[spec.name]
+        warnings.warn(f"{spec.name} is now {today}: import it from there (the old path will go in a later version)",
+                      DeprecationWarning, stacklevel=2)  # fmt: skip
+        return importlib.import_module(today)
+
+    def exec_module(self, module) -> None:  # today's module is already run
+        pass
+
+
+def keep_old_import_paths() -> None:
+    """Let code written against the flat layout import the extension points by their old paths (once a process)."""
+    if not any(isinstance(finder, OldImportPaths) for finder in sys.meta_path):
+        sys.meta_path.append(OldImportPaths())
