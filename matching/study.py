@@ -74,7 +74,10 @@ def study_command(cfg: DictConfig) -> Path:
     results = outcome.results
     tested_file = out / "test.json"
     tested = json.loads(tested_file.read_text()) if tested_file.is_file() else None
-    given = [o for o in HydraConfig.get().overrides.task if o.split("=", 1)[0] not in _NOT_REPRODUCING]
+    # the page's command: what reproduces the study, without this machine's folders (the page says where the
+    # corpora go: paths.data_dir=/path/to/corpora)
+    given = [o for o in HydraConfig.get().overrides.task
+             if o.split("=", 1)[0] not in _NOT_REPRODUCING and not o.startswith("paths.")]  # fmt: skip
     typed = "python -m matching.study " + shlex.join(given)
     page = write_page(spec, out, outcome.choices, list(results.values()), typed, tested, figures=bool(cfg.figures),
                       seeds=outcome.seeds)  # fmt: skip
