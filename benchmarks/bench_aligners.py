@@ -4,11 +4,10 @@
                                         [--aligners 'score=dot,feature_wise=true;...']
 
 Each aligner is `matching.model.attention.AttentionAligner` (or `softmax`/`coda` from matching.model.aligners) built
-with the
-options given (`key=value` pairs separated by commas, aligners by semicolons), fed random (B, La, D) and (B, Lb, D)
-batches whose last quarter of b is padding, and timed over `--steps` forward + backward passes; the median over
-`--rounds` rounds is printed in milliseconds per step. Shapes: SNLI (batch 64, 14 × 8 tokens) and WikiQA (batch 64,
-12 × 40), hidden 200, one thread.
+with the options given (`key=value` pairs separated by commas, aligners by semicolons), fed random (B, La, D) and (B,
+Lb, D) batches whose last quarter of b is padding, and timed over `--steps` forward + backward passes; the median over
+`--rounds` rounds is printed in milliseconds per step. Shapes: SNLI (batch 64, 14 × 8 tokens) and WikiQA (batch 64, 12 ×
+40), hidden 200, one thread.
 
 `--code DIR` times another checkout too (e.g. `git worktree add /tmp/before HEAD~1`), the two alternating round by
 round in separate processes, and prints the ratio of the medians: a before/after in one sitting.

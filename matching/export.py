@@ -10,11 +10,10 @@ candidates by logits[:, 1] − logits[:, 0].
 Export needs the `export` extra for ONNX: `pip install -e ".[export]"`.
 
 `format=hub` writes a shared model folder (default `<run dir>/hub/`; see matching.saved.shared_folder): config,
-vocabulary,
-weights as safetensors, tokenizer.json, serving.json and a model card, which `Matcher.load(folder)` loads without
-unpickling anything; `push_to_hub=true repo_id=<owner/name>` uploads it to the Hugging Face hub. A run over an
-encoder (`embeddings=minilm_contextual`) names it by hub id (`encoder=`, `encoder_revision=` when the run used a
-local folder).
+vocabulary, weights as safetensors, tokenizer.json, serving.json and a model card, which `Matcher.load(folder)` loads
+without unpickling anything; `push_to_hub=true repo_id=<owner/name>` uploads it to the Hugging Face hub. A run over an
+encoder (`embeddings=minilm_contextual`) names it by hub id (`encoder=`, `encoder_revision=` when the run used a local
+folder).
 """
 
 from __future__ import annotations

@@ -97,13 +97,11 @@ class Matcher:
         memory budget of a batch (default: the run's `data.batch_tokens`, `data.batch_cells`). `dtype`: the
         arithmetic of the torch backend, "fp32", "bf16" (faster on CPUs with AMX or AVX512-BF16; logits within
         about 1 % of fp32's) or "auto"; default: the run's own `dtype` (see matching.model.precision). `threads`:
-        intra-op
-        threads of every call (default 0: one for a small call, more for a big one while cores are free).
+        intra-op threads of every call (default 0: one for a small call, more for a big one while cores are free).
         `overrides`: other keys of the run's config, e.g. `{"data.max_length": 128}`. `encoder_backend="onnx"`: a
         contextual model's frozen encoder runs new text on ONNX Runtime (2.3x as fast on a short query), the model on
-        PyTorch (the `export` extra; exported once into the ONNX cache).
-        Offline, a shared folder or a run directory needs nothing else; a shared folder is read from safetensors
-        and YAML only, never unpickled."""
+        PyTorch (the `export` extra; exported once into the ONNX cache). Offline, a shared folder or a run directory
+        needs nothing else; a shared folder is read from safetensors and YAML only, never unpickled."""
         settings = dict(overrides or {})
         for key, value in (("data.batch_tokens", batch_tokens), ("data.batch_cells", batch_cells)):
             if value is not None:

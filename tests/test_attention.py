@@ -1,7 +1,6 @@
 """Attention from parts (matching/model/attention.py): each compatibility and distribution function on hand-worked
-values,
-sparsemax and entmax against known simplex projections, padding, rows summing to 1, finite gradients in float32 and
-bfloat16, and every option composed and trained for a batch."""
+values, sparsemax and entmax against known simplex projections, padding, rows summing to 1, finite gradients in float32
+and bfloat16, and every option composed and trained for a batch."""
 
 import math
 

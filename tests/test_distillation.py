@@ -1,6 +1,6 @@
 """Distillation (matching/training/distillation.py, matching.training.losses): the losses against hand-worked values,
-the teacher's
-logits computed once, reused and recomputed when the teacher or the split changes, and students that train."""
+the teacher's logits computed once, reused and recomputed when the teacher or the split changes, and students that
+train."""
 
 import json
 import math

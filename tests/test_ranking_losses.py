@@ -1,6 +1,5 @@
 """The ranking losses (matching.training.losses) against hand-computed values and gradients, and the batches of whole
-queries
-they train on (matching.training.batching.QueryBatchSampler)."""
+queries they train on (matching.training.batching.QueryBatchSampler)."""
 
 import logging
 import math

@@ -21,9 +21,8 @@ def test_optuna_sweep_runs_two_trials(tmp_path):
 
 
 def test_the_grid_of_a_sweep_is_the_one_hydras_basic_sweeper_expands():
-    """matching.training.sweeps.grid (which tells the report and the sweep log which runs a sweep was meant to hold)
-    on the
-    public Override API, against BasicSweeper.split_arguments (hydra._internal: a test may compare with it)."""
+    """matching.training.sweeps.grid (which tells the report and the sweep log which runs a sweep was meant to hold) on
+    the public Override API, against BasicSweeper.split_arguments (hydra._internal: a test may compare with it)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 

@@ -7,8 +7,7 @@ grid expresses; this lets one sweep hold them all, so that the launcher fills th
 A job may set `hydra.sweep.subdir` among its overrides (the study names each run's folder by its task, family,
 setting and seed); the overrides given on the command line are put before every job's. The jobs' own checks (a
 finished run is skipped, an interrupted one continues: matching.training.sweeps) work as in any sweep. Jobs that fail
-are
-listed together at the end, after every other job has had its turn.
+are listed together at the end, after every other job has had its turn.
 
 Lives in `hydra_plugins` because Hydra instantiates sweepers only from that namespace package.
 """

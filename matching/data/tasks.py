@@ -45,8 +45,7 @@ class Task:
     matching.data.sources.labels_from_data) and are written into the run's config. `positive_label` is the label
     whose F1, precision, recall, average precision and ROC-AUC a two-label task reports (null: the second label;
     see matching.training.metrics). `negatives` (a ranking task whose file holds positive pairs alone): how negatives
-    are
-    mined from the corpus (matching.data.negatives.Negatives).
+    are mined from the corpus (matching.data.negatives.Negatives).
     """
 
     name: str

@@ -42,8 +42,7 @@ def to_device(batch: Any, device: torch.device) -> Any:
 
 class TorchBackend:
     """The model in eval mode on `device`, computing in `dtype` (fp32, bf16 or auto: matching.model.precision);
-    `pipeline`
-    makes its batches (ids, and what the embedding source adds: an encoder's word states)."""
+    `pipeline` makes its batches (ids, and what the embedding source adds: an encoder's word states)."""
 
     name = "torch"
     can_align = True

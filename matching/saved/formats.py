@@ -3,8 +3,7 @@ see matching.saved.shared_folder): the export behind the `export` command (match
 
 `format=onnx|torchscript` writes the model (`model.onnx` or `model.pt`), a copy of `vocab.txt`, `tokenizer.json`
 and `serving.json` (matching.saved.onnx_folder), so that a client needs nothing of this package. The exported model
-takes
-two int64 tensors of token ids, a (batch, len_a) and b (batch, len_b), 0-padded on the right, with batch and both
+takes two int64 tensors of token ids, a (batch, len_a) and b (batch, len_b), 0-padded on the right, with batch and both
 lengths dynamic, and returns class probabilities `probs` and `logits` (batch, classes).
 """
 

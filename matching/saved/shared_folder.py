@@ -97,10 +97,8 @@ def write_folder(run: TrainedModel, out: Path, encoder: str | None = None, encod
     metrics = _metrics(run)
     if metrics:
         write_json(out / "metrics.json", metrics)
-    for kept in (
-        PROVENANCE,
-        EXAMPLES,
-    ):  # path-free by construction (matching.saved.provenance, matching.saved.examples)
+    # path-free by construction (matching.saved.provenance, matching.saved.examples)
+    for kept in (PROVENANCE, EXAMPLES):
         if (run.run_dir / kept).is_file() and run.run_dir.resolve() != out.resolve():
             shutil.copyfile(run.run_dir / kept, out / kept)
     write_text_atomic(out / "README.md", model_card(run, metrics, reference))

@@ -1,9 +1,8 @@
 """Reading a shared model folder (`matching-export format=hub`; matching.saved.shared_folder writes one): download it
-from
-the hub, check that its config builds nothing but matching's own components, and read its config, vocabulary and
-weights from YAML, text and safetensors only, never a pickle: a config.yaml from someone else cannot make Hydra call
-an arbitrary function. What an embedding source loads from elsewhere (an encoder) is not in the folder: the config
-names it by hub id and revision, and the weights are checked against the sha256 recorded at training.
+from the hub, check that its config builds nothing but matching's own components, and read its config, vocabulary and
+weights from YAML, text and safetensors only, never a pickle: a config.yaml from someone else cannot make Hydra call an
+arbitrary function. What an embedding source loads from elsewhere (an encoder) is not in the folder: the config names it
+by hub id and revision, and the weights are checked against the sha256 recorded at training.
 """
 
 from __future__ import annotations
@@ -105,9 +104,9 @@ def read_shared(
     folder: Path, settings: dict[str, Any] | None = None, config: DictConfig | None = None
 ) -> tuple[DictConfig, Path, Vocabulary, dict, dict]:
     """A shared folder's config, weights file, vocabulary, weights and metadata (what
-    matching.model.assembly.trained_model
-    builds the model from), read from YAML, text and safetensors only; `settings`: dotted config keys to override
-    (see matching.inference.load); `config`: the folder's config as a command composed it (checked all the same)."""
+    matching.model.assembly.trained_model builds the model from), read from YAML, text and safetensors only; `settings`:
+    dotted config keys to override (see matching.inference.load); `config`: the folder's config as a command composed it
+    (checked all the same)."""
     from matching.saved.run_folder import configured
 
     safetensors = require("safetensors", "hub", "loading a shared model folder (safetensors)")

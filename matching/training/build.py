@@ -55,8 +55,7 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None, run_dir: 
     """The task's data module with its embedding source; without `vocab` it builds the vocabulary (training words,
     plus every word with a pretrained vector among the dev splits and the vectors file's first
     `embeddings.top_words` words), and the source's files are checked before any corpus is read. `run_dir` (default:
-    `paths.output_dir`, a training run's folder) keeps what a positives-only task mines
-    (matching.data.negatives)."""
+    `paths.output_dir`, a training run's folder) keeps what a positives-only task mines (matching.data.negatives)."""
     task = build_task(cfg)
     if not task.labels:  # a generic task (task=pairs): the data's label names, kept in the config the run saves
         task.labels = labels_from_data(task, cfg.paths.data_dir, cfg.paths.cache_dir)

@@ -11,10 +11,9 @@ teacher through its own text pipeline, and kept:
   took), so that the run says what it learnt from.
 
 The loss beside the labels' (`distill.weight` times it; matching.training.losses): `kl` (classification; or a ranking
-task's
-pairs one by one) to the teacher's probabilities at `distill.temperature`; for ranking, `margin_mse` (MarginMSE,
-Hofstätter et al. 2020: the teacher's margin between a query's positive and negative candidates) or `listwise_kl`
-(the teacher's distribution over a query's candidates). `auto`: kl for classification, margin_mse for ranking.
+task's pairs one by one) to the teacher's probabilities at `distill.temperature`; for ranking, `margin_mse` (MarginMSE,
+Hofstätter et al. 2020: the teacher's margin between a query's positive and negative candidates) or `listwise_kl` (the
+teacher's distribution over a query's candidates). `auto`: kl for classification, margin_mse for ranking.
 """
 
 from __future__ import annotations

@@ -5,13 +5,12 @@ A run directory holds `config.yaml` (resolved), `vocab.txt`, `checkpoints/{best,
 `metrics.json` (dev metrics of the best checkpoint, its epoch `best_epoch` counted from 1 as in the CSV log and the
 progress bar, optional test metrics, timing), the CSV log, `provenance.json` (the data and embeddings by file name
 and sha256, matching.saved.provenance) and, for a task without curated examples, `examples.json` (a few dev pairs for
-the
-server's page). A new run that fails before its first checkpoint leaves `outputs/runs/` (see `set_aside`).
-Checkpoints are written atomically at the end of every epoch; `python -m matching.train resume=<run dir>`
-continues an interrupted run from its last completed epoch, with its own saved config. A job of a sweep (`-m`)
-does the same by itself: relaunched into the same sweep directory, it skips a complete run and continues an
-interrupted one (see matching/training/sweeps.py). A run told to stop (SIGTERM, or the SIGUSR1/SIGUSR2 that SLURM sends
-before a time limit or preemption) first writes `last.ckpt` at the end of the current training step.
+the server's page). A new run that fails before its first checkpoint leaves `outputs/runs/` (see `set_aside`).
+Checkpoints are written atomically at the end of every epoch; `python -m matching.train resume=<run dir>` continues an
+interrupted run from its last completed epoch, with its own saved config. A job of a sweep (`-m`) does the same by
+itself: relaunched into the same sweep directory, it skips a complete run and continues an interrupted one (see
+matching/training/sweeps.py). A run told to stop (SIGTERM, or the SIGUSR1/SIGUSR2 that SLURM sends before a time limit
+or preemption) first writes `last.ckpt` at the end of the current training step.
 """
 
 from __future__ import annotations

@@ -51,12 +51,10 @@ class MatchingSystem(pl.LightningModule):
     the second label). kind="rank" (pointwise ranking, label 1 = match): `{prefix}/{loss,acc}` and
     `{prefix}/{map,mrr,top1,top2,top5,p1,mrr10,ndcg10,map_raw,mrr_raw,questions,...}`, computed per question. Both
     over the whole split, once an evaluation (see matching.training.metrics). The prefix of each evaluation split is
-    given by
-    `val_prefixes` (one per validation dataloader, e.g. ["val", "val_mismatched"]) and `test_prefixes`.
+    given by `val_prefixes` (one per validation dataloader, e.g. ["val", "val_mismatched"]) and `test_prefixes`.
     `compute_dtype` is the arithmetic of every forward pass, a `dtype=` value: fp32, bf16 or auto (see
-    matching.model.precision). `loss_kind` (a ranking task only): pointwise (the cross-entropy above), pairwise (a
-    hinge of
-    `margin` over each query's positive/negative candidates) or listwise (softmax cross-entropy over each query's
+    matching.model.precision). `loss_kind` (a ranking task only): pointwise (the cross-entropy above), pairwise (a hinge
+    of `margin` over each query's positive/negative candidates) or listwise (softmax cross-entropy over each query's
     candidates), on the match margin of each pair (see matching.training.losses); evaluation is the same for all three.
     """
 
@@ -158,9 +156,8 @@ class MatchingSystem(pl.LightningModule):
         return loss
 
     def training_loss(self, logits: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
-        """The loss of `loss_kind` (matching.training.losses); the ranking losses score a pair by its match margin.
-        With a
-        teacher, plus `distill.weight` times the distillation loss against its logits of the batch's pairs."""
+        """The loss of `loss_kind` (matching.training.losses); the ranking losses score a pair by its match margin. With
+        a teacher, plus `distill.weight` times the distillation loss against its logits of the batch's pairs."""
         loss = self.label_loss(logits, batch)
         if self.distill is None:
             return loss
