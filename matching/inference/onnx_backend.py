@@ -183,7 +183,11 @@ class OnnxBackend:
         return nullcontext()
 
     def alignment(self, prepared: PreparedPairs) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        raise NotImplementedError("an exported graph returns the logits only (can_align is False)")
+        """None to give (`can_align` is False): a RunError saying what to load instead."""
+        raise RunError(
+            f"this model runs on {self.name}, whose exported graph returns the logits only: alignments "
+            "need the PyTorch model; load the run directory or shared folder with backend=torch"
+        )
 
     def logits(self, prepared: PreparedPairs, index: np.ndarray) -> np.ndarray:
         return self.run(self.inputs(prepared, index), call_tokens(prepared.sides()[index]))

@@ -65,10 +65,11 @@ class TorchBackend:
     @classmethod
     def from_trained(cls, parts, *, device: str, threads: int, quantize: str | None = None,
                      reduce_range: bool | None = None) -> TorchBackend:  # fmt: skip
-        """A trained model (matching.model.assembly.TrainedModel) in its config's arithmetic (`dtype`)."""
+        """A trained model (matching.model.assembly.TrainedModel) in its config's arithmetic (`dtype`), on `device`
+        (checked already: `device_name`)."""
         if quantize:
             raise RunError("quantize=int8 runs on ONNX Runtime: give backend=onnx (or leave backend=auto)")
-        return cls(parts.model, parts.text, str(parts.cfg.get("dtype", "fp32")), device_name(device), threads)
+        return cls(parts.model, parts.text, str(parts.cfg.get("dtype", "fp32")), device, threads)
 
     @property
     def arithmetic(self) -> str:

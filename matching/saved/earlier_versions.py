@@ -79,9 +79,7 @@ def upgraded(cfg: DictConfig) -> DictConfig:
 #: import EmbeddingSource`), and where they are now. Importing one by its old path gives today's module, with a
 #: DeprecationWarning naming the new path.
 OLD_IMPORT_PATHS = {
-    "matching.aligners": "matching.model.aligners",
-    "matching.layers": "matching.model.layers",
-    "matching.data.embeddings": "matching.model.embeddings",
+    old: MOVED_MODULES[old] for old in ("matching.aligners", "matching.layers", "matching.data.embeddings")
 }
 
 
