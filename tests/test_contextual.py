@@ -22,7 +22,7 @@ from matching.model.encoders import EncoderError, pool_words
 from matching.saved.run_folder import load_run
 from matching.training.build import build_datamodule
 from matching.training.run import train
-from tests.conftest import ROOT, SUBPROCESS_ENV, cli_overrides, evaluate, save_tiny_encoder
+from tests.conftest import ROOT, SUBPROCESS_ENV, cli_overrides, compose_train, evaluate, save_tiny_encoder
 
 
 def contextual(make_cfg, encoder, *overrides):
@@ -385,7 +385,8 @@ def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder, tmp_path
     bottom = "encoder.layer.0.attention.self.query.weight"
     assert not torch.equal(weights[f"model.encoder.encoder.{top}"], original[top])
     assert torch.equal(weights[f"model.encoder.encoder.{bottom}"], original[bottom])
-    assert not list((Path(cfg.paths.cache_dir) / "contextual").glob("*.npy"))  # nothing cached when fine-tuning
+    cached = [f.name for f in (Path(cfg.paths.cache_dir) / "contextual").glob("*.npy")]
+    assert cached and all("-layer1-" in name for name in cached)  # the frozen layer's output; no word states
     from matching.inference import load
 
     run = load_run(Path(cfg.paths.output_dir) / "checkpoints/last.ckpt")
@@ -404,6 +405,44 @@ def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder, tmp_path
     fake_hub.encoders["tiny/bert"] = tiny_encoder
     shared = Matcher.load(write_folder(run, tmp_path / "shared", encoder="tiny/bert"))
     assert shared.logits(pairs).tobytes() == expected.tobytes()
+
+
+def test_fine_tuning_from_the_cached_frozen_layers_trains_the_model_the_whole_encoder_trains(tiny_encoder, tmp_path):
+    """The frozen lower layer's output, cached once per text (float32, in windows: the tiny encoder has 32 positions
+    and the fixture's texts are long in letter pieces), and the top layer run from it on every batch: the same
+    model, same seed, as running the whole encoder on every batch (dropout on in the trained layer), to float
+    rounding. A second run reads the cache without running the encoder."""
+    runs = {}
+    for cached in ("true", "false", "true"):
+        cfg = compose_train(tmp_path / f"{cached}{len(runs)}", "embeddings=minilm_contextual",
+                            f"embeddings.model={tiny_encoder}", "embeddings.trainable_layers=1", "trainer.max_epochs=2",
+                            "dtype=fp32", f"embeddings.cache_frozen_layers={cached}",
+                            f"paths.cache_dir={tmp_path / 'cache'}")  # fmt: skip
+        metrics = train(cfg)
+        state = torch.load(Path(cfg.paths.output_dir) / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)
+        runs[len(runs)] = metrics, state["state_dict"]
+    (with_cache, weights), (without, reference) = runs[0], runs[1]
+    assert with_cache["val/loss"] == pytest.approx(without["val/loss"], abs=1e-4)
+    for name, value in reference.items():
+        if value.is_floating_point():
+            torch.testing.assert_close(weights[name], value, atol=1e-4, rtol=1e-3, msg=name)
+    assert runs[2][0]["val/loss"] == with_cache["val/loss"]  # from the cache built by the first run
+    assert len(list((tmp_path / "cache/contextual").glob("*-layer1-*.states.npy"))) == 2  # train and dev, once
+
+
+def test_the_frozen_layers_of_a_fine_tuned_encoder_never_run_dropout(tiny_encoder):
+    """Only the trained top layers follow train(): the embeddings and the frozen layers stay in eval mode, so that
+    their output for a text is one value, which can be cached; the top layers from that output give the whole
+    encoder's states (eval)."""
+    module = ContextualEncoder(str(tiny_encoder), trainable_layers=1, device="cpu").word_encoder()
+    module.train()
+    assert [layer.training for layer in module.layers] == [False, True] and not module.encoder.embeddings.training
+    enc = ContextualEncoder(str(tiny_encoder), device="cpu")
+    inputs = enc.pieces([["the", "cats", "sleeping"], [f"w{i}" for i in range(20)]])  # the second in windows
+    assert module.runs_from_lower_states(inputs["ids"], inputs["mask"]) < 1e-5
+    module.train()
+    first = module.lower_states(inputs["ids"], inputs["mask"])
+    assert torch.equal(first, module.lower_states(inputs["ids"], inputs["mask"]))
 
 
 def test_a_missing_encoder_is_one_paragraph_saying_what_to_install(tmp_path):

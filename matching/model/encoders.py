@@ -32,35 +32,98 @@ def pool_words(states: Tensor, word: Tensor, row: Tensor, texts: int, words: int
 class WordEncoder(nn.Module):
     """The encoder with word pooling: window inputs from `WordPieces` -> (texts, words, D) word states.
 
-    `trainable_layers`: 0 freezes everything; N trains the top N Transformer layers (embeddings and lower layers
-    stay frozen)."""
+    `trainable_layers`: 0 freezes everything; N trains the top N Transformer layers. The embeddings and the lower
+    layers stay frozen and always run in eval mode (no dropout), so that their output for a text never changes:
+    it can then be computed once and cached (`lower_states`), and the top layers run from the cache (`forward`
+    with `hidden`) give the model that running the whole encoder on every batch gives, to float rounding."""
 
     def __init__(self, encoder: nn.Module, trainable_layers: int = 0):
         super().__init__()
         self.encoder = encoder
         for p in self.encoder.parameters():
             p.requires_grad_(False)
-        if trainable_layers:
-            layers = _layers(encoder)
-            if trainable_layers > len(layers):
-                raise EncoderError(
-                    f"embeddings.trainable_layers={trainable_layers}, but the encoder has {len(layers)} layers"
-                )
-            for layer in layers[len(layers) - trainable_layers :]:
-                for p in layer.parameters():
-                    p.requires_grad_(True)
+        layers = _layers(encoder)
+        if trainable_layers > len(layers):
+            raise EncoderError(
+                f"embeddings.trainable_layers={trainable_layers}, but the encoder has {len(layers)} layers"
+            )
+        for layer in layers[len(layers) - trainable_layers :]:
+            for p in layer.parameters():
+                p.requires_grad_(True)
         self.trainable_layers = trainable_layers
-        self.train()  # fine-tuned: dropout on, as in training any layer; frozen: always eval (see train)
+        self.train()  # fine-tuned: dropout on in the trained layers; frozen ones always eval (see train)
 
-    def train(self, mode: bool = True):  # a frozen encoder never runs its dropout
+    @property
+    def layers(self) -> nn.ModuleList:
+        """The encoder's Transformer layers (not a submodule of its own: the checkpoint names each weight once)."""
+        return _layers(self.encoder)
+
+    @property
+    def frozen_layers(self) -> int:
+        """The Transformer layers below the trained ones (all of them for a frozen encoder)."""
+        return len(self.layers) - self.trainable_layers
+
+    def train(self, mode: bool = True):
+        """Only the trained top layers follow `mode`: the embeddings and frozen layers never run their dropout."""
         super().train(mode)
-        if not self.trainable_layers:
-            self.encoder.eval()
+        self.encoder.eval()
+        for layer in self.layers[self.frozen_layers :]:
+            layer.train(mode)
         return self
 
-    def forward(self, ids: Tensor, mask: Tensor, word: Tensor, row: Tensor, texts: int, words: int) -> Tensor:
-        states = self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state  # (R, P, D)
+    def forward(self, ids: Tensor | None = None, mask: Tensor | None = None, word: Tensor | None = None,
+                row: Tensor | None = None, texts: int = 0, words: int = 0,
+                hidden: Tensor | None = None) -> Tensor:  # fmt: skip
+        """(texts, words, D) word states of the windows (R, P): from their piece ids, through the whole encoder; or,
+        given `hidden` (R, P, D), the frozen layers' output (`lower_states`, cached), through the trained layers."""
+        if hidden is None:
+            states = self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state  # (R, P, D)
+        else:
+            states = self.top_layers(hidden, mask)
         return pool_words(states, word, row, texts, words)  # (texts, words, D)
+
+    @torch.no_grad()
+    def lower_states(self, ids: Tensor, mask: Tensor) -> Tensor:
+        """(R, P, D) the output of the frozen layers (the trained layers' input) for windows (R, P) of piece ids."""
+        out = self.encoder(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        return out.hidden_states[self.frozen_layers]
+
+    def top_layers(self, hidden: Tensor, mask: Tensor) -> Tensor:
+        """The trained layers run on `hidden` (R, P, D), the frozen layers' output, with the windows' mask (R, P)."""
+        layers = self.layers[self.frozen_layers :]
+        hidden = hidden.to(next(layers[0].parameters()).dtype)  # the cache's float32 into bf16 weights (dtype=bf16)
+        attention = _attention_mask(self.encoder, hidden, mask)
+        for layer in layers:
+            out = layer(hidden, attention)
+            hidden = out[0] if isinstance(out, tuple) else out  # transformers 4 returns a tuple, 5 the tensor
+        return hidden
+
+    def runs_from_lower_states(self, ids: Tensor, mask: Tensor) -> float:
+        """The largest difference between the whole encoder's last states and the trained layers run from
+        `lower_states` (eval mode, no dropout) on windows (R, P): about 1e-6 when this encoder's layers can be run
+        from cached states, large for one whose layers need more than the hidden states and the mask (a relative
+        position bias, as MPNet's)."""
+        training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                whole = self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+                split = self.top_layers(self.lower_states(ids, mask), mask)
+            real = mask.bool()
+            return float((whole[real] - split[real]).abs().max())
+        finally:
+            self.train(training)
+
+
+def _attention_mask(encoder: nn.Module, hidden: Tensor, mask: Tensor):
+    """The attention mask that a Hugging Face encoder's layers take, from the (R, P) 1/0 mask of the pieces: made
+    by transformers' own mask builder for the encoder's attention implementation (transformers 5), or the additive
+    (R, 1, 1, P) mask of transformers 4."""
+    try:
+        from transformers.masking_utils import create_bidirectional_mask
+    except ImportError:  # transformers 4
+        return encoder.get_extended_attention_mask(mask, mask.shape, dtype=hidden.dtype)
+    return create_bidirectional_mask(config=encoder.config, inputs_embeds=hidden, attention_mask=mask)
 
 
 def _layers(encoder: nn.Module) -> nn.ModuleList:
