@@ -65,7 +65,9 @@ def quiet_libraries() -> None:
     which no matching model uses, is not installed, and its note that two dynamic axes share the name `batch`
     (an encoder model's inputs do, on purpose); Hydra's note that conf/hydra/launcher/submitit_local.yaml, which
     sets our defaults over the plugin's schema of the same name, is validated against that schema (a typo in a key
-    is still an error; hydra-core is pinned). Their warnings and errors still show.
+    is still an error; hydra-core is pinned); Lightning's warning that modules are in eval mode at the start of
+    training (a fine-tuned encoder's frozen layers are, on purpose: matching.model.encoders.WordEncoder). Their
+    other warnings and errors still show.
 
     Process-wide settings, so only a command's entry point calls this (its `main` and its Hydra task function,
     which a sweep runs in other processes): importing matching, or using it as a library, changes nothing."""
@@ -73,6 +75,7 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=submitit_local)
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
     warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used", category=UserWarning)
+    warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode at the start of training")
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
         logger = logging.getLogger(name)
         if _no_cloud_tip not in logger.filters:

@@ -623,12 +623,41 @@ def test_an_index_of_another_text_pipeline_is_refused(contextual_run, tmp_path):
         shorter.use_index(tmp_path / "index")
 
 
-def test_a_model_without_a_frozen_encoder_says_why_it_has_no_index(snli_run):
+def test_a_model_without_a_contextual_encoder_says_why_it_has_no_index(snli_run):
     from matching.errors import RunError
 
     matcher = Matcher.load(snli_run[0], backend="torch")
     with pytest.raises(RunError, match="static word vectors"):
         matcher.index(["a text"])
+
+
+def test_a_fine_tuned_run_ranks_against_an_index_of_its_own_encoders_states(tiny_encoder, tmp_path):
+    """A fine-tuned run encodes new text with its own fine-tuned encoder (not the pretrained one), each distinct
+    text once per call, in float32; its index holds those states, keyed by its weights: ranking against it encodes
+    the query alone and answers as without it. Another fine-tuned run's, or the frozen encoder's, index is refused."""
+    from matching.inference.state_index import StaleIndexError
+
+    runs = []
+    for seed, layers in ((1, 1), (2, 1), (1, 0)):
+        cfg = compose_train(tmp_path / f"run{len(runs)}", "task=wikiqa", "embeddings=minilm_contextual", f"seed={seed}",
+                            f"embeddings.model={tiny_encoder}", f"embeddings.trainable_layers={layers}",
+                            "trainer.max_epochs=1", "dtype=fp32", f"paths.cache_dir={tmp_path / 'cache'}")  # fmt: skip
+        train(cfg)
+        runs.append(Path(cfg.paths.output_dir))
+    matcher = Matcher.load(runs[0], backend="torch")
+    encoder = matcher._predictor.state_encoder()
+    pretrained = ContextualEncoder(str(tiny_encoder), device="cpu").encode([CANDIDATES[0].split()])[0]
+    assert not np.allclose(encoder.encode([CANDIDATES[0].split()])[0], pretrained, atol=1e-3)  # its own weights
+    plain = matcher.rank(QUESTION, CANDIDATES)
+    matcher.index(CANDIDATES, save_to=tmp_path / "index")
+    before = encoder.encoded
+    indexed = matcher.rank(QUESTION, CANDIDATES)
+    assert encoder.encoded - before == 1  # the query alone
+    assert [r["index"] for r in indexed] == [r["index"] for r in plain]
+    np.testing.assert_allclose([r["score"] for r in indexed], [r["score"] for r in plain], atol=1e-6)
+    for other in runs[1:]:
+        with pytest.raises(StaleIndexError, match="another encoder"):
+            Matcher.load(other, backend="torch").use_index(tmp_path / "index")
 
 
 def test_predict_builds_an_index_once_then_ranks_against_it(contextual_run, tmp_path, capsys):
@@ -682,6 +711,6 @@ def test_the_encoder_on_onnx_runtime_ranks_as_on_pytorch(contextual_run, onnx_ca
     np.testing.assert_allclose([again[i] for i in sorted(got)], [got[i] for i in sorted(got)], atol=1e-5)
 
 
-def test_encoder_backend_onnx_needs_a_frozen_encoder(snli_run):
-    with pytest.raises(RunError, match="encoder_backend=onnx runs a contextual model's frozen encoder"):
+def test_encoder_backend_onnx_needs_a_contextual_encoder(snli_run):
+    with pytest.raises(RunError, match="encoder_backend=onnx runs a contextual model's encoder"):
         Matcher.load(snli_run[0], backend="torch", encoder_backend="onnx")

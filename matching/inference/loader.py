@@ -144,11 +144,11 @@ def load(
     if encoder_backend == "onnx":
         from matching.inference.onnx_encoder import OnnxEncoder
 
-        encoder = predictor.backend.frozen_encoder
+        encoder = predictor.backend.text_encoder
         if encoder is None or predictor.backend.device != "cpu":
-            raise RunError("encoder_backend=onnx runs a contextual model's frozen encoder on ONNX Runtime for new "
-                           "text, with the model on PyTorch on the CPU (backend=torch, device=cpu); this model has "
-                           "no such encoder here")  # fmt: skip
+            raise RunError("encoder_backend=onnx runs a contextual model's encoder (frozen or fine-tuned) on ONNX "
+                           "Runtime for new text, with the model on PyTorch on the CPU (backend=torch, device=cpu); "
+                           "this model has no such encoder here")  # fmt: skip
         encoder.encode_new_text_with(OnnxEncoder(encoder, cache_root()))
     return predictor
 

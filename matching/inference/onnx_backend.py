@@ -134,7 +134,7 @@ class OnnxBackend:
         self.threads, self.cap = threads, cap
         self.batch_pairs = CPU_BATCH_PAIRS  # ONNX Runtime's CPU provider
         self.device, self.can_align = "cpu", False  # the exported graph returns the logits only
-        self.frozen_encoder = None  # a contextual graph encodes each pair's texts itself
+        self.text_encoder = None  # a contextual graph encodes each pair's texts itself
         self.session = Sessions(self.ort, model_file)
         self.session(1)  # a broken file fails here, at load, not at the first request
 

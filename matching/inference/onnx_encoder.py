@@ -36,7 +36,7 @@ class OnnxEncoder:
 
     def __init__(self, source, cache: Path):
         self.ort = require("onnxruntime", "export", "running the encoder on ONNX Runtime (encoder_backend=onnx)")
-        self.path = cache / "encoders" / f"{source.weights[:32]}-{source.max_positions}.onnx"
+        self.path = cache / "encoders" / f"{source.states_weights[:32]}-{source.max_positions}.onnx"
         if not self.path.is_file():
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(self.path, lambda tmp: _export(source, tmp))

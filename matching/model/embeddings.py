@@ -121,6 +121,11 @@ class EmbeddingSource(ABC):
         """Keyword arguments of DecomposableAttention besides the config's (e.g. `word_states=True`, an encoder)."""
         return {}
 
+    def use_trained(self, model: torch.nn.Module) -> None:
+        """A trained model's weights are loaded into `model`: what the source computes for new text may come from
+        them (a fine-tuned encoder); a table has nothing to take."""
+        return None
+
     def checkpoint_record(self) -> dict | None:
         """What a checkpoint records about the source (checked by `check_trained` when the run is loaded)."""
         return None
