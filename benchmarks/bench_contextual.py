@@ -34,7 +34,8 @@ def build_cache(data_dir: Path, cache_dir: Path, model: str) -> tuple[float, flo
     from matching.training.build import build_datamodule
 
     overrides = ["task=wikiqa", f"paths.data_dir={data_dir}", f"paths.cache_dir={cache_dir}",
-                 "embeddings=minilm_contextual", f"embeddings.model={model}"]  # fmt: skip
+                 "embeddings=minilm_contextual", f"embeddings.model={model}",
+                 f"paths.output_dir={cache_dir / 'run'}"]  # fmt: skip
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=overrides)
     times = []

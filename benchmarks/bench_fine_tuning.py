@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -38,14 +40,15 @@ def common(data_dir: Path, cache: Path, layers: int, aligner: str) -> list[str]:
             f"paths.cache_dir={cache}"]  # fmt: skip
 
 
-def build_cache(overrides: list[str]) -> tuple[float, float]:
-    """(seconds to prepare WikiQA train + dev with the frozen layers' cache, megabytes of its files)."""
+def build_cache(overrides: list[str], folder: Path) -> tuple[float, float]:
+    """(seconds to prepare WikiQA train + dev with the frozen layers' cache, megabytes of its files); `folder`: the
+    run folder the data module is given (vocabulary)."""
     from hydra import compose, initialize_config_dir
 
     from matching.training.build import build_datamodule
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("train", overrides=overrides)
+        cfg = compose("train", overrides=[*overrides, f"paths.output_dir={folder}"])
     started = time.perf_counter()
     dm = build_datamodule(cfg)
     dm.setup("fit")
@@ -76,7 +79,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--aligner", default="coda")
     args = parser.parse_args()
-    if not (args.data_dir / "wikiqa/WikiQA-train.tsv").is_file():
+    if not any((args.data_dir / "wikiqa" / name).is_file() for name in ("WikiQA-train.tsv", "WikiQA-train.tsv.gz")):
         sys.exit(f"{args.data_dir} has no wikiqa/WikiQA-train.tsv; give --data-dir the folder that holds the corpora")
     print(f"WikiQA train, {args.aligner}, all-MiniLM-L6-v2, fp32, {args.steps} steps of 64 pairs, "
           f"{args.repeats} repeat(s); an epoch = {STEPS_PER_EPOCH} steps")  # fmt: skip
@@ -88,7 +91,7 @@ def main() -> None:
         for layers in map(int, args.layers.split(",")):
             cache = work / f"cache{layers}"
             overrides = common(args.data_dir, cache, layers, args.aligner)
-            builds[layers] = build_cache(overrides)
+            builds[layers] = build_cache(overrides, work / f"prepare{layers}")
             for threads in map(int, args.threads.split(",")):
                 times: dict[str, list[float]] = {"true": [], "false": []}
                 for r in range(args.repeats):
@@ -103,7 +106,7 @@ def main() -> None:
                       flush=True)  # fmt: skip
         for layers, (seconds, size) in builds.items():
             print(f"cache of the {6 - layers} frozen layers' output (N={layers}), train + dev: built in "
-                  f"{seconds:.0f} s on torch's default threads, {size:,.0f} MB float32")  # fmt: skip
+                  f"{seconds:.0f} s on {torch.get_num_threads()} thread(s), {size:,.0f} MB float32")  # fmt: skip
 
 
 if __name__ == "__main__":
