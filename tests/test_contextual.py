@@ -430,6 +430,27 @@ def test_fine_tuning_from_the_cached_frozen_layers_trains_the_model_the_whole_en
     assert len(list((tmp_path / "cache/contextual").glob("*-layer1-*.states.npy"))) == 2  # train and dev, once
 
 
+def test_an_encoder_whose_layers_cannot_run_from_cached_states_is_refused_with_the_way_out(tmp_path):
+    """MPNet's layers take a relative position bias besides the hidden states and the mask: run from the frozen
+    layers' output alone they give other states, so the cache cannot stand in for them (a tiny random MPNet, with
+    the tiny BERT's tokenizer)."""
+    import transformers
+
+    folder = save_tiny_encoder(tmp_path / "mpnet")
+    for name in ("config.json", "model.safetensors"):
+        (folder / name).unlink()
+    torch.manual_seed(0)
+    config = transformers.MPNetConfig(vocab_size=120, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                      intermediate_size=32, max_position_embeddings=64)  # fmt: skip
+    transformers.MPNetModel(config).save_pretrained(folder)
+    overrides = ["embeddings=minilm_contextual", f"embeddings.model={folder}", "embeddings.trainable_layers=1",
+                 "trainer.max_epochs=1"]  # fmt: skip
+    with pytest.raises(EncoderError, match="embeddings.cache_frozen_layers=false"):
+        train(compose_train(tmp_path / "cached", *overrides))
+    metrics = train(compose_train(tmp_path / "whole", *overrides, "embeddings.cache_frozen_layers=false"))
+    assert np.isfinite(metrics["val/loss"])  # the way out trains
+
+
 def test_the_frozen_layers_of_a_fine_tuned_encoder_never_run_dropout(tiny_encoder):
     """Only the trained top layers follow train(): the embeddings and the frozen layers stay in eval mode, so that
     their output for a text is one value, which can be cached; the top layers from that output give the whole
