@@ -451,6 +451,22 @@ def test_an_encoder_whose_layers_cannot_run_from_cached_states_is_refused_with_t
     assert np.isfinite(metrics["val/loss"])  # the way out trains
 
 
+def test_the_trained_layers_learn_at_their_own_rate(tiny_encoder, tmp_path):
+    """embeddings.encoder_lr: the encoder's trained layers in a parameter group of their own (0 here: they stay as
+    loaded)."""
+    import transformers
+
+    cfg = compose_train(tmp_path, "embeddings=minilm_contextual", f"embeddings.model={tiny_encoder}",
+                        "embeddings.trainable_layers=1", "embeddings.encoder_lr=0.0",
+                        "trainer.max_epochs=1")  # fmt: skip
+    train(cfg)
+    weights = torch.load(Path(cfg.paths.output_dir) / "checkpoints/last.ckpt", map_location="cpu",
+                         weights_only=False)["state_dict"]  # fmt: skip
+    original = transformers.AutoModel.from_pretrained(tiny_encoder).state_dict()
+    top = "encoder.layer.1.attention.self.query.weight"
+    assert torch.equal(weights[f"model.encoder.encoder.{top}"], original[top])  # (at optim.lr they move: above)
+
+
 def test_the_frozen_layers_of_a_fine_tuned_encoder_never_run_dropout(tiny_encoder):
     """Only the trained top layers follow train(): the embeddings and the frozen layers stay in eval mode, so that
     their output for a text is one value, which can be cached; the top layers from that output give the whole

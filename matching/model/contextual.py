@@ -178,6 +178,7 @@ class ContextualEncoder(EmbeddingSource):
         trainable_layers: 0 keeps the encoder frozen (states cached); N fine-tunes its top N layers.
         cache_frozen_layers: with trainable layers, run the frozen lower layers once per text (cached) rather than
             on every batch.
+        encoder_lr: the trainable layers' learning rate (null: the optimiser's `optim.lr`, as the model's).
         freeze, normalize: as for word vectors; `normalize` scales each word state to unit L2 norm.
         device: where the cache is built ("auto": the GPU when there is one).
     """
@@ -188,7 +189,8 @@ class ContextualEncoder(EmbeddingSource):
     def __init__(self, model: str = MINILM[0], revision: str | None = None, dim: int | None = None,
                  max_positions: int | None = None, stride: int = 128, batch_size: int = 128,
                  trainable_layers: int = 0, freeze: bool = True, normalize: bool = True,
-                 device: str = "auto", cache_frozen_layers: bool = True):  # fmt: skip
+                 device: str = "auto", cache_frozen_layers: bool = True,
+                 encoder_lr: float | None = None):  # fmt: skip
         # the default encoder's extra brings transformers and the model (offline); any other encoder needs transformers
         extra = "minilm" if model in MINILM and revision is None else "contextual"
         transformers = require("transformers", extra, "the contextual embedder (embeddings=minilm_contextual)")
@@ -216,7 +218,7 @@ class ContextualEncoder(EmbeddingSource):
         stride = min(stride, (self.max_positions - 2) // 2)  # at most half a window (documented in the config)
         self.dim, self.stride, self.batch_size = hidden, stride, batch_size
         self.trainable_layers, self.freeze, self.normalize = trainable_layers, freeze, normalize
-        self.cache_frozen_layers = cache_frozen_layers
+        self.cache_frozen_layers, self.encoder_lr = cache_frozen_layers, encoder_lr
         self._lower: WordEncoder | None = None  # the frozen lower layers that fill the fine-tuning cache
         self._trained: WordEncoder | None = None  # a trained run's fine-tuned encoder (`use_trained`)
         self.trained_sha256: str | None = None  # its weights' sha256
@@ -270,7 +272,7 @@ class ContextualEncoder(EmbeddingSource):
             if shown:
                 progress.enable_progress_bar()
         layers = self.trainable_layers if trainable_layers is None else trainable_layers
-        return WordEncoder(model, layers)
+        return WordEncoder(model, layers, self.encoder_lr if layers else None)
 
     @property
     def module(self) -> WordEncoder:

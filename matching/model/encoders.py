@@ -32,13 +32,15 @@ def pool_words(states: Tensor, word: Tensor, row: Tensor, texts: int, words: int
 class WordEncoder(nn.Module):
     """The encoder with word pooling: window inputs from `WordPieces` -> (texts, words, D) word states.
 
-    `trainable_layers`: 0 freezes everything; N trains the top N Transformer layers. The embeddings and the lower
+    `trainable_layers`: 0 freezes everything; N trains the top N Transformer layers, at learning rate `lr` (None:
+    the optimiser's, as the model's other weights). The embeddings and the lower
     layers stay frozen and always run in eval mode (no dropout), so that their output for a text never changes:
     it can then be computed once and cached (`lower_states`), and the top layers run from the cache (`forward`
     with `hidden`) give the model that running the whole encoder on every batch gives, to float rounding."""
 
-    def __init__(self, encoder: nn.Module, trainable_layers: int = 0):
+    def __init__(self, encoder: nn.Module, trainable_layers: int = 0, lr: float | None = None):
         super().__init__()
+        self.lr = lr  # the trained layers' learning rate (None: the optimiser's, as every other weight)
         self.encoder = encoder
         for p in self.encoder.parameters():
             p.requires_grad_(False)

@@ -283,4 +283,12 @@ class MatchingSystem(pl.LightningModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         if self.optimizer_factory is None:
             raise RuntimeError("this MatchingSystem was built for evaluation only (no optimizer)")
-        return self.optimizer_factory([p for p in self.parameters() if p.requires_grad])
+        trained = [p for p in self.parameters() if p.requires_grad]
+        encoder = getattr(self.model, "encoder", None)
+        lr = getattr(encoder, "lr", None)
+        if lr is None:
+            return self.optimizer_factory(trained)
+        # a fine-tuned encoder's layers at their own learning rate (embeddings.encoder_lr), the rest at the optimiser's
+        own = {id(p) for p in encoder.parameters()}
+        return self.optimizer_factory([{"params": [p for p in trained if id(p) not in own]},
+                                       {"params": [p for p in trained if id(p) in own], "lr": lr}])  # fmt: skip
