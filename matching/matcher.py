@@ -99,9 +99,10 @@ class Matcher:
         about 1 % of fp32's) or "auto"; default: the run's own `dtype` (see matching.model.precision). `threads`:
         intra-op threads of every call (default 0: one for a small call, more for a big one while cores are free).
         `overrides`: other keys of the run's config, e.g. `{"data.max_length": 128}`. `encoder_backend="onnx"`: a
-        contextual model's frozen encoder runs new text on ONNX Runtime (2.3x as fast on a short query), the model on
-        PyTorch (the `export` extra; exported once into the ONNX cache). Offline, a shared folder or a run directory
-        needs nothing else; a shared folder is read from safetensors and YAML only, never unpickled."""
+        contextual model's encoder (frozen or fine-tuned) runs new text on ONNX Runtime (2.3x as fast on a short
+        query), the model on PyTorch (the `export` extra; exported once into the ONNX cache). Offline, a shared folder
+        or a run directory needs nothing else; a shared folder is read from safetensors and YAML only, never
+        unpickled."""
         settings = dict(overrides or {})
         for key, value in (("data.batch_tokens", batch_tokens), ("data.batch_cells", batch_cells)):
             if value is not None:
@@ -241,9 +242,10 @@ class Matcher:
         return ranking(candidates, answers)[:top_k]
 
     def index(self, candidates: Iterable[str], save_to: str | Path | None = None) -> StateIndex:
-        """Encode `candidates` once and rank against them from now on: a contextual model (frozen encoder) then runs
-        its encoder on each query alone, the candidates' states read from the index (float16, as the model reads
-        every state: the answers are the same as without it). Replaces an index used before; `save_to`: also
+        """Encode `candidates` once and rank against them from now on: a contextual model (its encoder frozen or
+        fine-tuned) then runs its encoder on each query alone, the candidates' states read from the index (float16
+        for a frozen encoder, float32 for a fine-tuned one, as the model reads every state: the answers are the same
+        as without it). Replaces an index used before; `save_to`: also
         write it into that folder, for `use_index` (or `matching-predict index=`) in another process. A text not
         in the index is still encoded, each distinct one once per call. See docs/ranking.md."""
         if isinstance(candidates, str):

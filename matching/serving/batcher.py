@@ -80,7 +80,7 @@ class WorkerSpec:
     backend: str = "auto"  # torch | onnx | auto (matching.inference.load)
     quantize: str | None = None  # int8 (ONNX Runtime)
     index: str | None = None  # a folder of candidates' states (Matcher.index) that /rank and /classify read
-    encoder_backend: str = "torch"  # onnx: a contextual model's frozen encoder on ONNX Runtime for new text
+    encoder_backend: str = "torch"  # onnx: a contextual model's encoder on ONNX Runtime for new text
 
 
 class Rejected(NamedTuple):
