@@ -686,12 +686,15 @@ def test_a_fine_tuned_run_ranks_against_an_index_of_its_own_encoders_states(tiny
     pretrained = ContextualEncoder(str(tiny_encoder), device="cpu").encode([CANDIDATES[0].split()])[0]
     assert not np.allclose(encoder.encode([CANDIDATES[0].split()])[0], pretrained, atol=1e-3)  # its own weights
     plain = matcher.rank(QUESTION, CANDIDATES)
-    matcher.index(CANDIDATES, save_to=tmp_path / "index")
+    assert matcher.index(CANDIDATES, save_to=tmp_path / "index").states.dtype == np.float32
     before = encoder.encoded
     indexed = matcher.rank(QUESTION, CANDIDATES)
     assert encoder.encoded - before == 1  # the query alone
-    assert [r["index"] for r in indexed] == [r["index"] for r in plain]
-    np.testing.assert_allclose([r["score"] for r in indexed], [r["score"] for r in plain], atol=1e-6)
+    again = Matcher.load(runs[0], backend="torch")
+    again.use_index(tmp_path / "index")  # saved and read back, memory-mapped
+    for answers in (indexed, again.rank(QUESTION, CANDIDATES)):  # the query encoded alone: float rounding apart
+        assert [r["index"] for r in answers] == [r["index"] for r in plain]
+        np.testing.assert_allclose([r["score"] for r in answers], [r["score"] for r in plain], atol=1e-6)
     for other in runs[1:]:
         with pytest.raises(StaleIndexError, match="another encoder"):
             Matcher.load(other, backend="torch").use_index(tmp_path / "index")

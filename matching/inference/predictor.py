@@ -169,7 +169,7 @@ class Predictor:
         words = list(dict.fromkeys(map(tuple, self.text.second_words(texts))))
         with self.backend.threads_for(sum(map(len, words))):
             states = encoder.encode(words)
-        return StateIndex.of(key, words, states)
+        return StateIndex.of(key, words, states, encoder.state_dtype)
 
     def use_index(self, index: StateIndex | None) -> None:
         """Rank and predict with `index`'s states of the texts it holds (None: none); checked against the model."""

@@ -1,14 +1,15 @@
-"""`StateIndex`: the frozen encoder's word states of known texts (a contextual model's candidates), kept so that
+"""`StateIndex`: a contextual encoder's word states of known texts (a contextual model's candidates), kept so that
 ranking a query against them runs the encoder on the query alone.
 
-A contextual model (`embeddings=minilm_contextual`, frozen) encodes each text on its own: a text's states depend on
-its words and the encoder, never on the text it is paired with. So the states of a fixed set of candidates can be
-computed once (`Matcher.index(candidates)`), kept (float16, as training's cache keeps them: the model reads float16
-states either way, so the answers are the same with and without the index) and saved in a folder:
+A contextual model (`embeddings=minilm_contextual`, its encoder frozen or fine-tuned) encodes each text on its own: a
+text's states depend on its words and the encoder, never on the text it is paired with. So the states of a fixed set
+of candidates can be computed once (`Matcher.index(candidates)`), kept in the precision the model reads them in
+(float16 for a frozen encoder, as training's cache keeps them; float32 for a fine-tuned one), so that the answers
+are the same with and without the index, and saved in a folder:
 
     index.json    what the states depend on (`key`: the encoder's weights sha256, its pooling, positions and window
                   stride; the text pipeline's lowercasing, kept tokens and max_length) and each text's words
-    states.npy    (words of all texts, hidden size) float16, read memory-mapped
+    states.npy    (words of all texts, hidden size) float16 or float32, read memory-mapped
     offsets.npy   (texts + 1,) int64: text i's states are rows offsets[i]:offsets[i + 1]
 
 Loading checks the key against the model's: states of another encoder or another text pipeline are refused, never
@@ -34,8 +35,9 @@ class StaleIndexError(RunError):
 
 
 class StateIndex:
-    """Word states (float16) of texts, looked up by the text's words as the model sees them (see the module
-    docstring). `key`: what the states depend on; `get(words)` is None for a text the index does not hold."""
+    """Word states (float16, or float32 of a fine-tuned encoder) of texts, looked up by the text's words as the
+    model sees them (see the module docstring). `key`: what the states depend on; `get(words)` is None for a text
+    the index does not hold."""
 
     def __init__(self, key: dict, texts: Sequence[Sequence[str]], states: np.ndarray, offsets: np.ndarray):
         if len(offsets) != len(texts) + 1 or offsets[-1] != len(states):
@@ -54,27 +56,29 @@ class StateIndex:
         return tuple(words) in self.rows
 
     def get(self, words: Sequence[str]) -> np.ndarray | None:
-        """(len(words), dim) float16 states of a text the index holds, else None."""
+        """(len(words), dim) states of a text the index holds, else None."""
         row = self.rows.get(tuple(words))
         if row is None:
             return None
         return self.states[self.offsets[row] : self.offsets[row + 1]]
 
     @classmethod
-    def of(cls, key: dict, texts: Sequence[Sequence[str]], states: Iterable[np.ndarray]) -> StateIndex:
-        """An index of `texts` with their `states` ((len(text), dim) each), kept as float16."""
-        states = [np.asarray(s, np.float16) for s in states]
+    def of(cls, key: dict, texts: Sequence[Sequence[str]], states: Iterable[np.ndarray],
+           dtype: type = np.float16) -> StateIndex:  # fmt: skip
+        """An index of `texts` with their `states` ((len(text), dim) each), kept as `dtype` (the encoder's
+        `state_dtype`)."""
+        states = [np.asarray(s, dtype) for s in states]
         offsets = np.zeros(len(texts) + 1, np.int64)
         np.cumsum([len(s) for s in states], out=offsets[1:])
         dim = states[0].shape[1] if states else 0
-        stacked = np.concatenate(states) if states else np.zeros((0, dim), np.float16)
+        stacked = np.concatenate(states) if states else np.zeros((0, dim), dtype)
         return cls(key, texts, stacked, offsets)
 
     def save(self, folder: str | Path) -> Path:
         """Write the index into `folder` (created; files replaced), as the module docstring describes."""
         folder = Path(folder).expanduser()
         folder.mkdir(parents=True, exist_ok=True)
-        np.save(folder / "states.npy", np.ascontiguousarray(self.states, np.float16))
+        np.save(folder / "states.npy", np.ascontiguousarray(self.states))
         np.save(folder / "offsets.npy", self.offsets)
         record = {"format": FORMAT, "key": self.key, "texts": [list(t) for t in self.texts]}
         (folder / "index.json").write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
