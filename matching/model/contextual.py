@@ -311,8 +311,9 @@ class ContextualEncoder(EmbeddingSource):
         encoder = getattr(model, "encoder", None)
         if not self.trainable_layers or encoder is None:
             return
+        # the frozen weights are the encoder's files, already in the key (weights_sha256): only the trained layers
         digest = hashlib.sha256()
-        for name, tensor in sorted(encoder.state_dict().items()):
+        for name, tensor in sorted(encoder.layers[encoder.frozen_layers :].state_dict().items()):
             digest.update(name.encode())
             digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
         self._trained, self.trained_sha256, self._remembered = encoder, digest.hexdigest(), {}
