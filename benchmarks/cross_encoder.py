@@ -1,7 +1,7 @@
 """The practitioner's baseline: a MiniLM-L6 CrossEncoder fine-tuned on WikiQA, per seed, compared with our runs.
 
     python benchmarks/cross_encoder.py --data-dir /path/to/corpora --seeds 1,2,3 --epochs 2 \
-        --out outputs/cross_encoder [--compare 'outputs/studies/fine_tuning/runs/wikiqa/coda_n2/*/seed*'] \
+        --out outputs/cross_encoder [--compare 'coda_n2=outputs/studies/fine_tuning/runs/wikiqa/coda_n2/*/seed*'] \
         [--threads 1] [--train-pairs 0]
 
 Needs sentence-transformers (`pip install sentence-transformers`; 6.2 gave the figures in docs/ranking.md), which
@@ -14,9 +14,11 @@ columns and filtered protocol of a run's score file), `metrics.json` (MAP, MRR, 
 and `model/` (the fine-tuned CrossEncoder, for benchmarks/bench_rerank.py --cross-encoder). A seed whose folder
 holds metrics.json is read, not trained again.
 
-`--compare`: run folders of ours (a glob; each a training run with `scores/val.csv`, e.g. a study's seeds of one
-family): their seeds against the CrossEncoder's by the method-level test of docs/comparing.md (seeds and questions
-both counted): Δ MAP, its 95 % interval, p and the verdict.
+`--compare NAME=GLOB` (repeatable; a bare glob is named "ours"): run folders of ours (each a training run with
+`scores/val.csv`, e.g. a study's seeds of one family) against the CrossEncoder's seeds by the method-level test of
+docs/comparing.md (seeds and questions both counted), Holm-adjusted over the names compared: each name's dev MAP and
+MRR (mean ± std over its seeds), training minutes a run, Δ MAP against the CrossEncoder with its 95 % interval, p,
+Holm's p and the verdict, printed as a table and written to `<out>/comparison.json` (with the command that made it).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_rerank import Question, read_questions  # noqa: E402
 
 from matching.model.contextual import MINILM, locate_encoder  # noqa: E402
-from matching.results.significance import method_test  # noqa: E402
+from matching.results.significance import holm, method_test  # noqa: E402
 from matching.training.scores import unit_scores  # noqa: E402
 
 COLUMNS = ("Question", "Sentence", "QuestionID", "Label")
@@ -110,13 +112,86 @@ def train_seed(seed: int, args: argparse.Namespace, train: list[Question], dev: 
     return metrics
 
 
+def named_glob(spec: str) -> tuple[str, str]:
+    """`NAME=GLOB` -> (NAME, GLOB); a bare glob (a path may hold "=", as Hydra's folders do) is "ours"."""
+    name, separator, pattern = spec.partition("=")
+    if not separator or not name or any(c in name for c in "/*?["):
+        return "ours", spec
+    return name, pattern
+
+
+def seed_figures(folders: list[Path]) -> dict:
+    """Dev MAP and MRR (mean, std over the folders, each a seed) and training minutes a run, from the score files
+    (MAP, MRR) and metrics.json (`train_seconds` of ours, `train_minutes` of the CrossEncoder's)."""
+    figures: dict = {"seeds": len(folders)}
+    for metric in ("map", "mrr"):
+        values = [100 * float(np.mean(list(unit_scores(f, "val", metric).values()))) for f in folders]
+        figures[metric] = {"mean": float(np.mean(values)), "std": float(np.std(values, ddof=1)) if len(values) > 1
+                           else float("nan"), "values": values}  # fmt: skip
+    minutes = []
+    for folder in folders:
+        metrics = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").is_file() else {}
+        if "train_minutes" in metrics or "train_seconds" in metrics:
+            minutes.append(metrics.get("train_minutes", metrics.get("train_seconds", 0) / 60))
+    figures["train_minutes"] = float(np.mean(minutes)) if minutes else None
+    return figures
+
+
+def compare(globs: dict[str, str], out: Path, seeds: list[int]) -> dict:
+    """Each named family of our runs against the CrossEncoder's seeds under `out` (see the module docstring).
+    ValueError when a glob finds no run, or a run has no dev score file."""
+    theirs_folders = [out / f"seed{seed}" for seed in seeds]
+    theirs = [unit_scores(folder, "val", "map") for folder in theirs_folders]
+    if any(scores is None for scores in theirs):
+        raise ValueError(f"a CrossEncoder seed under {out} has no scores/val.csv (train it first)")
+    rows = []
+    for name, pattern in globs.items():
+        runs = sorted(Path(p) for p in glob.glob(pattern))
+        ours = [unit_scores(run, "val", "map") for run in runs]
+        missing = [str(run) for run, scores in zip(runs, ours, strict=True) if scores is None]
+        if not runs or missing:
+            raise ValueError(f"{name}: no run folders, or some without scores/val.csv: {missing or pattern}")
+        test = method_test(ours, theirs)
+        rows.append({"name": name, "runs": [str(run) for run in runs], **seed_figures(runs),
+                     "difference": 100 * test.difference, "low": 100 * test.low, "high": 100 * test.high,
+                     "p": test.p_value, "questions": test.units, "too_few_seeds": test.too_few_seeds})  # fmt: skip
+    for row, adjusted in zip(rows, holm([row["p"] for row in rows]), strict=True):
+        row["p_holm"] = adjusted
+        decided = "resolved" if adjusted < 0.05 else "not resolved"
+        row["verdict"] = "too few seeds" if row["too_few_seeds"] else decided
+    return {"cross_encoder": seed_figures(theirs_folders), "compared": rows}
+
+
+def comparison_markdown(table: dict) -> str:
+    """The comparison as a Markdown table, the CrossEncoder's row last."""
+
+    def cell(figures: dict, metric: str) -> str:
+        return f"{figures[metric]['mean']:.2f} ± {figures[metric]['std']:.2f}"
+
+    def minutes(figures: dict) -> str:
+        return "–" if figures["train_minutes"] is None else f"{figures['train_minutes']:.1f}"
+
+    lines = ["| ours | seeds | dev MAP | MRR | training minutes a run | Δ MAP vs the CrossEncoder [95 % CI] | p (Holm) "
+             "| verdict |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for row in table["compared"]:
+        lines.append(f"| {row['name']} | {row['seeds']} | {cell(row, 'map')} | {cell(row, 'mrr')} | {minutes(row)} | "
+                     f"{row['difference']:+.2f} [{row['low']:+.2f}, {row['high']:+.2f}] | {row['p_holm']:.2g} | "
+                     f"{row['verdict']} |")  # fmt: skip
+    ce = table["cross_encoder"]
+    lines.append(
+        f"| CrossEncoder | {ce['seeds']} | {cell(ce, 'map')} | {cell(ce, 'mrr')} | {minutes(ce)} | – | – | – |"
+    )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("outputs/cross_encoder"))
-    parser.add_argument("--compare", default=None, help="a glob of our run folders (each with scores/val.csv)")
+    parser.add_argument("--compare", action="append", default=[], metavar="NAME=GLOB",
+                        help="our run folders (each with scores/val.csv), one name a family; repeatable")  # fmt: skip
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--train-pairs", type=int, default=0, help="only the first N training pairs (a smoke run)")
     args = parser.parse_args()
@@ -132,7 +207,6 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     print(f"CrossEncoder all-MiniLM-L6-v2, WikiQA train -> dev, {args.epochs} epoch(s), {torch.get_num_threads()} "
           f"thread(s)")  # fmt: skip
-    theirs = []
     for seed in seeds:
         m = train_seed(seed, args, train, dev)
         print(
@@ -140,18 +214,14 @@ def main() -> None:
             f"questions); {m['train_minutes']:.1f} training minutes on {m['threads']} thread(s)",
             flush=True,
         )
-        theirs.append(unit_scores(args.out / f"seed{seed}", "val", "map"))
     if args.compare:
-        runs = sorted(Path(p) for p in glob.glob(args.compare))
-        ours = [unit_scores(run, "val", "map") for run in runs]
-        missing = [str(run) for run, scores in zip(runs, ours, strict=True) if scores is None]
-        if not runs or missing:
-            sys.exit(f"--compare: no run folders, or some without scores/val.csv: {missing or args.compare}")
-        test = method_test(ours, theirs)
-        verdict = "too few seeds" if test.too_few_seeds else ("resolved" if test.p_value < 0.05 else "not resolved")
-        print(f"ours ({len(runs)} runs) - CrossEncoder ({len(theirs)} seeds), dev MAP over {test.units} questions: "
-              f"{100 * test.difference:+.2f} [{100 * test.low:+.2f}, {100 * test.high:+.2f}], p = {test.p_value:.2g} "
-              f"({verdict})")  # fmt: skip
+        try:
+            table = compare(dict(named_glob(spec) for spec in args.compare), args.out, seeds)
+        except ValueError as error:
+            sys.exit(f"--compare: {error}")
+        table["command"] = "python benchmarks/cross_encoder.py " + " ".join(sys.argv[1:])
+        (args.out / "comparison.json").write_text(json.dumps(table, indent=2) + "\n")
+        print(comparison_markdown(table))
 
 
 if __name__ == "__main__":

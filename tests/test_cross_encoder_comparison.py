@@ -1,0 +1,76 @@
+"""benchmarks/cross_encoder.py's comparison of our runs' seeds with the CrossEncoder's (no CrossEncoder is trained
+here: score files are written as runs and the benchmark writes them)."""
+
+import csv
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "cross_encoder.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("cross_encoder_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write_run(folder: Path, ap: np.ndarray, minutes: float, ours: bool) -> None:
+    """A run's dev score file (questions with one positive among 5 candidates, so every one is in the filtered
+    protocol) and its metrics.json, in the form our runs (train_seconds) or the CrossEncoder's (train_minutes) have."""
+    (folder / "scores").mkdir(parents=True)
+    with open(folder / "scores" / "val.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["unit", "question", "candidates", "positives", "ap", "rr"])
+        writer.writeheader()
+        for i, value in enumerate(ap):
+            writer.writerow({"unit": f"Q{i}", "question": f"q{i}", "candidates": 5, "positives": 1,
+                             "ap": float(value), "rr": float(value)})  # fmt: skip
+        writer.writerow({"unit": "Qall", "question": "no negative", "candidates": 2, "positives": 2, "ap": 1, "rr": 1})
+    metrics = {"train_seconds": 60 * minutes} if ours else {"train_minutes": minutes}
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+
+
+def test_each_family_against_the_cross_encoders_seeds_holm_adjusted(bench, tmp_path):
+    rng = np.random.default_rng(0)
+    questions = 120
+    base = rng.choice([1.0, 0.5, 1 / 3, 0.25], size=questions)
+    out = tmp_path / "cross_encoder"
+    for seed in (1, 2, 3):
+        _write_run(out / f"seed{seed}", base * rng.uniform(0.97, 1.0, questions), 25.0, ours=False)
+        better = np.minimum(1.0, base * 1.6 * rng.uniform(0.97, 1.0, questions))
+        _write_run(tmp_path / "study" / "coda_n2" / "embeddings.trainable_layers=2" / f"seed{seed}", better, 12.0, True)
+        _write_run(tmp_path / "study" / "coda_n0" / "default" / f"seed{seed}", base * rng.uniform(0.97, 1.0, questions),
+                   2.0, True)  # fmt: skip
+    globs = dict(bench.named_glob(spec) for spec in (
+        f"n2={tmp_path}/study/coda_n2/*/seed*", f"{tmp_path}/study/coda_n0/*/seed*"))  # fmt: skip
+    assert set(globs) == {"n2", "ours"}
+    assert bench.named_glob(f"{tmp_path}/x/a=b/seed*") == ("ours", f"{tmp_path}/x/a=b/seed*")
+
+    table = bench.compare(globs, out, [1, 2, 3])
+    rows = {row["name"]: row for row in table["compared"]}
+    better, level = rows["n2"], rows["ours"]
+    assert better["seeds"] == 3 and better["questions"] == questions  # the all-positive question is not counted
+    assert better["verdict"] == "resolved" and better["low"] > 0
+    assert level["verdict"] == "not resolved" and level["low"] < 0 < level["high"]
+    for row in (better, level):
+        assert row["p_holm"] >= row["p"]
+        assert row["difference"] == pytest.approx(row["map"]["mean"] - table["cross_encoder"]["map"]["mean"])
+    assert better["train_minutes"] == pytest.approx(12.0) and table["cross_encoder"]["train_minutes"] == 25.0
+    assert len(better["map"]["values"]) == 3 and not math.isnan(better["map"]["std"])
+
+    markdown = bench.comparison_markdown(table)
+    assert markdown.splitlines()[-1].startswith("| CrossEncoder | 3 |")
+    assert f"{better['difference']:+.2f}" in markdown
+
+
+def test_a_glob_that_finds_nothing_is_named(bench, tmp_path):
+    out = tmp_path / "cross_encoder"
+    _write_run(out / "seed1", np.ones(3), 1.0, ours=False)
+    with pytest.raises(ValueError, match="n2: no run folders"):
+        bench.compare({"n2": str(tmp_path / "nothing" / "seed*")}, out, [1])
