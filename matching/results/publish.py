@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import re
 import shutil
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +44,14 @@ CENTRING_TASKS = {
 CENTRING_FAMILIES = ("softmax", "softmax_centred", "coda", "coda_centred", "conflict", "conflict_centred",
                      "softmax_conflict", "softmax_conflict_centred")  # fmt: skip
 MONITORED = {"acc", "map"}
+
+#: The fine-tuning study's tasks and families as its table shows them, in order.
+FINE_TUNING_TASKS = {"wikiqa": "WikiQA dev (122 questions)", "trecqa": "TrecQA clean-dev (65 questions)"}
+FINE_TUNING_FAMILIES = ("coda_frozen", "coda_n1", "coda_n2", "coda_n3", "softmax_n2")
+#: A baseline trained outside a study, whose folder sits in the study's (benchmarks/cross_encoder.py --out): its
+#: comparison with the study's runs and its seeds' small files are published with the page.
+OUTSIDE_BASELINE = "cross_encoder"
+OUTSIDE_FILES = ("*/comparison.json", "*/seed*/metrics.json", "*/seed*/scores/val.csv")  # <task>/...
 
 
 def study_rows(folder: Path) -> list[dict[str, str]]:
@@ -134,12 +144,68 @@ def centring_headline(folder: Path) -> str:
     return out
 
 
+def _minutes(folder: Path, task: str, family: str) -> str:
+    """Training minutes a run (median over the family's published seeds, from each run's metrics.json)."""
+    seconds = [json.loads(m.read_text()).get("train_seconds") for m in (folder / "runs" / task / family).glob(
+        "*/seed*/metrics.json")]  # fmt: skip
+    seconds = sorted(s for s in seconds if s)
+    return f"{statistics.median(seconds) / 60:.1f}" if seconds else "–"
+
+
+def fine_tuning_table(folder: Path) -> str:
+    """The fine-tuning study's table: per task, each family's dev MAP and MRR (mean ± std over seeds), training
+    minutes a run, Δ MAP against the frozen encoder and against the CrossEncoder fine-tuned as long (each with its
+    interval and verdict, Holm), then the CrossEncoder's own row (benchmarks/cross_encoder.py's comparison.json)."""
+    rows = {(r["task"], r["family"], r["metric"]): r for r in study_rows(folder) if r["split"] == "dev"}
+    lines = ["| | seeds | dev MAP | MRR | training minutes a run | Δ MAP vs frozen [95 % CI] (verdict) | Δ MAP vs "
+             "the CrossEncoder [95 % CI] (verdict, Holm) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+
+    def spread(row: dict[str, str] | None) -> str:
+        if row is None:
+            return "–"
+        return (
+            f"{float(row['mean']):.2f} ± {float(row['std']):.2f}" if int(row["n"]) > 1 else f"{float(row['mean']):.2f}"
+        )
+
+    for task, title in FINE_TUNING_TASKS.items():
+        side = folder / OUTSIDE_BASELINE / task / "comparison.json"
+        comparison = json.loads(side.read_text()) if side.is_file() else None
+        against = {row["name"]: row for row in (comparison or {}).get("compared", [])}
+        found = [f for f in FINE_TUNING_FAMILIES if (task, f, "map") in rows]
+        if not found:
+            lines.append(f"| **{title}**: not run yet | – | – | – | – | – | – |")
+            continue
+        lines.append(f"| **{title}** | | | | | | |")
+        for family in found:
+            r = rows[(task, family, "map")]
+            ce = against.get(family)
+            versus = (f"{ce['difference']:+.2f} [{ce['low']:+.2f}, {ce['high']:+.2f}] ({ce['verdict']}, p = "
+                      f"{ce['p_holm']:.2g})" if ce else "–")  # fmt: skip
+            frozen = "–" if family == "coda_frozen" else f"{_interval(r, 'coda_frozen')} ({_verdict(r, 'coda_frozen')})"
+            lines.append(f"| {r['label']} | {r['n']} | {spread(r)} | {spread(rows.get((task, family, 'mrr')))} | "
+                         f"{_minutes(folder, task, family)} | {frozen} | {versus} |")  # fmt: skip
+        if comparison:
+            ce = comparison["cross_encoder"]
+            lines.append(f"| CrossEncoder MiniLM-L6, fine-tuned as long | {ce['seeds']} | {ce['map']['mean']:.2f} ± "
+                         f"{ce['map']['std']:.2f} | {ce['mrr']['mean']:.2f} ± {ce['mrr']['std']:.2f} | "
+                         f"{ce['train_minutes']:.1f} | – | – |")  # fmt: skip
+    return "\n".join(lines)
+
+
 #: Every rendered block: (file, block name) -> (its study folder, its renderer).
 BLOCKS: dict[tuple[str, str], tuple[str, Callable[[Path], str]]] = {
     ("README.md", "centring-headline"): ("docs/studies/centring", centring_headline),
     ("README.md", "centring-table"): ("docs/studies/centring", centring_summary),
     ("docs/results.md", "centring-table"): ("docs/studies/centring", centring_table),
+    ("docs/ranking.md", "fine-tuning-table"): ("docs/studies/fine_tuning", fine_tuning_table),
 }
+
+
+def page_data(folder: Path) -> list[Path]:
+    """The files a study folder's rendered numbers come from: its page's table and an outside baseline's
+    comparison."""
+    return [path for path in (folder / "study.csv", *sorted(folder.glob(f"{OUTSIDE_BASELINE}/*/comparison.json")))
+            if path.is_file()]  # fmt: skip
 
 
 def block_pattern(name: str) -> re.Pattern:
@@ -218,8 +284,9 @@ def pull(study: str, root: Path = ROOT) -> int:
 
 
 def push(study: str, root: Path = ROOT, source: Path | None = None) -> int:
-    """The study's page and its finished runs' small files from outputs/studies/<study> (or `source`) into
-    docs/studies/<study>, naming no folder of the machine they ran on (`machine_paths`)."""
+    """The study's page, its finished runs' small files and an outside baseline's (its comparison, its seeds' metrics
+    and scores) from outputs/studies/<study> (or `source`) into docs/studies/<study>, naming no folder of the
+    machine they ran on (`machine_paths`)."""
     source = source or root / "outputs" / "studies" / study
     target = root / "docs" / "studies" / study
     target.mkdir(parents=True, exist_ok=True)
@@ -229,6 +296,11 @@ def push(study: str, root: Path = ROOT, source: Path | None = None) -> int:
             (target / path.name).write_text(text, encoding="utf-8")
         elif path.is_file():
             shutil.copy2(path, target / path.name)
+    for pattern in OUTSIDE_FILES:
+        for path in (source / OUTSIDE_BASELINE).glob(pattern):
+            destination = target / path.relative_to(source)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, destination)
     return _copy_runs(source / "runs", target / "runs", RUN_FILES, only_missing=False, scrub=True)
 
 
