@@ -68,7 +68,7 @@ def _interval(row: dict[str, str], prefix: str) -> str:
     if not row.get(f"{prefix}_diff"):
         return "–"
     diff = float(row[f"{prefix}_diff"])
-    if not low:
+    if not low or low == "nan":  # too few seeds for an interval
         return f"{diff:+.2f}"
     return f"{diff:+.2f} [{float(low):+.2f}, {float(high):+.2f}]"
 
@@ -176,6 +176,7 @@ def fine_tuning_table(folder: Path) -> str:
             lines.append(f"| **{title}**: not run yet | – | – | – | – | – | – |")
             continue
         lines.append(f"| **{title}** | | | | | | |")
+        missing = [f for f in FINE_TUNING_FAMILIES if f not in found]
         for family in found:
             r = rows[(task, family, "map")]
             ce = against.get(family)
@@ -184,6 +185,8 @@ def fine_tuning_table(folder: Path) -> str:
             frozen = "–" if family == "coda_frozen" else f"{_interval(r, 'coda_frozen')} ({_verdict(r, 'coda_frozen')})"
             lines.append(f"| {r['label']} | {r['n']} | {spread(r)} | {spread(rows.get((task, family, 'mrr')))} | "
                          f"{_minutes(folder, task, family)} | {frozen} | {versus} |")  # fmt: skip
+        for family in missing:
+            lines.append(f"| `{family}`: not run yet | – | – | – | – | – | – |")
         if comparison:
             ce = comparison["cross_encoder"]
             lines.append(f"| CrossEncoder MiniLM-L6, fine-tuned as long | {ce['seeds']} | {ce['map']['mean']:.2f} ± "
