@@ -195,11 +195,33 @@ def fine_tuning_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def fine_tuning_headline(folder: Path) -> str:
+    """One sentence for the README: the best fine-tuned family on WikiQA dev against the CrossEncoder fine-tuned as
+    long, with the interval and verdict that count both sides' seeds."""
+    side = folder / OUTSIDE_BASELINE / "wikiqa" / "comparison.json"
+    if not side.is_file():
+        return "Fine-tuned against a CrossEncoder fine-tuned as long: not run yet (`study=fine_tuning`)."
+    comparison = json.loads(side.read_text())
+    tuned = [row for row in comparison["compared"] if row["name"] != "coda_frozen"]
+    if not tuned:
+        return "Fine-tuned against a CrossEncoder fine-tuned as long: not run yet (`study=fine_tuning`)."
+    best = max(tuned, key=lambda row: row["map"]["mean"])
+    labels = {r["family"]: r["label"] for r in study_rows(folder)}
+    ce = comparison["cross_encoder"]
+    return (f"{labels.get(best['name'], best['name'])}: WikiQA dev MAP **{best['map']['mean']:.2f} ± "
+            f"{best['map']['std']:.2f}** against {ce['map']['mean']:.2f} ± {ce['map']['std']:.2f} for a MiniLM-L6 "
+            f"CrossEncoder fine-tuned as long from the same weights ({best['seeds']} and {ce['seeds']} seeds; "
+            f"{best['difference']:+.2f} [{best['low']:+.2f}, {best['high']:+.2f}], {best['verdict']}, p = "
+            f"{best['p_holm']:.2g}; {best['train_minutes']:.0f} against {ce['train_minutes']:.0f} training minutes a "
+            "run on one thread).")  # fmt: skip
+
+
 #: Every rendered block: (file, block name) -> (its study folder, its renderer).
 BLOCKS: dict[tuple[str, str], tuple[str, Callable[[Path], str]]] = {
     ("README.md", "centring-headline"): ("docs/studies/centring", centring_headline),
     ("README.md", "centring-table"): ("docs/studies/centring", centring_summary),
     ("docs/results.md", "centring-table"): ("docs/studies/centring", centring_table),
+    ("README.md", "fine-tuning-headline"): ("docs/studies/fine_tuning", fine_tuning_headline),
     ("docs/ranking.md", "fine-tuning-table"): ("docs/studies/fine_tuning", fine_tuning_table),
 }
 
