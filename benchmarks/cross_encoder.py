@@ -31,6 +31,7 @@ import csv
 import glob
 import json
 import random
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -234,7 +235,7 @@ def main() -> None:
         except ValueError as error:
             sys.exit(f"--compare: {error}")
         said = ["/path/to/corpora" if arg == str(args.data_dir) else arg for arg in sys.argv[1:]]  # no folder of ours
-        table["command"] = "python benchmarks/cross_encoder.py " + " ".join(said)
+        table["command"] = "python benchmarks/cross_encoder.py " + shlex.join(said)  # the globs quoted
         (args.out / "comparison.json").write_text(json.dumps(table, indent=2) + "\n")
         print(comparison_markdown(table))
 
