@@ -145,11 +145,11 @@ def centring_headline(folder: Path) -> str:
 
 
 def _minutes(folder: Path, task: str, family: str) -> str:
-    """Training minutes a run (median over the family's published seeds, from each run's metrics.json)."""
+    """Training minutes a run (the mean over the family's published seeds, from each run's metrics.json)."""
     seconds = [json.loads(m.read_text()).get("train_seconds") for m in (folder / "runs" / task / family).glob(
         "*/seed*/metrics.json")]  # fmt: skip
     seconds = sorted(s for s in seconds if s)
-    return f"{statistics.median(seconds) / 60:.1f}" if seconds else "–"
+    return f"{statistics.mean(seconds) / 60:.1f}" if seconds else "–"
 
 
 def fine_tuning_table(folder: Path) -> str:
