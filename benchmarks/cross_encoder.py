@@ -51,6 +51,7 @@ from matching.errors import UserError  # noqa: E402
 from matching.model.assembly import build_task  # noqa: E402
 from matching.model.contextual import MINILM, locate_encoder  # noqa: E402
 from matching.results.significance import holm, method_test  # noqa: E402
+from matching.training.metrics import question_scores  # noqa: E402
 from matching.training.scores import unit_scores  # noqa: E402
 
 
@@ -76,15 +77,16 @@ def ranking_questions(task_name: str, split: str, data_dir: Path) -> tuple[list[
 
 
 def question_rows(ids: list[str], questions: list[Question], scores: list[np.ndarray]) -> list[dict]:
-    """Each question's AP and RR as a run's score file has them (ties broken by the candidates' order)."""
-    rows = []
-    for unit, (question, _, labels), score in zip(ids, questions, scores, strict=True):
-        hits = np.asarray(labels)[np.argsort(-score, kind="stable")]
-        ranks = np.flatnonzero(hits) + 1
-        ap = float(np.mean(np.arange(1, len(ranks) + 1) / ranks)) if len(ranks) else 0.0
-        rows.append({"unit": unit, "question": question, "candidates": len(labels), "positives": int(sum(labels)),
-                     "ap": round(ap, 6), "rr": round(1.0 / ranks[0], 6) if len(ranks) else 0.0})  # fmt: skip
-    return rows
+    """Each question's AP and RR as a run's score file has them: matching's own per-question scores
+    (`question_scores`, with its tie rule), the candidates of question i forming group i."""
+    labels = [np.asarray(candidates_labels, np.int64) for _, _, candidates_labels in questions]
+    sizes = [len(each) for each in labels]
+    per_question = question_scores(np.concatenate(scores), np.concatenate(labels),
+                                   np.repeat(np.arange(len(questions)), sizes), np.arange(sum(sizes)))  # fmt: skip
+    return [{"unit": unit, "question": question, "candidates": int(per_question["candidates"][i]),
+             "positives": int(per_question["positives"][i]), "ap": round(float(per_question["ap"][i]), 6),
+             "rr": round(float(per_question["rr"][i]), 6)}
+            for i, (unit, (question, _, _)) in enumerate(zip(ids, questions, strict=True))]  # fmt: skip
 
 
 def train_seed(seed: int, args: argparse.Namespace, train: list[Question], dev: tuple[list[str], list[Question]]):

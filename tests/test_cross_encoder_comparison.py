@@ -93,3 +93,13 @@ def test_the_study_page_publishes_the_cross_encoders_small_files_and_its_table_s
     assert page_data(target) == [published / "comparison.json"]  # no study.csv: nothing run yet
     table = fine_tuning_table(target)
     assert table.count("not run yet") == 2  # WikiQA and TrecQA
+
+
+def test_the_cross_encoders_score_file_ranks_ties_by_the_projects_rule(bench):
+    """A CrossEncoder's per-question AP and RR are matching's own (`question_scores`): a tie puts the incorrect
+    candidate first, as our runs' score files do, so the two sides are scored alike."""
+    questions = [("tied", ["right", "wrong"], [1, 0]), ("clear", ["wrong", "right"], [0, 1]), ("none", ["a"], [0])]
+    scores = [np.array([0.5, 0.5]), np.array([0.1, 0.9]), np.array([0.3])]
+    rows = bench.question_rows(["Q1", "Q2", "Q3"], questions, scores)
+    assert [(r["unit"], r["candidates"], r["positives"], r["ap"], r["rr"]) for r in rows] == [
+        ("Q1", 2, 1, 0.5, 0.5), ("Q2", 2, 1, 1.0, 1.0), ("Q3", 1, 0, 0.0, 0.0)]  # fmt: skip
