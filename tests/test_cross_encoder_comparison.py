@@ -95,6 +95,32 @@ def test_the_study_page_publishes_the_cross_encoders_small_files_and_its_table_s
     assert table.count("not run yet") == 2  # WikiQA and TrecQA
 
 
+def test_the_headline_gives_each_compared_task_its_best_fine_tuned_family(tmp_path):
+    from matching.results.publish import fine_tuning_headline
+
+    def row(name, mean, low, high):
+        return {"name": name, "map": {"mean": mean, "std": 0.5}, "seeds": 3, "difference": mean - 70.0, "low": low,
+                "high": high, "verdict": "resolved" if low > 0 else "not resolved", "p_holm": 0.04,
+                "train_minutes": 8.0}  # fmt: skip
+
+    assert "not run yet" in fine_tuning_headline(tmp_path)
+    ce = {"map": {"mean": 70.0, "std": 1.0}, "seeds": 3, "train_minutes": 50.0}
+    for task, compared in (("trecqa", [row("coda_frozen", 75.0, 1, 9), row("coda_n2", 73.0, 1, 5)]),
+                           ("wikiqa", [row("coda_n1", 72.5, -1, 6), row("coda_n2", 71.0, -2, 4)])):  # fmt: skip
+        (tmp_path / "cross_encoder" / task).mkdir(parents=True)
+        (tmp_path / "cross_encoder" / task / "comparison.json").write_text(
+            json.dumps({"cross_encoder": ce, "compared": compared})
+        )
+    headline = fine_tuning_headline(tmp_path)
+    wikiqa, trecqa = headline.split(" TrecQA clean-dev: ")
+    assert (
+        wikiqa.startswith("coda_n1: WikiQA dev MAP **72.50 ± 0.50** against 70.00 ± 1.00") and "not resolved" in wikiqa
+    )
+    assert (
+        trecqa.startswith("coda_n2, MAP **73.00 ± 0.50**") and "+3.00 [+1.00, +5.00], resolved" in trecqa
+    )  # frozen: not a fine-tuned family
+
+
 def test_the_cross_encoders_score_file_ranks_ties_by_the_projects_rule(bench):
     """A CrossEncoder's per-question AP and RR are matching's own (`question_scores`): a tie puts the incorrect
     candidate first, as our runs' score files do, so the two sides are scored alike."""

@@ -196,22 +196,31 @@ def fine_tuning_table(folder: Path) -> str:
 
 
 def fine_tuning_headline(folder: Path) -> str:
-    """One sentence for the README: the best fine-tuned family on WikiQA dev against the CrossEncoder fine-tuned as
-    long, with the interval and verdict that count both sides' seeds."""
-    side = folder / OUTSIDE_BASELINE / "wikiqa" / "comparison.json"
-    comparison = json.loads(side.read_text()) if side.is_file() else {"compared": []}
-    tuned = [row for row in comparison["compared"] if row["name"] != "coda_frozen"]
-    if not tuned:
-        return "Fine-tuned against a CrossEncoder fine-tuned as long: not run yet (`study=fine_tuning`)."
-    best = max(tuned, key=lambda row: row["map"]["mean"])
+    """A sentence for the README per task compared: the best fine-tuned family's dev MAP against the CrossEncoder
+    fine-tuned as long, with the interval and verdict that count both sides' seeds (WikiQA's first)."""
     labels = {r["family"]: r["label"] for r in study_rows(folder)}
-    ce = comparison["cross_encoder"]
-    return (f"{labels.get(best['name'], best['name'])}: WikiQA dev MAP **{best['map']['mean']:.2f} ± "
-            f"{best['map']['std']:.2f}** against {ce['map']['mean']:.2f} ± {ce['map']['std']:.2f} for a MiniLM-L6 "
-            f"CrossEncoder fine-tuned as long from the same weights ({best['seeds']} and {ce['seeds']} seeds; "
-            f"{best['difference']:+.2f} [{best['low']:+.2f}, {best['high']:+.2f}], {best['verdict']}, p = "
-            f"{best['p_holm']:.2g}; {best['train_minutes']:.0f} against {ce['train_minutes']:.0f} training minutes a "
-            "run on one thread).")  # fmt: skip
+    sentences = []
+    for task, split in (("wikiqa", "WikiQA dev"), ("trecqa", "TrecQA clean-dev")):
+        side = folder / OUTSIDE_BASELINE / task / "comparison.json"
+        comparison = json.loads(side.read_text()) if side.is_file() else {"compared": []}
+        tuned = [row for row in comparison["compared"] if row["name"] != "coda_frozen"]
+        if not tuned:
+            continue
+        best = max(tuned, key=lambda row: row["map"]["mean"])
+        ce = comparison["cross_encoder"]
+        numbers = (f"MAP **{best['map']['mean']:.2f} ± {best['map']['std']:.2f}** against {ce['map']['mean']:.2f} ± "
+                   f"{ce['map']['std']:.2f}")  # fmt: skip
+        detail = (f"{best['seeds']} and {ce['seeds']} seeds; {best['difference']:+.2f} [{best['low']:+.2f}, "
+                  f"{best['high']:+.2f}], {best['verdict']}, p = {best['p_holm']:.2g}; {best['train_minutes']:.0f} "
+                  f"against {ce['train_minutes']:.0f} training minutes a run on one thread")  # fmt: skip
+        label = labels.get(best["name"], best["name"])
+        if not sentences:
+            sentences.append(f"{label}: {split} {numbers} for a MiniLM-L6 CrossEncoder fine-tuned as long from the "
+                             f"same weights ({detail}).")  # fmt: skip
+        else:
+            sentences.append(f"{split}: {label}, {numbers} ({detail}).")
+    not_yet = "Fine-tuned against a CrossEncoder fine-tuned as long: not run yet (`study=fine_tuning`)."
+    return " ".join(sentences) or not_yet
 
 
 #: Every rendered block: (file, block name) -> (its study folder, its renderer).
