@@ -521,3 +521,28 @@ def test_the_published_tables_are_rendered_from_the_study_pages():
         recorded = {round(float(n), 2) for n in re.findall(r"[-+]?\d+\.\d+", page)}
         assert numbers or "not run yet" in content, f"{name} {block}: neither a number nor 'not run yet'"
         assert numbers <= recorded, f"{name} {block}: {sorted(numbers - recorded)} not in its page"
+
+
+def test_the_centring_tables_note_names_every_cell_whose_seeds_differ(tmp_path):
+    """A study that adds seeds until decided gives some families more seeds: the note under the table says which."""
+    import csv
+
+    from matching.results.publish import centring_table
+
+    fields = ["task", "family", "label", "split", "metric", "mean", "std", "n", "twin_diff", "twin_ci", "twin_verdict"]
+    rows = [("snli_check", "softmax", "softmax", "5"), ("snli_check", "softmax_centred", "softmax, centred", "5"),
+            ("snli_check", "coda", "CoDA", "3"), ("trecqa", "softmax", "softmax", "3"),
+            ("trecqa", "coda", "CoDA", "3")]  # fmt: skip
+    with (tmp_path / "study.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        for task, family, label, n in rows:
+            twin = (
+                {"twin_diff": "0.5", "twin_ci": "-1 2", "twin_verdict": "not resolved"} if "centred" in family else {}
+            )
+            writer.writerow({"task": task, "family": family, "label": label, "split": "dev",
+                             "metric": "acc" if task == "snli_check" else "map", "mean": "60", "std": "1", "n": n,
+                             **twin})  # fmt: skip
+    table = centring_table(tmp_path)
+    assert ("Seeds per cell: 3, except SNLI check acc (842 dev pairs), softmax: 5; SNLI check acc (842 dev pairs), "
+            "softmax, centred: 5 (as the study's rule took them).") in table  # fmt: skip

@@ -18,6 +18,7 @@ number typed by hand, or left stale, cannot land. What a study has not run yet s
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import json
 import re
@@ -117,10 +118,22 @@ def centring_table(folder: Path, twins: bool = True) -> str:
                  for f in families if (task, f) in by and by[(task, f)].get("twin_diff")]  # fmt: skip
         if parts:
             listed.append(f"- {title}: " + "; ".join(parts) + ".")
-    seeds = sorted({r["n"] for r in rows if r["n"]})
-    note = (f"Seeds per family: {', '.join(seeds)} (as the study's rule took them). Centred − uncentred, each aligner "
-            "against itself (95 % CI counting seeds and units, Holm over the page):")  # fmt: skip
+    note = (f"{_seed_counts(rows, labels)} Centred − uncentred, each aligner against itself (95 % CI counting seeds "
+            "and units, Holm over the page):")  # fmt: skip
     return "\n".join([*lines, "", note, "", *listed]) if twins and listed else "\n".join(lines)
+
+
+def _seed_counts(rows: list[dict[str, str]], labels: dict[str, str]) -> str:
+    """How many seeds each cell has: the count most cells have, then every cell with another (a study that adds seeds
+    until decided gives the undecided comparisons' families more)."""
+    counts = collections.Counter(r["n"] for r in rows if r["n"])
+    if not counts:
+        return ""
+    usual = counts.most_common(1)[0][0]
+    others = [f"{CENTRING_TASKS.get(r['task'], r['task'])}, {labels[r['family']]}: {r['n']}"
+              for r in rows if r["n"] and r["n"] != usual]  # fmt: skip
+    said = f"Seeds per cell: {usual}" + (f", except {'; '.join(others)}" if others else "")
+    return said + " (as the study's rule took them)."
 
 
 def centring_headline(folder: Path) -> str:
