@@ -233,3 +233,22 @@ def test_a_model_on_onnx_runtime_shows_its_prediction_and_says_why_no_heat_maps(
     assert label in ("entailment", "neutral", "contradiction")
     assert "runs on onnx" in note and "backend=torch" in note
     assert tables == 0 and "error" not in status.lower()
+
+
+def test_an_adaptive_studys_csv_verdict_is_its_sequential_decision():
+    """study.csv (what the README's tables render from) gives the sequential decision and its look's Holm p, as the
+    page's cell does, not the test of every seed a family took."""
+    from matching.studies.page import _sequential
+    from matching.studies.seeds import RESOLVED, STOPPED, WAITING, Decision, Look, SeedPlan
+
+    look = Look(seeds=3, difference=14.8, p_value=0.0003, p_adjusted=0.027, level=0.000333)
+    decisions = [Decision("trecqa", "coda", "softmax", "map", (look,), WAITING),
+                 Decision("trecqa", "conflict", "softmax", "map", (look,), STOPPED),
+                 Decision("trecqa", "softmax_conflict", "softmax", "map", (look,), RESOLVED),
+                 Decision("wikiqa", "coda", "softmax", "map", (look,), RESOLVED)]  # fmt: skip
+    plan = SeedPlan([3, 5], [0.000333, 0.05], decisions, {})
+    mine = _sequential(plan, "trecqa")
+    assert {key[0]: value[1:] for key, value in mine.items()} == {
+        "coda": ("undecided: more seeds asked for", 0.027), "conflict": ("not resolved", 0.027),
+        "softmax_conflict": ("resolved", 0.027)}  # fmt: skip
+    assert mine[("coda", "softmax", "map")][0].startswith("undecided after 3 seeds a side")

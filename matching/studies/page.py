@@ -31,8 +31,8 @@ from matching.results.tables import (
     versus_cells,
 )
 from matching.studies.results import RunResult
+from matching.studies.seeds import RESOLVED, WAITING, SeedPlan
 from matching.studies.seeds import RULE as SEEDS_RULE
-from matching.studies.seeds import SeedPlan
 from matching.studies.selection import Choice, rule
 from matching.studies.spec import StudySpec
 from matching.training.scores import ranked_answers, unit_rows
@@ -281,8 +281,9 @@ def _twins_table(
         twin = spec.twins[row.aligner]
         cells = list(versus_cells(row.comparison or Comparison()))
         decided = sequential.get((row.aligner, twin, row.metric)) or sequential.get((twin, row.aligner, row.metric))
-        if decided and row.split == "dev":
-            cells[2] = decided
+        decided = decided if row.split == "dev" else None
+        if decided:
+            cells[2] = decided[0]
         lines.append(f"| {spec.families[row.aligner].label} | {spec.families[twin].label} | {row.split} | "
                      f"{row.metric} | {' | '.join(cells)} |")  # fmt: skip
         c = row.comparison
@@ -294,6 +295,8 @@ def _twins_table(
                 "twin_p": c.p_value, "twin_p_holm": c.p_adjusted, "twin_detectable": c.detectable,
                 "twin_verdict": c.verdict, "twin_seeds_needed": c.seeds_needed,
             }  # fmt: skip
+            if decided:
+                record |= {"twin_verdict": decided[1], "twin_p_holm": decided[2]}
     return [*lines, ""]
 
 
@@ -304,11 +307,24 @@ def _seeds_text(spec: StudySpec) -> str:
             "comparisons are undecided")  # fmt: skip
 
 
-def _sequential(seeds: SeedPlan | None, task: str) -> dict[tuple[str, str, str], str]:
-    """{(family, baseline, metric): the sequential decision's text} of one task."""
+#: A sequential decision as study.csv's verdict column gives it (the page's cell says it in full).
+SEQUENTIAL_VERDICTS = {RESOLVED: "resolved", WAITING: "undecided: more seeds asked for"}
+
+
+def _sequential(seeds: SeedPlan | None, task: str) -> dict[tuple[str, str, str], tuple[str, str, float | None]]:
+    """{(family, baseline, metric): (the sequential decision's text, its verdict for study.csv, the Holm-adjusted p
+    of its last look)} of one task: an adaptive study's verdict is its decision, not a test of every seed taken."""
     if seeds is None:
         return {}
-    return {(d.family, d.baseline, d.metric): d.text(seeds.schedule[-1]) for d in seeds.decisions if d.task == task}
+    out = {}
+    for d in (d for d in seeds.decisions if d.task == task):
+        verdict = SEQUENTIAL_VERDICTS.get(d.status, "not resolved")
+        out[(d.family, d.baseline, d.metric)] = (
+            d.text(seeds.schedule[-1]),
+            verdict,
+            d.looks[-1].p_adjusted if d.looks else None,
+        )
+    return out
 
 
 def _seeds_section(spec: StudySpec, task: str, seeds: SeedPlan) -> list[str]:
@@ -385,7 +401,7 @@ def _confirmed_table(
     results: Sequence[RunResult],
     kept: dict[tuple[str, str], str],
     table_rows: list[dict[str, object]],
-    sequential: dict[tuple[str, str, str], str] | None = None,
+    sequential: dict[tuple[str, str, str], tuple[str, str, float | None]] | None = None,
 ) -> list[str]:
     lines = []
     seeds = ", ".join(map(str, spec.seeds)) if not spec.adaptive else "as each family took them"
@@ -429,7 +445,7 @@ def _confirmed_table(
                 cells = list(versus_cells(mine.comparison or Comparison()))
                 decided = (sequential or {}).get((row.aligner, b, metric))
                 if decided:
-                    cells[2] = decided
+                    cells[2] = decided[0]
                 line += "".join(f" {cell} |" for cell in cells)
                 c = mine.comparison
                 record |= {
@@ -443,6 +459,8 @@ def _confirmed_table(
                     f"{b}_units_ci": f"{c.units_ci_low} {c.units_ci_high}" if c and c.tested else "",
                     f"{b}_units_p": c.units_p if c else None,
                 }
+                if decided:
+                    record |= {f"{b}_verdict": decided[1], f"{b}_p_holm": decided[2]}
             table_rows.append(record)
             lines.append(line)
     return [*lines, ""]
