@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from matching.extras import MissingExtraError
 from matching.files import write_text_atomic
@@ -31,8 +32,8 @@ from matching.results.tables import (
     versus_cells,
 )
 from matching.studies.results import RunResult
-from matching.studies.seeds import RESOLVED, WAITING, SeedPlan
 from matching.studies.seeds import RULE as SEEDS_RULE
+from matching.studies.seeds import SeedPlan
 from matching.studies.selection import Choice, rule
 from matching.studies.spec import StudySpec
 from matching.training.scores import ranked_answers, unit_rows
@@ -207,15 +208,16 @@ def write_page(
     for task in spec.tasks:
         lines += [f"## {task}", ""]
         lines += _selection_table(spec, task, choices)
+        sequential = _sequential(seeds, task)
         for split, title in (("dev", "Confirmed on dev"), ("test", "Held-out test (evaluated once, after selection)")):
             task_rows = [r for r in rows if r.task == task and r.split == split]
             if not task_rows:
                 continue
             lines += [f"### {title}", ""]
             lines += _confirmed_table(spec, task, split, task_rows, compared, results, kept, table_rows,
-                                      _sequential(seeds, task) if split == "dev" else {})  # fmt: skip
+                                      sequential if split == "dev" else {})  # fmt: skip
         if twinned:
-            lines += _twins_table(spec, task, twinned, table_rows, _sequential(seeds, task))
+            lines += _twins_table(spec, task, twinned, table_rows, sequential)
         if seeds is not None:
             lines += _seeds_section(spec, task, seeds)
         for c in choices:
@@ -283,7 +285,7 @@ def _twins_table(
         decided = sequential.get((row.aligner, twin, row.metric)) or sequential.get((twin, row.aligner, row.metric))
         decided = decided if row.split == "dev" else None
         if decided:
-            cells[2] = decided[0]
+            cells[2] = decided.text
         lines.append(f"| {spec.families[row.aligner].label} | {spec.families[twin].label} | {row.split} | "
                      f"{row.metric} | {' | '.join(cells)} |")  # fmt: skip
         c = row.comparison
@@ -296,7 +298,7 @@ def _twins_table(
                 "twin_verdict": c.verdict, "twin_seeds_needed": c.seeds_needed,
             }  # fmt: skip
             if decided:
-                record |= {"twin_verdict": decided[1], "twin_p_holm": decided[2]}
+                record |= {"twin_verdict": decided.verdict, "twin_p_holm": decided.p_holm}
     return [*lines, ""]
 
 
@@ -307,24 +309,23 @@ def _seeds_text(spec: StudySpec) -> str:
             "comparisons are undecided")  # fmt: skip
 
 
-#: A sequential decision as study.csv's verdict column gives it (the page's cell says it in full).
-SEQUENTIAL_VERDICTS = {RESOLVED: "resolved", WAITING: "undecided: more seeds asked for"}
+class Decided(NamedTuple):
+    """A sequential decision as a study page writes it: in full in its cell, in a few words (with the p of its last
+    look) in study.csv."""
+
+    text: str
+    verdict: str
+    p_holm: float | None
 
 
-def _sequential(seeds: SeedPlan | None, task: str) -> dict[tuple[str, str, str], tuple[str, str, float | None]]:
-    """{(family, baseline, metric): (the sequential decision's text, its verdict for study.csv, the Holm-adjusted p
-    of its last look)} of one task: an adaptive study's verdict is its decision, not a test of every seed taken."""
+def _sequential(seeds: SeedPlan | None, task: str) -> dict[tuple[str, str, str], Decided]:
+    """{(family, baseline, metric): its sequential decision} of one task: an adaptive study's verdict is its decision,
+    not a test of every seed taken."""
     if seeds is None:
         return {}
-    out = {}
-    for d in (d for d in seeds.decisions if d.task == task):
-        verdict = SEQUENTIAL_VERDICTS.get(d.status, "not resolved")
-        out[(d.family, d.baseline, d.metric)] = (
-            d.text(seeds.schedule[-1]),
-            verdict,
-            d.looks[-1].p_adjusted if d.looks else None,
-        )
-    return out
+    return {(d.family, d.baseline, d.metric): Decided(d.text(seeds.schedule[-1]), d.verdict,
+                                                      d.looks[-1].p_adjusted if d.looks else None)
+            for d in seeds.decisions if d.task == task}  # fmt: skip
 
 
 def _seeds_section(spec: StudySpec, task: str, seeds: SeedPlan) -> list[str]:
@@ -401,7 +402,7 @@ def _confirmed_table(
     results: Sequence[RunResult],
     kept: dict[tuple[str, str], str],
     table_rows: list[dict[str, object]],
-    sequential: dict[tuple[str, str, str], tuple[str, str, float | None]] | None = None,
+    sequential: dict[tuple[str, str, str], Decided] | None = None,
 ) -> list[str]:
     lines = []
     seeds = ", ".join(map(str, spec.seeds)) if not spec.adaptive else "as each family took them"
@@ -445,7 +446,7 @@ def _confirmed_table(
                 cells = list(versus_cells(mine.comparison or Comparison()))
                 decided = (sequential or {}).get((row.aligner, b, metric))
                 if decided:
-                    cells[2] = decided[0]
+                    cells[2] = decided.text
                 line += "".join(f" {cell} |" for cell in cells)
                 c = mine.comparison
                 record |= {
@@ -460,7 +461,7 @@ def _confirmed_table(
                     f"{b}_units_p": c.units_p if c else None,
                 }
                 if decided:
-                    record |= {f"{b}_verdict": decided[1], f"{b}_p_holm": decided[2]}
+                    record |= {f"{b}_verdict": decided.verdict, f"{b}_p_holm": decided.p_holm}
             table_rows.append(record)
             lines.append(line)
     return [*lines, ""]

@@ -51,6 +51,11 @@ class Decision:
     looks: tuple[Look, ...]
     status: str  # RESOLVED, STOPPED, AT_MAX or WAITING
 
+    @property
+    def verdict(self) -> str:
+        """The decision in a few words, as study.csv's verdict column gives it (`text` says it in full)."""
+        return {RESOLVED: "resolved", WAITING: "undecided: more seeds asked for"}.get(self.status, "not resolved")
+
     def text(self, maximum: int) -> str:
         """The decision as the page states it."""
         if not self.looks:
