@@ -1,27 +1,27 @@
 #!/usr/bin/env bash
-# One-shot GPU check (one H100): seconds per SNLI-sized epoch for each aligner, eager and compiled, and N runs
-# sharing the GPU, through the project's own benchmarks (bench_epoch.py, bench_concurrent.py).
+# One-shot GPU check (one H100 or H200): seconds per SNLI-sized epoch for each aligner with the whole training step
+# captured as CUDA graphs (capture=true) and eagerly, in one sitting; the step alone in a bare loop, eager against
+# replayed (bench_replay.py: how close their weights are, and what the loop around the step costs); N runs sharing
+# the GPU; then compilation inside the capture, in the time left.
 #
 #     OUT=/some/dir bash benchmarks/gpu_check.sh                    # on the GPU machine, from the repository root
 #     OUT=/tmp/gpucheck_out GPU_CHECK_DRY=1 PYTHON=.venv/bin/python bash benchmarks/gpu_check.sh   # tiny, on a CPU
 #
-# Writes $OUT/gpu_check.log (everything), $OUT/epochs.csv (one row per aligner x eager/compiled),
-# $OUT/concurrent.csv (one row per N) and, where nvidia-smi works, $OUT/gpu_samples.csv (utilisation and memory
-# once a second, to line up with the step start times in the log).
+# Writes $OUT/gpu_check.log (everything), $OUT/epochs.csv (one row per aligner x mode), $OUT/replay.txt (the bare
+# loops), $OUT/concurrent.csv (one row per N) and, where nvidia-smi works, $OUT/gpu_samples.csv (utilisation and
+# memory once a second, to line up with the step start times in the log).
 #
 # Time: every step has its own timeout, bounded by a global deadline (GPU_CHECK_BUDGET seconds from the start,
 # default 450, the whole script well inside 8 minutes); a step that fails or times out is logged and the next one
-# runs. Order (most wanted first, where time may run short): eager softmax and coda; compiled coda and softmax;
-# concurrent N = 1, 4, 8 (its time kept for it while the earlier steps run); then eager conflict and
-# softmax_conflict, then compiled conflict and softmax_conflict, in the time left (the log says what was skipped).
+# runs. Order (most wanted first, where time may run short): captured softmax and coda, then eager softmax and coda
+# (the baseline, same sitting); the bare loops of all four aligners; captured conflict and softmax_conflict;
+# concurrent captured runs N = 1, 4, 8; eager conflict and softmax_conflict; compiled + captured coda and softmax.
 #
-# Not a full epoch: a full SNLI epoch per configuration (~80 s eager, ~40 s + ~80 s of compilation compiled, on the
-# last H100 figures of docs/performance.md) does not fit 8 minutes, so each run trains on a corpus of
-# GPU_CHECK_PAIRS pairs (default 32,000; bench_epoch's --pairs: SNLI's shape, same generator) for 2 epochs and times the 2nd
-# (steady state: compilation, CUDA graph capture and warm-up fall in the 1st); the SNLI-epoch figure is
-# 550,152 / (that epoch's pairs/s). The 1st epoch's seconds are reported too (with compilation, when compiled).
-# The concurrent runs: bench_concurrent as in docs/performance.md (one epoch each, warm-up included) on
-# GPU_CHECK_CONC_PAIRS pairs (default 48,000, the docs used 100,000).
+# Not a full epoch: each run trains on a corpus of GPU_CHECK_PAIRS pairs (default 32,000; bench_epoch's --pairs:
+# SNLI's shape, same generator) for 2 epochs and times the 2nd (steady state: compilation, CUDA graph capture and
+# warm-up fall in the 1st); the SNLI-epoch figure is 550,152 / (that epoch's pairs/s). The 1st epoch's seconds are
+# reported too. The concurrent runs: bench_concurrent (one epoch each, warm-up included) on GPU_CHECK_CONC_PAIRS
+# pairs (default 48,000).
 #
 # Wheels: hydra-core, omegaconf, antlr4-python3-runtime and hydra-joblib-launcher travel in .whl/ (carry it) and are
 # installed into /tmp/site; the package itself is used from the source tree (PYTHONPATH=$PWD).
@@ -41,7 +41,7 @@ if [ "$DRY" = 1 ]; then
     PAIRS=${GPU_CHECK_PAIRS:-256}
     CONC_PAIRS=${GPU_CHECK_CONC_PAIRS:-320}
     JOBS=${GPU_CHECK_JOBS:-1,2}
-    CAP_EAGER=120 CAP_COMPILED=150 CAP_CONC=180 CONC_RESERVE=0 MIN_STEP=20 NEED_COMPILED=20
+    CAP_EAGER=120 CAP_COMPILED=150 CAP_CONC=180 CAP_REPLAY=180 MIN_STEP=20 NEED_COMPILED=20
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
     # A CPU compile takes minutes: the dry run goes through the same overrides with torch.compile made a no-op.
     COMPILE_ENV=(env TORCH_COMPILE_DISABLE=1)
@@ -50,20 +50,21 @@ else
     PAIRS=${GPU_CHECK_PAIRS:-32000}            # 500 steps of 64 an epoch
     CONC_PAIRS=${GPU_CHECK_CONC_PAIRS:-48000}  # longer epochs, so that the N runs' epochs overlap more
     JOBS=${GPU_CHECK_JOBS:-1,4,8}
-    # Caps per step (s); CONC_RESERVE: seconds kept for the concurrent step while the steps before it run.
-    # NEED_COMPILED: a compiled run is not started with less left (its compilation alone took ~80 s last time).
-    CAP_EAGER=60 CAP_COMPILED=150 CAP_CONC=75 CONC_RESERVE=${GPU_CHECK_CONC_RESERVE:-120} MIN_STEP=20 NEED_COMPILED=90
+    # Caps per step (s). NEED_COMPILED: a compiled run is not started with less left (its compilation alone took
+    # ~40-80 s last time).
+    CAP_EAGER=60 CAP_COMPILED=150 CAP_CONC=75 CAP_REPLAY=120 MIN_STEP=20 NEED_COMPILED=90
     COMPILE_ENV=()
 fi
 ALIGNERS=${GPU_CHECK_ALIGNERS:-softmax,coda,conflict,softmax_conflict}
-EAGER_FIRST=${GPU_CHECK_EAGER_FIRST:-softmax,coda}        # before the concurrent step; the other aligners after it
-COMPILED_FIRST=${GPU_CHECK_COMPILED_FIRST:-coda,softmax}  # likewise
-COMPILE_OVERRIDES=(compile=true compile_mode=reduce-overhead)
+FIRST=${GPU_CHECK_FIRST:-softmax,coda}   # captured and eager first; the other aligners later
+CAPTURE_OVERRIDES=(capture=true)
+COMPILE_OVERRIDES=(capture=true compile=true compile_mode=default)
 EPOCHS=2
 export PYTHONUNBUFFERED=1
 WORK=${GPU_CHECK_WORK:-$(mktemp -d /tmp/gpu-check.XXXXXX)}
 LOG=$OUT/gpu_check.log
 EPOCHS_CSV=$OUT/epochs.csv
+REPLAY_TXT=$OUT/replay.txt
 CONC_CSV=$OUT/concurrent.csv
 SAMPLER_PID=
 
@@ -146,40 +147,48 @@ run_tail() {
     done
 }
 
-eager() {  # eager ALIGNER
-    step "eager $1" "$CAP_EAGER" "$2" 0 "$PYTHON" benchmarks/bench_epoch.py --trainer "$TRAINER" --pairs "$PAIRS" \
-        --epochs "$EPOCHS" --aligners "$1" --workdir "$WORK/eager"
-    epoch_row eager "$1" "$WORK/eager/runs/snli-$1"
-    run_tail "$WORK/eager/runs/snli-$1/train.log"
+run_mode() {  # run_mode MODE ALIGNER CAP NEED OVERRIDES...: one bench_epoch run, its epochs.csv row
+    local mode=$1 aligner=$2 cap=$3 need=$4
+    shift 4
+    local env=()
+    [ "$mode" = compiled ] && env=("${COMPILE_ENV[@]}")
+    step "$mode $aligner" "$cap" 0 "$need" "${env[@]}" "$PYTHON" benchmarks/bench_epoch.py --trainer "$TRAINER" \
+        --pairs "$PAIRS" --epochs "$EPOCHS" --aligners "$aligner" --workdir "$WORK/$mode" "$@"
+    epoch_row "$mode" "$aligner" "$WORK/$mode/runs/snli-$aligner"
+    run_tail "$WORK/$mode/runs/snli-$aligner/train.log"
+    grep -h "capture=true:" "$WORK/$mode/runs/snli-$aligner/train.log" 2>/dev/null | tail -1
 }
 
-compiled() {  # compiled ALIGNER RESERVE
-    step "compiled $1" "$CAP_COMPILED" "$2" "$NEED_COMPILED" "${COMPILE_ENV[@]}" "$PYTHON" benchmarks/bench_epoch.py \
-        --trainer "$TRAINER" --pairs "$PAIRS" --epochs "$EPOCHS" --aligners "$1" --workdir "$WORK/compiled" \
-        "${COMPILE_OVERRIDES[@]}"
-    epoch_row compiled "$1" "$WORK/compiled/runs/snli-$1"
+eager() { run_mode eager "$1" "$CAP_EAGER" 0; }
+captured() { run_mode captured "$1" "$CAP_EAGER" 0 "${CAPTURE_OVERRIDES[@]}"; }
+compiled() {
+    run_mode compiled "$1" "$CAP_COMPILED" "$NEED_COMPILED" "${COMPILE_OVERRIDES[@]}"
     # The next compiled run is started if about as much time is left as this one took (when it succeeded).
     ((STEP_RC == 0)) && NEED_COMPILED=$((STEP_WALL + 10))
-    run_tail "$WORK/compiled/runs/snli-$1/train.log"
 }
 
-concurrent() {  # concurrent N RESERVE
-    step "concurrent N=$1" "$CAP_CONC" "$2" 0 "$PYTHON" benchmarks/bench_concurrent.py --trainer "$TRAINER" \
-        --jobs "$1" --pairs "$CONC_PAIRS" --workdir "$WORK/eager"
-    conc_row "$1" "$WORK/eager/sweep-$1"
-    ((STEP_RC == 0 || STEP_RC == 200)) || run_tail "$WORK"/eager/sweep-"$1"/*/train.log
+concurrent() {  # concurrent N
+    step "concurrent N=$1" "$CAP_CONC" 0 0 "$PYTHON" benchmarks/bench_concurrent.py --trainer "$TRAINER" \
+        --jobs "$1" --pairs "$CONC_PAIRS" --workdir "$WORK/captured" "${CAPTURE_OVERRIDES[@]}"
+    conc_row "$1" "$WORK/captured/sweep-$1"
+    ((STEP_RC == 0 || STEP_RC == 200)) || run_tail "$WORK"/captured/sweep-"$1"/*/train.log
+}
+
+bare_loops() {  # the step alone, eager against replayed, every aligner
+    step "bare loops" "$CAP_REPLAY" 0 0 "$PYTHON" benchmarks/bench_replay.py --trainer "$TRAINER" --pairs "$PAIRS" \
+        --rounds 3 --aligners "$ALIGNERS" --workdir "$WORK/replay"
 }
 
 summary() {
     log "### summary"
     "$PYTHON" - "$EPOCHS_CSV" "$CONC_CSV" <<'EOF'
 import csv, sys
-# The last H100 figures of docs/performance.md (full epochs; compiled: the 2nd epoch).
-doc = {("eager", "softmax"): 78.4, ("eager", "coda"): 63.5, ("eager", "conflict"): 85.5,
-       ("eager", "softmax_conflict"): 110.6, ("compiled", "softmax"): 41.8}
-doc_conc = {1: 6785, 4: 27077, 8: 43648}
-print("seconds per SNLI epoch (550,152 pairs), extrapolated from the timed epoch; compiled = compile=true "
-      "compile_mode=reduce-overhead; docs = docs/performance.md's last H100 figures (full epochs)")
+# The last H100 figures of docs/performance.md (2026-11-26, the same script's eager runs).
+doc = {("eager", "softmax"): 86.3, ("eager", "coda"): 82.7, ("eager", "conflict"): 52.9,
+       ("eager", "softmax_conflict"): 74.4}
+doc_conc = {1: 10724, 4: 27930, 8: 55293}
+print("seconds per SNLI epoch (550,152 pairs), extrapolated from the timed epoch; captured = capture=true; "
+      "compiled = capture=true compile=true; docs = docs/performance.md's H100 figures of 2026-11-26 (eager)")
 print(f"{'mode':<10} {'aligner':<17} {'timed s':>8} {'pairs/s':>8} {'SNLI s':>8} {'docs s':>7} {'1st ep s':>9} rc")
 for r in csv.DictReader(open(sys.argv[1])):
     mode = r["mode"]
@@ -229,33 +238,25 @@ print(sys.version.split()[0], "hydra", hydra.__version__, "omegaconf", omegaconf
 
     echo "mode,aligner,pairs,epochs,timed_epoch_s,pairs_per_s,snli_epoch_s,first_epoch_s,rc,wall_s" >"$EPOCHS_CSV"
     echo "N,pairs,runs_done,median_epoch_s,min_epoch_s,max_epoch_s,aggregate_pairs_per_s,rc,wall_s" >"$CONC_CSV"
-    mkdir -p "$WORK/compiled"
-    ln -sfn "$WORK/eager/data" "$WORK/compiled/data"   # one corpus (written by the first eager run)
-    mkdir -p "$WORK/eager/data"
+    mkdir -p "$WORK/eager/data" "$WORK/replay"
+    local mode a n
+    for mode in captured compiled; do   # one corpus (written by the first run)
+        mkdir -p "$WORK/$mode"
+        ln -sfn "$WORK/eager/data" "$WORK/$mode/data"
+    done
 
-    # Order, most wanted first, so that what runs short of time is what matters least: the eager baseline of
-    # softmax and CoDA; both compiled (CoDA's compiled epoch was never measured); the concurrent runs (their time
-    # is kept for them while the runs before go); then the other aligners, eager and compiled, in the time left.
-    local a n
-    log "=== 1a. eager ${EAGER_FIRST}: ${PAIRS} pairs x ${EPOCHS} epochs each (the 2nd timed)"
-    for a in ${EAGER_FIRST//,/ }; do
-        eager "$a" "$((CONC_RESERVE + 100))"
-    done
-    log "=== 1b. compiled (${COMPILE_OVERRIDES[*]}) ${COMPILED_FIRST}: ${PAIRS} pairs x ${EPOCHS} epochs (the 2nd timed)"
-    for a in ${COMPILED_FIRST//,/ }; do
-        compiled "$a" "$CONC_RESERVE"
-    done
-    log "=== 2. concurrent runs sharing the device, N in ${JOBS}: ${CONC_PAIRS} pairs, one epoch each"
-    for n in ${JOBS//,/ }; do
-        concurrent "$n" 0
-    done
-    log "=== 1c. the other aligners in the time left, eager then compiled"
-    for a in ${ALIGNERS//,/ }; do
-        [[ ",$EAGER_FIRST," == *",$a,"* ]] || eager "$a" 0
-    done
-    for a in ${ALIGNERS//,/ }; do
-        [[ ",$COMPILED_FIRST," == *",$a,"* ]] || compiled "$a" 0
-    done
+    log "=== 1. captured then eager ${FIRST}: ${PAIRS} pairs x ${EPOCHS} epochs each (the 2nd timed)"
+    for a in ${FIRST//,/ }; do captured "$a"; done
+    for a in ${FIRST//,/ }; do eager "$a"; done
+    log "=== 2. the step alone in a bare loop, eager against replayed: ${ALIGNERS}"
+    bare_loops 2>&1 | tee "$REPLAY_TXT"
+    log "=== 3. captured, the other aligners"
+    for a in ${ALIGNERS//,/ }; do [[ ",$FIRST," == *",$a,"* ]] || captured "$a"; done
+    log "=== 4. concurrent captured runs sharing the device, N in ${JOBS}: ${CONC_PAIRS} pairs, one epoch each"
+    for n in ${JOBS//,/ }; do concurrent "$n"; done
+    log "=== 5. eager, the other aligners; then compiled + captured ${FIRST}, in the time left"
+    for a in ${ALIGNERS//,/ }; do [[ ",$FIRST," == *",$a,"* ]] || eager "$a"; done
+    for a in ${FIRST//,/ }; do compiled "$a"; done
 
     [ -n "$SAMPLER_PID" ] && kill "$SAMPLER_PID" 2>/dev/null
     summary

@@ -121,11 +121,14 @@ def test_a_signalled_run_writes_last_ckpt_at_that_step_then_stops(make_cfg, name
     assert training.train(make_cfg(f"resume={cfg.paths.output_dir}"))["epochs"] == 3  # continues from that step
 
 
-def test_a_run_stopped_mid_epoch_by_a_signal_resumes_to_the_uninterrupted_result(tmp_path):
+@pytest.mark.parametrize("capture", ["false", "true"])
+def test_a_run_stopped_mid_epoch_by_a_signal_resumes_to_the_uninterrupted_result(tmp_path, capture):
     """Stopped (SIGTERM) after step 2 of epoch 0's 3 and resumed, a deterministic run trains on exactly the
     batches it had not seen, in the same order, with the same dropout: the weights, dev metrics and the training
-    accuracy of the interrupted epoch equal those of a run never stopped."""
-    common = ("trainer.max_epochs=2", "deterministic=true", "callbacks.early_stopping=null", "seed=4")
+    accuracy of the interrupted epoch equal those of a run never stopped; likewise with the whole step ours
+    (capture=true, matching.training.replay)."""
+    common = ("trainer.max_epochs=2", "deterministic=true", "callbacks.early_stopping=null", "seed=4",
+              f"capture={capture}")  # fmt: skip
     reference = training.train(compose_train(tmp_path / "whole", *common))
     stopped = compose_train(tmp_path / "stopped", *common, f"+callbacks.signal._target_={__name__}.SignalAt",
                             "+callbacks.signal.step=1", "+callbacks.signal.signal=SIGTERM")  # fmt: skip

@@ -166,14 +166,16 @@ def test_ddp_two_cpu_processes_match_single_process_ranking_metrics(tmp_path):
           f"{single['val/mrr']:.6f} over {int(single['val/questions'])} questions")  # fmt: skip
 
 
-def test_a_nan_loss_is_reported_as_one_paragraph(tmp_path, capsys):
-    """From the command line too: the step, the kept checkpoint and what to change; exit 2, no traceback."""
+@pytest.mark.parametrize("capture", ["false", "true"])
+def test_a_nan_loss_is_reported_as_one_paragraph(tmp_path, capsys, capture):
+    """From the command line too: the step, the kept checkpoint and what to change; exit 2, no traceback; likewise
+    with the whole step ours (capture=true), whose loss the guard sees after the update."""
     from conftest import cli_overrides
 
     from matching.train import main
 
     argv = [*cli_overrides(tmp_path), f"hydra.run.dir={tmp_path / 'run'}", "optim.lr=1e30", "trainer.max_epochs=3",
-            "data.batch_size=2", "model.dropout=0.0"]  # fmt: skip
+            "data.batch_size=2", "model.dropout=0.0", f"capture={capture}"]  # fmt: skip
     code = main(argv)
     err = capsys.readouterr().err
     assert code == 2 and "training loss became" in err and "Traceback" not in err

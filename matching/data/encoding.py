@@ -164,7 +164,7 @@ class PackedSide:
         """(B, longest) ids of the texts `index` (the same indices on the host: `host`), 0-padded on the right;
         the width is rounded up to a multiple of `pad_to`."""
         lengths = self.host_length[host]
-        longest = -(-int(lengths.max()) // pad_to) * pad_to
+        longest = self.width(host, pad_to)
         if self.ids.device.type == "cpu":  # NumPy: a few microseconds where each torch call costs several
             width = np.arange(longest)
             # Positions past a text's end read its neighbour's ids (past the last text: the last id, "clip"), then
@@ -172,10 +172,20 @@ class PackedSide:
             out = np.take(self.ids.numpy(), self.start.numpy()[host][:, None] + width, mode="clip")
             out *= width < lengths[:, None]
             return torch.from_numpy(out)
-        width = torch.arange(longest, device=self.ids.device)
-        position = self.start[index].unsqueeze(1) + width  # (B, L)
-        inside = width < self.length[index].unsqueeze(1)
+        return self.gather(index, longest)
+
+    def gather(self, index: torch.Tensor, width: int) -> torch.Tensor:
+        """(B, width) ids of the texts `index` (on the split's device), 0-padded on the right, in torch operations
+        alone: the same operations for every batch of one width, with no host read, so that they can be captured in
+        a CUDA graph (matching.training.replay). `width` must be at least the longest of these texts."""
+        positions = torch.arange(width, device=self.ids.device)
+        position = self.start[index].unsqueeze(1) + positions  # (B, L)
+        inside = positions < self.length[index].unsqueeze(1)
         return torch.where(inside, self.ids[position.clamp_max(len(self.ids) - 1)], 0)
+
+    def width(self, host: np.ndarray, pad_to: int = 1) -> int:
+        """The longest of the texts `host` (indices on the host), rounded up to a multiple of `pad_to`."""
+        return -(-int(self.host_length[host].max()) // pad_to) * pad_to
 
 
 @dataclass(frozen=True)
@@ -195,3 +205,9 @@ class PackedSplit:
 
     def to(self, device: torch.device) -> PackedSplit:
         return PackedSplit(self.a.to(device), self.b.to(device), self.labels.to(device), self.groups.to(device))
+
+    def gather(self, index: torch.Tensor, widths: tuple[int, int]) -> dict[str, torch.Tensor]:
+        """The training batch of the pairs `index` with both sides padded to `widths` (torch operations on the
+        split's device, capturable: PackedSide.gather)."""
+        return {"a": self.a.gather(index, widths[0]), "b": self.b.gather(index, widths[1]),
+                "label": self.labels[index], "group": self.groups[index], "index": index}  # fmt: skip

@@ -106,7 +106,9 @@ def _attend_both_ways(
     valid = pair_mask(mask_a, mask_b, scores.dtype)
     weights_a = masked_softmax(scores, mask_b.unsqueeze(1), dim=2, zero=valid)  # rows: each a_i over b
     weights_b = masked_softmax(scores, mask_a.unsqueeze(2), dim=1, zero=valid)  # columns: each b_j over a
-    return weights_a, weights_b, torch.bmm(weights_a, b), torch.bmm(weights_b.transpose(1, 2), a)
+    # scores wider than the values (conflict's float32 distances under bf16): the products in the values' dtype
+    aligned_a, aligned_b = torch.bmm(weights_a.to(b.dtype), b), torch.bmm(weights_b.transpose(1, 2).to(a.dtype), a)
+    return weights_a, weights_b, aligned_a, aligned_b
 
 
 class SoftmaxAligner(Aligner):
@@ -304,6 +306,10 @@ class ConflictAligner(Aligner):
         if self.score_kind == "l1":
             w = self.score.weight.squeeze(0)  # (H,)
             pos, neg = w.clamp_min(0), (-w).clamp_min(0)
+            # in float32 at least, as CoDA's N: cdist has no bf16 kernel on a CPU (dtype=bf16, or auto on a CPU
+            # with bf16 arithmetic)
+            wide = torch.promote_types(u.dtype, torch.float32)
+            u, v, pos, neg = u.to(wide), v.to(wide), pos.to(wide), neg.to(wide)
             c = torch.cdist(u * pos, v * pos, p=1) - torch.cdist(u * neg, v * neg, p=1)  # (B, La, Lb)
         else:
             c = self.score(u).squeeze(-1).unsqueeze(2) - self.score(v).squeeze(-1).unsqueeze(1)  # (B, La, Lb)

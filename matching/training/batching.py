@@ -290,3 +290,21 @@ class PadCollator:
         if self.source is not None:
             self.source.collate(s, indices, host, batch)
         return batch
+
+
+class IndexCollator:
+    """A training batch of the replayed step (`capture=true`, matching.training.replay): the pairs' indices on the
+    training device (one copy from pinned memory) and both sides' widths, the batch's longest text rounded up to a
+    multiple of `pad_to`, read from the lengths on the host; the step gathers the ids itself (PackedSplit.gather)."""
+
+    def __init__(self, split: EncodedSplit, device=None, pad_to: int = 1):
+        self.split, self.pad_to = split, pad_to
+        self.device = torch.device(device or "cpu")
+
+    def __call__(self, indices: list[int]) -> dict[str, Any]:
+        packed = self.split.packed("cpu")
+        host = np.asarray(indices, dtype=np.int64)
+        index = torch.from_numpy(host)
+        if self.device.type == "cuda":
+            index = index.pin_memory().to(self.device, non_blocking=True)
+        return {"index": index, "widths": (packed.a.width(host, self.pad_to), packed.b.width(host, self.pad_to))}

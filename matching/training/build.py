@@ -66,13 +66,13 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None, run_dir: 
     vectors = build(cfg.embeddings)
     if vocab is None:
         vectors.check_available()
-    pad_to = cfg.data.get("pad_to") or (8 if cfg.get("compile") else 1)
+    pad_to = cfg.data.get("pad_to") or (8 if cfg.get("compile") or cfg.get("capture") else 1)
     distill = distill_settings(cfg, task.kind)
     # the ranking losses (and distillation's margin_mse and listwise_kl) compare the candidates of a query
     whole_queries = loss_kind(cfg) != "pointwise" or (distill is not None and distill["loss"] != "kl")
     run_dir = run_dir or cfg.paths.get("output_dir")
     return build(cfg.data, task=task, vocab=vocab, vectors=vectors, pad_to=pad_to, whole_queries=whole_queries,
-                 run_dir=run_dir, trained_logits=trained_logits)  # fmt: skip
+                 capture=bool(cfg.get("capture")), run_dir=run_dir, trained_logits=trained_logits)  # fmt: skip
 
 
 def trained_logits(path: str) -> Callable[[list[Pair]], np.ndarray]:
@@ -117,6 +117,7 @@ def build_system(cfg: DictConfig, model: DecomposableAttention, dm: PairDataModu
         loss_kind=loss_kind(cfg),
         margin=float(cfg.get("loss", {}).get("margin", 1.0)),
         distill=distill_settings(cfg, dm.task.kind),
+        capture=bool(cfg.get("capture")),
     )
 
 

@@ -96,9 +96,36 @@ def check_config(cfg: DictConfig) -> None:
     distill = distill_settings(cfg, str(task.get("kind") or "classify"))
     if distill is not None:
         check_distill(distill["loss"], str(task.get("kind") or "classify"), distill["weight"], distill["temperature"])
+    if cfg.get("capture"):
+        check_capture(cfg)
     try:
         instantiate(cfg.optim)([torch.nn.Parameter(torch.zeros(1))])
     except (TypeError, ValueError) as err:
         raise ConfigError(
             f"optim: the optimiser cannot be built from {OmegaConf.to_container(cfg.optim)} ({err})"
         ) from None
+
+
+def check_capture(cfg: DictConfig) -> None:
+    """`capture=true` replays the whole step as one CUDA graph per batch shape (matching.training.replay): what
+    Lightning would otherwise do inside the step cannot be part of it."""
+    trainer = cfg.get("trainer") or {}
+    refused = []
+    if trainer.get("gradient_clip_val"):
+        refused.append(f"trainer.gradient_clip_val={trainer.get('gradient_clip_val')} (Lightning clips between the "
+                       f"backward pass and the update, which are one graph here)")  # fmt: skip
+    if int(trainer.get("accumulate_grad_batches") or 1) != 1:
+        refused.append(f"trainer.accumulate_grad_batches={trainer.get('accumulate_grad_batches')}")
+    if str(trainer.get("precision")) in ("16-mixed", "16"):
+        refused.append(f"trainer.precision={trainer.get('precision')} (its loss scaler reads the gradients on the "
+                       f"host every step; bf16-mixed needs none)")  # fmt: skip
+    if cfg.get("compile") and str(cfg.get("compile_mode") or "default") == "reduce-overhead":
+        refused.append("compile_mode=reduce-overhead (CUDA graphs of the model's own, inside the step's "
+                       "graph; compile=true with compile_mode=default fuses the kernels that the capture "
+                       "records)")  # fmt: skip
+    if refused:
+        raise ConfigError(
+            "capture=true replays the whole training step as one CUDA graph, which cannot be combined with "
+            + "; ".join(refused)
+            + ": leave that setting out, or train with capture=false"
+        )

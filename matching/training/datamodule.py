@@ -31,7 +31,7 @@ from matching.data.vocab import Tokenizer, Vocabulary
 from matching.errors import ConfigError, DataFormatError
 from matching.model.embeddings import EmbeddingSource, PretrainedVectors
 from matching.model.pipeline import TextPipeline
-from matching.training.batching import BucketBatchSampler, PadCollator, QueryBatchSampler, TrainLoader
+from matching.training.batching import BucketBatchSampler, IndexCollator, PadCollator, QueryBatchSampler, TrainLoader
 from matching.training.callbacks import batches_trained
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,8 @@ class PairDataModule(pl.LightningDataModule):
         pad_to: round each batch's lengths up to a multiple of this (a compiled model then sees few shapes).
         whole_queries: training batches hold whole queries (QueryBatchSampler), for the ranking losses that compare
             a query's candidates (loss.kind=pairwise|listwise).
+        capture: training batches are the pairs' indices and padded widths (IndexCollator), gathered inside the
+            replayed training step (`capture=true`, matching.training.replay); evaluation batches are as without.
         run_dir: the run's folder, where negatives mined for `task.negatives` are kept (matching.data.negatives).
         trained_logits: the logits of pairs under a trained run (its path), for task.negatives.method=ckpt.
     """
@@ -87,6 +89,7 @@ class PairDataModule(pl.LightningDataModule):
         batch_tokens: int | None = BATCH_TOKENS,
         pad_to: int = 1,
         whole_queries: bool = False,
+        capture: bool = False,
         run_dir: str | os.PathLike | None = None,
         trained_logits: Callable[[str], Callable[[list[Pair]], np.ndarray]] | None = None,
     ):
@@ -102,7 +105,13 @@ class PairDataModule(pl.LightningDataModule):
         if on_bad_example not in ("error", "skip"):
             raise ConfigError(f"data.on_bad_example must be 'error' or 'skip', got {on_bad_example!r}")
         self.oov_buckets, self.pad_to = oov_buckets, pad_to
-        self.whole_queries = whole_queries
+        self.whole_queries, self.capture = whole_queries, capture
+        if capture and vectors is not None and type(vectors).collate is not EmbeddingSource.collate:
+            raise ConfigError(
+                f"capture=true replays training steps that gather the batch's word ids on the device; "
+                f"{type(vectors).__name__} adds an encoder's inputs to each batch outside the step, which a replay "
+                f"cannot: train this model with capture=false"
+            )
         self.on_bad_example = on_bad_example
         self.use_cache = cache
         self.vectors = vectors
@@ -318,7 +327,11 @@ class PairDataModule(pl.LightningDataModule):
             sampler = BucketBatchSampler(sides.sum(1), size, shuffle=train, groups=data.groups, **options)
         # Without loader processes, a GPU run keeps the split's ids on the GPU and gathers each batch there.
         device = trainer.strategy.root_device if trainer is not None and self.num_workers == 0 else None
-        collate = PadCollator(data, self.vectors, device if device and device.type == "cuda" else None, self.pad_to)
+        device = device if device and device.type == "cuda" else None
+        if train and self.capture:
+            collate = IndexCollator(data, device, self.pad_to)
+        else:
+            collate = PadCollator(data, self.vectors, device, self.pad_to)
         # A generator of its own for the seed that each iterator draws (for loader processes): drawn from the global
         # one, it would put each epoch's and each evaluation's draw between the dropout masks, so that a run resumed
         # in the middle of an epoch (one iterator more than a run never stopped) would get other masks.
@@ -335,7 +348,9 @@ class PairDataModule(pl.LightningDataModule):
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         # PadCollator gathers a batch on the training device already: a batch whose tensors are all there is used
         # as it is, instead of Lightning walking it and calling .to() on each tensor (~20 µs a step on a CPU).
-        if isinstance(batch, dict) and all(isinstance(v, torch.Tensor) and v.device == device for v in batch.values()):
+        if isinstance(batch, dict) and all(
+            v.device == device if isinstance(v, torch.Tensor) else isinstance(v, tuple) for v in batch.values()
+        ):  # an IndexCollator's batch carries its widths, a tuple
             return batch
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 

@@ -11,6 +11,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.trainer.call import _call_callback_hooks
 from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
@@ -36,6 +37,7 @@ from matching.training.metrics import (
     match_margin,
     positive_index,
 )
+from matching.training.replay import StepReplay, capturable_loss, make_capturable
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,7 @@ class MatchingSystem(pl.LightningModule):
         loss_kind: str = "pointwise",
         margin: float = 1.0,
         distill: dict[str, Any] | None = None,
+        capture: bool = False,
     ):
         super().__init__()
         self.task = task
@@ -122,11 +125,16 @@ class MatchingSystem(pl.LightningModule):
         self.score_batch: Callable[[dict[str, Any]], torch.Tensor] | None = None
         self.records = nn.ModuleDict({p: EvaluationRecord() for p in prefixes})
         self.recorded: dict[str, dict[str, np.ndarray]] = {}
+        # `capture=true`: the whole step (batch gather, forward, loss, backward, update) is ours, replayed as a CUDA
+        # graph per batch shape on a GPU (matching.training.replay); Lightning still runs the loop around it.
+        self.capture = bool(capture)
+        self.automatic_optimization = not self.capture
+        self.replay: StepReplay | None = None
 
     #: Plain values that Lightning and the training step set several times a step (the name of the hook being run;
     #: the pairs counted). nn.Module.__setattr__ checks every assignment against the parameters, buffers and
     #: submodules, about 1.3 µs each on a CPU; these can never be one, so they are set directly: ~45 a step.
-    _PLAIN_ATTRIBUTES = frozenset({"_current_fx_name", "train_seen"})
+    _PLAIN_ATTRIBUTES = frozenset({"_current_fx_name", "train_seen", "replay"})
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in self._PLAIN_ATTRIBUTES:
@@ -142,18 +150,54 @@ class MatchingSystem(pl.LightningModule):
         use (under a Trainer or called directly), computed in `compute_dtype`."""
         return run_batch(self.model, batch, resolve(self.compute_dtype, batch["a"].device))
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor | None:
+        if self.capture:
+            self._replayed_step(batch, batch_idx)
+            return None
         logits = self.predict_step(batch).logits
         loss = self.training_loss(logits, batch)
-        # Nothing here waits for an accelerator: the accuracy accumulates on the device and is logged once an
-        # epoch; the step loss is logged on the steps whose metrics the loggers write (log_every_n_steps) and on
-        # an epoch's first step (so that even an epoch shorter than that interval shows one).
-        self.train_correct.add_((logits.detach().argmax(-1) == batch["label"]).sum())
-        self.train_seen += len(batch["label"])
+        self.count_correct(logits, batch["label"])
+        self._log_step_loss(loss.detach(), batch_idx, len(batch["label"]))
+        return loss
+
+    def count_correct(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
+        """The training accuracy's count, on the device (nothing here waits for an accelerator): logged once an
+        epoch."""
+        self.train_correct.add_((logits.detach().argmax(-1) == labels).sum())
+
+    def _log_step_loss(self, loss: torch.Tensor, batch_idx: int, size: int) -> None:
+        """The step loss, on the steps whose metrics the loggers write (log_every_n_steps) and on an epoch's first
+        step (so that even an epoch shorter than that interval shows one)."""
+        self.train_seen += size
         every = self.trainer.log_every_n_steps
         if batch_idx == 0 or (every > 0 and (self.global_step + 1) % every == 0):
-            self.log("train/loss", loss.detach(), prog_bar=True, batch_size=len(batch["label"]))
-        return loss
+            self.log("train/loss", loss, prog_bar=True, batch_size=size)
+
+    def _replayed_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        """`capture=true`: the step of matching.training.replay on the pairs `batch["index"]` padded to
+        `batch["widths"]` (matching.training.batching.IndexCollator). Lightning counts it as an optimiser step
+        (global_step, checkpoints, validation intervals) through the same hooks its own optimiser.step() calls."""
+        optimizer = self.optimizers()
+        if self.replay is None:
+            packed = self.trainer.datamodule.splits["train"].packed(self.device)
+            self.replay = StepReplay(self, optimizer.optimizer, packed, self.trainer.datamodule.batch_size,
+                                     capturable=capturable_loss(self.loss_kind, self.distill))  # fmt: skip
+        optimizer._on_before_step()
+        loss = self.replay.step(batch["index"], batch["widths"])
+        optimizer._on_after_step()
+        # The callbacks that watch the loss (FiniteLossGuard) see it as they would before backward, but after the
+        # update, which is part of the same graph: a non-finite loss still stops the run before any checkpoint is
+        # written from the weights it reached.
+        _call_callback_hooks(self.trainer, "on_before_backward", loss)
+        # a replayed graph's loss tensor is overwritten by the next replay: the logged value is a copy
+        self._log_step_loss(loss.clone(), batch_idx, len(batch["index"]))
+
+    def on_train_start(self) -> None:
+        self.replay = None  # graphs hold the addresses of this fit's optimiser state and split
+
+    def on_train_end(self) -> None:
+        if self.replay is not None:
+            log.info("capture=true: %s", self.replay.describe())
 
     def training_loss(self, logits: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
         """The loss of `loss_kind` (matching.training.losses); the ranking losses score a pair by its match margin. With
@@ -287,8 +331,12 @@ class MatchingSystem(pl.LightningModule):
         encoder = getattr(self.model, "encoder", None)
         lr = getattr(encoder, "lr", None)
         if lr is None:
-            return self.optimizer_factory(trained)
-        # a fine-tuned encoder's layers at their own learning rate (embeddings.encoder_lr), the rest at the optimiser's
-        own = {id(p) for p in encoder.parameters()}
-        return self.optimizer_factory([{"params": [p for p in trained if id(p) not in own]},
-                                       {"params": [p for p in trained if id(p) in own], "lr": lr}])  # fmt: skip
+            optimizer = self.optimizer_factory(trained)
+        else:  # a fine-tuned encoder's layers at their own learning rate (embeddings.encoder_lr), the rest at the
+            own = {id(p) for p in encoder.parameters()}  # optimiser's
+            groups = [{"params": [p for p in trained if id(p) not in own]},
+                      {"params": [p for p in trained if id(p) in own], "lr": lr}]  # fmt: skip
+            optimizer = self.optimizer_factory(groups)
+        if self.capture and self.device.type == "cuda":
+            make_capturable(optimizer)
+        return optimizer

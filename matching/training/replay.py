@@ -1,0 +1,151 @@
+"""The whole training step as one replay (`capture=true`): on a GPU, gathering the batch from the split on the
+device, the forward pass, the loss, the backward pass and the optimiser's update are captured once per bucket shape
+as a CUDA graph and replayed, so that a step costs the host one copy of the batch's indices and one graph launch
+instead of ~800 kernel launches.
+
+Why `torch.cuda.graph` directly rather than torch.compile's CUDA graphs (`compile_mode=reduce-overhead`): those
+capture the model's forward and backward as separate graphs and leave the loss, the optimiser and the batch gather
+to Python, which is where the step's time went (docs/performance.md); a whole-step graph needs the optimiser inside
+it (Adam's `capturable` update) and the batch gathered inside it, which only a capture of the whole step gives.
+`compile=true` (compile_mode=default) still fuses the model's kernels, and the capture then records the fused ones.
+
+What a graph fixes, and so what is replayed: the batch's size and both sides' padded widths (`data.pad_to` rounds
+the widths, default 8 with capture, so an SNLI-shaped split has a few dozen shapes), and every tensor's address.
+The first `warmup` batches of a shape run eagerly (real steps: cuBLAS and the optimiser's state are set up by them),
+the next is captured and every later one replayed. A batch of another size (the last of an epoch, a memory budget's
+batch of long pairs) runs eagerly, as do all steps of a loss whose batches depend on the data's groups (pairwise,
+listwise, distillation against a query's candidates). On a CPU there is nothing to capture: every step runs eagerly,
+the same operations in the same order as the Lightning step of `capture=false`, so that a seed gives the same
+weights either way (tests/test_replay.py)."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from matching.data.encoding import PackedSplit
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CapturedStep:
+    """One bucket shape's graph: its input (the batch's indices) and its output (the loss), at fixed addresses."""
+
+    graph: torch.cuda.CUDAGraph
+    index: torch.Tensor
+    loss: torch.Tensor
+
+
+class StepReplay:
+    """The training steps of `system` (a MatchingSystem) with `optimizer`, on batches gathered from `packed` (the
+    training split, on the training device): `step(index, widths)` trains on the pairs `index` padded to `widths`
+    and returns the step's loss (on a GPU the replayed graph's output tensor, overwritten by the next replay)."""
+
+    def __init__(
+        self,
+        system,
+        optimizer: torch.optim.Optimizer,
+        packed: PackedSplit,
+        batch_size: int,
+        warmup: int = 2,
+        capturable: bool = True,
+    ):
+        self.system, self.optimizer, self.packed = system, optimizer, packed
+        self.device = packed.labels.device
+        self.batch_size, self.warmup = batch_size, warmup
+        self.captures = self.device.type == "cuda" and capturable
+        self.graphs: dict[tuple[int, int], CapturedStep] = {}
+        self.seen: Counter[tuple[int, int]] = Counter()
+        self.replayed = self.eager = 0
+        if system.teacher_logits is not None:  # indexed inside the step: on the device once, not copied each step
+            system.teacher_logits = system.teacher_logits.to(self.device)
+        if self.captures:
+            self.pool = torch.cuda.graph_pool_handle()  # one memory pool for every shape's graph (replayed in turn)
+            self.stream = torch.cuda.Stream(self.device)
+
+    def step(self, index: torch.Tensor, widths: tuple[int, int]) -> torch.Tensor:
+        widths = (int(widths[0]), int(widths[1]))
+        captured = self.graphs.get(widths)
+        if captured is not None and len(index) == self.batch_size:
+            captured.index.copy_(index, non_blocking=True)
+            captured.graph.replay()
+            self.replayed += 1
+            return captured.loss
+        if not self.captures or len(index) != self.batch_size or self.seen[widths] < self.warmup:
+            self.seen[widths] += 1
+            self.eager += 1
+            return self._eager(index, widths)
+        return self._capture(index, widths)
+
+    def describe(self) -> str:
+        """What the steps so far were: replayed, eager, and the shapes captured."""
+        if not self.captures:
+            return f"{self.eager} training steps run eagerly (no CUDA device: nothing to capture)"
+        return (f"{self.replayed} training steps replayed from {len(self.graphs)} captured CUDA graphs (one per "
+                f"batch shape), {self.eager} run eagerly (each shape's first {self.warmup}, and batches of another "
+                f"size)")  # fmt: skip
+
+    def _eager(self, index: torch.Tensor, widths: tuple[int, int]) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        if not self.captures:
+            return self._run(index, widths)
+        # On a side stream, as the capture will run: what the warm-up sets up (cuBLAS workspaces, the autograd
+        # engine's streams) is then set up for the stream the graph is captured on.
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream):
+            loss = self._run(index, widths)
+        torch.cuda.current_stream(self.device).wait_stream(self.stream)
+        return loss
+
+    def _capture(self, index: torch.Tensor, widths: tuple[int, int]) -> torch.Tensor:
+        static = index.clone()  # outside the graph's pool: the input every replay copies its indices into
+        self.optimizer.zero_grad(set_to_none=True)  # the graph's backward then writes gradients of its own
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            loss = self._run(static, widths)
+        self.graphs[widths] = CapturedStep(graph, static, loss)
+        graph.replay()  # a capture records the step without running it: this is the step of this batch
+        self.replayed += 1
+        return loss
+
+    def _run(self, index: torch.Tensor, widths: tuple[int, int]) -> torch.Tensor:
+        """One step, as Lightning's automatic optimisation runs it: forward and loss under the run's autocast,
+        backward and the optimiser's update outside it."""
+        system = self.system
+        batch = self.packed.gather(index, widths)
+        with self._forward_context():
+            logits = system.predict_step(batch).logits
+            loss = system.training_loss(logits, batch)
+        system.count_correct(logits, batch["label"])
+        with torch.autocast(self.device.type, enabled=False):
+            loss.backward()
+            self.optimizer.step()
+        return loss.detach()
+
+    def _forward_context(self) -> AbstractContextManager:
+        """The run's autocast (bf16-mixed, which Lightning enters around the training step), with its cache of cast
+        weights off: a capture must not keep cast copies of weights that the update then changes."""
+        kind = self.device.type
+        if not torch.is_autocast_enabled(kind):
+            return nullcontext()
+        return torch.autocast(kind, dtype=torch.get_autocast_dtype(kind), cache_enabled=False)
+
+
+def capturable_loss(loss_kind: str, distill: dict | None) -> bool:
+    """Whether a step of this loss can be captured: the pointwise loss (and distillation's per-pair KL) computes the
+    same operations for every batch of one shape; the pairwise and listwise losses depend on the batch's groups."""
+    return loss_kind == "pointwise" and (distill is None or distill["loss"] == "kl")
+
+
+def make_capturable(optimizer: torch.optim.Optimizer) -> None:
+    """The optimiser's update made capturable where it has the option (Adam, AdamW and the others that keep a
+    step count: on the device, no host read); an optimiser without it (SGD) captures as it is."""
+    if "capturable" in optimizer.defaults:
+        optimizer.defaults["capturable"] = True
+        for group in optimizer.param_groups:
+            group["capturable"] = True
