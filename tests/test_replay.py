@@ -89,6 +89,8 @@ def test_capture_defaults_to_widths_rounded_to_eight(tmp_path):
         (["+trainer.accumulate_grad_batches=2"], "trainer.accumulate_grad_batches=2"),
         (["compile=true", "compile_mode=reduce-overhead"], "compile_mode=reduce-overhead"),
         (["trainer.precision=16-mixed"], "trainer.precision=16-mixed"),
+        (["trainer.devices=2"], "trainer.devices=2"),
+        (["trainer.devices=[0,1]"], "trainer.devices=[0, 1]"),
     ],
 )
 def test_settings_a_whole_step_graph_cannot_hold_are_refused_before_any_data_is_read(tmp_path, overrides, named):

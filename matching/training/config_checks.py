@@ -8,7 +8,7 @@ import json
 
 import torch
 from hydra.utils import get_object, instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from matching.errors import ConfigError
 from matching.model.precision import check
@@ -114,6 +114,16 @@ def check_capture(cfg: DictConfig) -> None:
     if trainer.get("gradient_clip_val"):
         refused.append(f"trainer.gradient_clip_val={trainer.get('gradient_clip_val')} (Lightning clips between the "
                        f"backward pass and the update, which are one graph here)")  # fmt: skip
+    devices, nodes = trainer.get("devices", 1), int(trainer.get("num_nodes") or 1)
+    several = (
+        devices == -1
+        or (isinstance(devices, int) and devices > 1)
+        or (isinstance(devices, ListConfig | list) and len(devices) > 1)
+    )
+    if several or nodes > 1:
+        refused.append(f"trainer.devices={devices} trainer.num_nodes={nodes} (several processes: their gradients are "
+                       f"averaged during the backward pass, which this replay does not capture; one GPU per run, "
+                       f"several runs at once, fills a machine: docs/performance.md)")  # fmt: skip
     if int(trainer.get("accumulate_grad_batches") or 1) != 1:
         refused.append(f"trainer.accumulate_grad_batches={trainer.get('accumulate_grad_batches')}")
     if str(trainer.get("precision")) in ("16-mixed", "16"):
