@@ -544,5 +544,22 @@ def test_the_centring_tables_note_names_every_cell_whose_seeds_differ(tmp_path):
                              "metric": "acc" if task == "snli_check" else "map", "mean": "60", "std": "1", "n": n,
                              **twin})  # fmt: skip
     table = centring_table(tmp_path)
-    assert ("Seeds per cell: 3, except SNLI check acc (842 dev pairs), softmax: 5; SNLI check acc (842 dev pairs), "
-            "softmax, centred: 5 (as the study's rule took them).") in table  # fmt: skip
+    assert ("Seeds per cell: 3, except SNLI check acc (842 dev pairs): softmax (centred and not) 5 (as the study's "
+            "rule took them).") in table  # fmt: skip
+
+
+def test_seed_counts_group_a_task_whose_cells_all_took_more():
+    from matching.results.publish import _seed_counts
+
+    labels = {
+        "softmax": "softmax",
+        "softmax_centred": "softmax, centred",
+        "coda": "CoDA",
+        "coda_centred": "CoDA, centred",
+    }
+    rows = [{"task": "wikiqa", "family": f, "n": "3"} for f in labels]
+    rows += [{"task": "trecqa", "family": f, "n": "5"} for f in labels]
+    rows += [{"task": "snli_check", "family": f, "n": n} for f, n in zip(labels, "3373", strict=True)]
+    said = _seed_counts(rows, labels)
+    assert said == ("Seeds per cell: 3, except TrecQA clean-dev MAP (65 questions): 5 in every cell; SNLI check acc "
+                    "(842 dev pairs): CoDA 7 (as the study's rule took them).")  # fmt: skip

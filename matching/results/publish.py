@@ -130,8 +130,23 @@ def _seed_counts(rows: list[dict[str, str]], labels: dict[str, str]) -> str:
     if not counts:
         return ""
     usual = counts.most_common(1)[0][0]
-    others = [f"{CENTRING_TASKS.get(r['task'], r['task'])}, {labels[r['family']]}: {r['n']}"
-              for r in rows if r["n"] and r["n"] != usual]  # fmt: skip
+    others = []
+    for task, title in {r["task"]: CENTRING_TASKS.get(r["task"], r["task"]) for r in rows}.items():
+        cells = {r["family"]: r["n"] for r in rows if r["task"] == task and r["n"]}
+        off = {family: n for family, n in cells.items() if n != usual}
+        if not off:
+            continue
+        if len(off) == len(cells) and len(set(off.values())) == 1:  # the whole task took more (or fewer)
+            others.append(f"{title}: {next(iter(off.values()))} in every cell")
+            continue
+        said_of = []  # an aligner centred and not, with the same count, said once
+        for family, n in off.items():
+            base = family.removesuffix("_centred")
+            if family != base and off.get(base) == n:
+                continue
+            both = family == base and off.get(f"{base}_centred") == n
+            said_of.append(f"{labels[family]}{' (centred and not)' if both else ''} {n}")
+        others.append(f"{title}: {', '.join(said_of)}")
     said = f"Seeds per cell: {usual}" + (f", except {'; '.join(others)}" if others else "")
     return said + " (as the study's rule took them)."
 
