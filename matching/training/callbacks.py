@@ -153,19 +153,26 @@ class FiniteLossGuard(pl.Callback):
         self._where[trainer.global_step] = (trainer.current_epoch, batch_idx)
 
     def on_before_backward(self, trainer, pl_module, loss) -> None:
-        if loss.device.type == "cpu":  # free to read: checked now, before backward and the optimizer step
+        self._watch(trainer, loss, trainer.global_step)
+
+    def _watch(self, trainer, loss: torch.Tensor, step: int) -> None:
+        if loss.device.type == "cpu":  # free to read: checked now
             if not math.isfinite(value := float(loss.detach())):
-                self._stop(trainer, trainer.global_step, value)
+                self._stop(trainer, step, value)
             self._where.clear()
             return
         loss = loss.detach()
         if self._first is None or self._first.device != loss.device:
             self._first, self._loss = torch.full((), -1, device=loss.device), torch.zeros((), device=loss.device)
         new = ~torch.isfinite(loss) & (self._first < 0)
-        self._first = torch.where(new, trainer.global_step, self._first)
+        self._first = torch.where(new, step, self._first)
         self._loss = torch.where(new, loss.float(), self._loss)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if not pl_module.automatic_optimization and isinstance(outputs, dict) and "loss" in outputs:
+            # A step of our own (capture=true: backward and update inside one replayed graph): its loss is seen
+            # after the update, the step already counted; still before any checkpoint is written from its weights.
+            self._watch(trainer, outputs["loss"], trainer.global_step - 1)
         every = trainer.log_every_n_steps
         if every > 0 and trainer.global_step % every == 0:
             self._check(trainer)

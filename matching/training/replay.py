@@ -136,6 +136,32 @@ class StepReplay:
         return torch.autocast(kind, dtype=torch.get_autocast_dtype(kind), cache_enabled=False)
 
 
+class UpdateInStep:
+    """The optimiser Lightning steps under `capture=true`: `step(closure)` runs the closure, the whole step of
+    StepReplay, whose graph (or eager step) holds the real optimiser's update; its parameter groups, state, defaults
+    and state_dict are the real optimiser's (`inner`), so that checkpoints, resume and learning-rate readers see
+    what they would see without capture."""
+
+    def __init__(self, inner: torch.optim.Optimizer):
+        self.inner = inner
+
+    param_groups = property(lambda self: self.inner.param_groups)
+    defaults = property(lambda self: self.inner.defaults)
+    state = property(lambda self: self.inner.state)
+
+    def step(self, closure):
+        return closure()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.inner.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.inner.load_state_dict(state_dict)
+
+
 def capturable_loss(loss_kind: str, distill: dict | None) -> bool:
     """Whether a step of this loss can be captured: the pointwise loss (and distillation's per-pair KL) computes the
     same operations for every batch of one shape; the pairwise and listwise losses depend on the batch's groups."""

@@ -11,7 +11,6 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.trainer.call import _call_callback_hooks
 from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
@@ -37,7 +36,7 @@ from matching.training.metrics import (
     match_margin,
     positive_index,
 )
-from matching.training.replay import StepReplay, capturable_loss, make_capturable
+from matching.training.replay import StepReplay, UpdateInStep, capturable_loss, make_capturable
 
 log = logging.getLogger(__name__)
 
@@ -150,10 +149,9 @@ class MatchingSystem(pl.LightningModule):
         use (under a Trainer or called directly), computed in `compute_dtype`."""
         return run_batch(self.model, batch, resolve(self.compute_dtype, batch["a"].device))
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor | None:
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         if self.capture:
-            self._replayed_step(batch, batch_idx)
-            return None
+            return self._replayed_step(batch, batch_idx)
         logits = self.predict_step(batch).logits
         loss = self.training_loss(logits, batch)
         self.count_correct(logits, batch["label"])
@@ -165,32 +163,29 @@ class MatchingSystem(pl.LightningModule):
         epoch."""
         self.train_correct.add_((logits.detach().argmax(-1) == labels).sum())
 
-    def _log_step_loss(self, loss: torch.Tensor, batch_idx: int, size: int) -> None:
+    def _log_step_loss(self, loss: torch.Tensor, batch_idx: int, size: int, copy: bool = False) -> None:
         """The step loss, on the steps whose metrics the loggers write (log_every_n_steps) and on an epoch's first
-        step (so that even an epoch shorter than that interval shows one)."""
+        step (so that even an epoch shorter than that interval shows one); `copy`: a copy of it is logged (a replayed
+        graph's loss tensor is overwritten by the next replay)."""
         self.train_seen += size
         every = self.trainer.log_every_n_steps
         if batch_idx == 0 or (every > 0 and (self.global_step + 1) % every == 0):
-            self.log("train/loss", loss, prog_bar=True, batch_size=size)
+            self.log("train/loss", loss.clone() if copy else loss, prog_bar=True, batch_size=size)
 
-    def _replayed_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+    def _replayed_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         """`capture=true`: the step of matching.training.replay on the pairs `batch["index"]` padded to
-        `batch["widths"]` (matching.training.batching.IndexCollator). Lightning counts it as an optimiser step
-        (global_step, checkpoints, validation intervals) through the same hooks its own optimiser.step() calls."""
+        `batch["widths"]` (matching.training.batching.IndexCollator), run as the closure of Lightning's optimiser
+        step, so that Lightning counts it (global_step, checkpoints, validation intervals) as one of its own; the
+        optimiser it steps (UpdateInStep) leaves the update to the replayed graph. Its loss is returned for the
+        callbacks that watch it (FiniteLossGuard, after the update)."""
         optimizer = self.optimizers()
         if self.replay is None:
             packed = self.trainer.datamodule.splits["train"].packed(self.device)
-            self.replay = StepReplay(self, optimizer.optimizer, packed, self.trainer.datamodule.batch_size,
+            self.replay = StepReplay(self, optimizer.inner, packed, self.trainer.datamodule.batch_size,
                                      capturable=capturable_loss(self.loss_kind, self.distill))  # fmt: skip
-        optimizer._on_before_step()
-        loss = self.replay.step(batch["index"], batch["widths"])
-        optimizer._on_after_step()
-        # The callbacks that watch the loss (FiniteLossGuard) see it as they would before backward, but after the
-        # update, which is part of the same graph: a non-finite loss still stops the run before any checkpoint is
-        # written from the weights it reached.
-        _call_callback_hooks(self.trainer, "on_before_backward", loss)
-        # a replayed graph's loss tensor is overwritten by the next replay: the logged value is a copy
-        self._log_step_loss(loss.clone(), batch_idx, len(batch["index"]))
+        loss = optimizer.step(closure=lambda: self.replay.step(batch["index"], batch["widths"]))
+        self._log_step_loss(loss, batch_idx, len(batch["index"]), copy=True)
+        return loss
 
     def on_train_start(self) -> None:
         self.replay = None  # graphs hold the addresses of this fit's optimiser state and split
@@ -337,6 +332,8 @@ class MatchingSystem(pl.LightningModule):
             groups = [{"params": [p for p in trained if id(p) not in own]},
                       {"params": [p for p in trained if id(p) in own], "lr": lr}]  # fmt: skip
             optimizer = self.optimizer_factory(groups)
-        if self.capture and self.device.type == "cuda":
+        if not self.capture:
+            return optimizer
+        if self.device.type == "cuda":
             make_capturable(optimizer)
-        return optimizer
+        return UpdateInStep(optimizer)
