@@ -24,7 +24,11 @@
 # pairs (default 48,000).
 #
 # Wheels: hydra-core, omegaconf, antlr4-python3-runtime and hydra-joblib-launcher travel in .whl/ (carry it) and are
-# installed into /tmp/site; the package itself is used from the source tree (PYTHONPATH=$PWD).
+# installed into /tmp/site; the package itself is used from the source tree (PYTHONPATH=$PWD). Made once, where pip
+# reaches the package index (antlr4 4.9.3 has no wheel on it: pip builds one):
+#     pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#         --platform manylinux2014_x86_64 -d .whl hydra-core==1.3.8 omegaconf==2.3.1 hydra-joblib-launcher==1.2.0
+#     pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3
 
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
