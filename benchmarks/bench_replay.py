@@ -11,8 +11,9 @@ Adam (capturable) and the training split on the device; an epoch's batches (Inde
 made once; then the epoch is trained `--rounds` times each way, alternating, through StepReplay: eagerly
 (`capturable=False`) and replayed (the first round captures one graph per shape, after each shape's warm-up steps;
 later rounds only replay). Prints the median ms per step and pairs/s of each, their ratio, the number of shapes and
-the SNLI epoch (550,152 pairs) each rate implies. `--compile` compiles the model (torch.compile, mode default) first:
-the capture then records its fused kernels.
+the SNLI epoch (550,152 pairs) each rate implies; on a GPU also the most used shape's graph replayed back to back
+with nothing between (the device's own time for a step: the floor under any loop). `--compile` compiles the model
+(torch.compile, mode default) first: the capture then records its fused kernels.
 """
 
 from __future__ import annotations
@@ -95,7 +96,21 @@ def measure(work: Path, aligner: str, trainer: str, pairs: int, rounds: int, com
     for _ in range(rounds):
         times["eager"].append(eager())
         times["replayed"].append(replayed())
-    return first, times, len(batches), full, len(shapes), replay.describe(), agreement
+    return first, times, len(batches), full, len(shapes), replay.describe(), agreement, graph_alone_ms(replay)
+
+
+def graph_alone_ms(replay, launches: int = 200) -> float | None:
+    """Milliseconds per launch of the most used shape's graph replayed back to back, nothing else between: the
+    device's own time for a step (the host's ~10 µs per launch hides behind it), the floor under any loop."""
+    if not replay.graphs:
+        return None
+    graph = max(replay.graphs.items(), key=lambda item: replay.seen[item[0]])[1].graph
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(launches):
+        graph.replay()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / launches * 1000
 
 
 def main() -> None:
@@ -115,7 +130,7 @@ def main() -> None:
     print(f"{'aligner':<17} {'steps':>6} {'shapes':>6} {'eager ms':>9} {'replay ms':>10} {'ratio':>6} "
           f"{'eager SNLI s':>12} {'replay SNLI s':>13} {'1st eager/replay ms':>20}")  # fmt: skip
     for aligner in args.aligners.split(","):
-        first, times, steps, full, shapes, described, agreement = measure(
+        first, times, steps, full, shapes, described, agreement, alone = measure(
             work, aligner, args.trainer, args.pairs, args.rounds, args.compile, extra
         )
         e, r = statistics.median(times["eager"]), statistics.median(times["replayed"])
@@ -125,7 +140,11 @@ def main() -> None:
         print(
             f"  {aligner}: {full} of {steps} batches full; replayed runner: {described}; eager and replayed {agreement}"
         )
-        print(f"RESULT aligner={aligner} eager_ms={e:.4f} replay_ms={r:.4f} steps={steps} shapes={shapes}")
+        if alone is not None:
+            print(f"  {aligner}: the most used shape's graph alone, replayed back to back: {alone:.3f} ms a step "
+                  f"(SNLI epoch {alone * per_pair / 1000:.1f} s at that rate)")  # fmt: skip
+        print(f"RESULT aligner={aligner} eager_ms={e:.4f} replay_ms={r:.4f} graph_alone_ms={alone} steps={steps} "
+              f"shapes={shapes}")  # fmt: skip
 
 
 if __name__ == "__main__":
