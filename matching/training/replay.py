@@ -85,7 +85,9 @@ class StepReplay:
     def describe(self) -> str:
         """What the steps so far were: replayed, eager, and the shapes captured."""
         if not self.captures:
-            return f"{self.eager} training steps run eagerly (no CUDA device: nothing to capture)"
+            why = ("no CUDA device: nothing to capture" if self.device.type != "cuda" else
+                   "this loss's operations depend on each batch's queries, so none is captured")  # fmt: skip
+            return f"{self.eager} training steps run eagerly ({why})"
         return (f"{self.replayed} training steps replayed from {len(self.graphs)} captured CUDA graphs (one per "
                 f"batch shape), {self.eager} run eagerly (each shape's first {self.warmup}, and batches of another "
                 f"size)")  # fmt: skip
