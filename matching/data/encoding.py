@@ -164,7 +164,7 @@ class PackedSide:
         """(B, longest) ids of the texts `index` (the same indices on the host: `host`), 0-padded on the right;
         the width is rounded up to a multiple of `pad_to`."""
         lengths = self.host_length[host]
-        longest = self.width(host, pad_to)
+        longest = _round_up(int(lengths.max()), pad_to)
         if self.ids.device.type == "cpu":  # NumPy: a few microseconds where each torch call costs several
             width = np.arange(longest)
             # Positions past a text's end read its neighbour's ids (past the last text: the last id, "clip"), then
@@ -185,7 +185,11 @@ class PackedSide:
 
     def width(self, host: np.ndarray, pad_to: int = 1) -> int:
         """The longest of the texts `host` (indices on the host), rounded up to a multiple of `pad_to`."""
-        return -(-int(self.host_length[host].max()) // pad_to) * pad_to
+        return _round_up(int(self.host_length[host].max()), pad_to)
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
 
 
 @dataclass(frozen=True)

@@ -255,6 +255,16 @@ class TrainLoader(DataLoader):
         self.batch_sampler.resume_at(int(state["epoch"]), int(state["batches"]))
 
 
+def batch_indices(indices: list[int], device: torch.device) -> tuple[np.ndarray, torch.Tensor]:
+    """A batch's indices on the host (NumPy) and on `device`: on a GPU copied from pinned memory (a copy from
+    pageable memory waits for the GPU)."""
+    host = np.asarray(indices, dtype=np.int64)
+    index = torch.from_numpy(host)
+    if device.type == "cuda":
+        index = index.pin_memory().to(device, non_blocking=True)
+    return host, index
+
+
 class PadCollator:
     """Gathers a batch of indices from an EncodedSplit and pads both sides to the batch's own maximum; the
     embedding `source` adds what the model takes besides ids (an encoder's word states or word pieces).
@@ -272,10 +282,7 @@ class PadCollator:
     def __call__(self, indices: list[int]) -> dict[str, Any]:
         s = self.split
         packed = s.packed(self.device)
-        host = np.asarray(indices, dtype=np.int64)
-        index = torch.from_numpy(host)
-        if self.device.type == "cuda":  # from pinned memory: a copy from pageable memory waits for the GPU
-            index = index.pin_memory().to(self.device, non_blocking=True)
+        host, index = batch_indices(indices, self.device)
         if self.device.type == "cpu":  # NumPy's gathers: a microsecond where torch's indexing takes several
             label, group = (torch.from_numpy(t.numpy()[host]) for t in (packed.labels, packed.groups))
         else:
@@ -303,8 +310,5 @@ class IndexCollator:
 
     def __call__(self, indices: list[int]) -> dict[str, Any]:
         packed = self.split.packed("cpu")
-        host = np.asarray(indices, dtype=np.int64)
-        index = torch.from_numpy(host)
-        if self.device.type == "cuda":
-            index = index.pin_memory().to(self.device, non_blocking=True)
+        host, index = batch_indices(indices, self.device)
         return {"index": index, "widths": (packed.a.width(host, self.pad_to), packed.b.width(host, self.pad_to))}

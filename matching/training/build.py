@@ -38,7 +38,7 @@ from matching.model.decomposable import DecomposableAttention
 from matching.model.embeddings import embeddings_choice
 from matching.saved.run_folder import find_checkpoint
 from matching.training.datamodule import PairDataModule, split_prefix
-from matching.training.losses import distill_settings
+from matching.training.losses import compares_candidates, distill_settings
 from matching.training.system import MatchingSystem
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,7 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None, run_dir: 
         vectors.check_available()
     pad_to = cfg.data.get("pad_to") or (8 if cfg.get("compile") or cfg.get("capture") else 1)
     distill = distill_settings(cfg, task.kind)
-    # the ranking losses (and distillation's margin_mse and listwise_kl) compare the candidates of a query
-    whole_queries = loss_kind(cfg) != "pointwise" or (distill is not None and distill["loss"] != "kl")
+    whole_queries = compares_candidates(loss_kind(cfg), distill)
     run_dir = run_dir or cfg.paths.get("output_dir")
     return build(cfg.data, task=task, vocab=vocab, vectors=vectors, pad_to=pad_to, whole_queries=whole_queries,
                  capture=bool(cfg.get("capture")), run_dir=run_dir, trained_logits=trained_logits)  # fmt: skip

@@ -156,6 +156,13 @@ def _query_log_softmax(values: torch.Tensor, inverse: torch.Tensor, queries: int
     return values - (sums.log() + top)[inverse]
 
 
+def compares_candidates(loss_kind: str, distill: dict[str, Any] | None) -> bool:
+    """Whether the training loss compares a query's candidates: the ranking losses (pairwise, listwise) and
+    distillation's margin_mse and listwise_kl. Their batches hold whole queries (QueryBatchSampler), and their
+    operations depend on each batch's queries."""
+    return loss_kind != "pointwise" or (distill is not None and distill["loss"] != "kl")
+
+
 def distill_settings(cfg: DictConfig, task_kind: str) -> dict[str, Any] | None:
     """The run's distillation (teachers, loss, weight, temperature), or None without a teacher."""
     node = cfg.get("distill") or {}

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from matching.data.encoding import PackedSplit
+from matching.training.losses import compares_candidates
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +167,8 @@ class UpdateInStep:
 
 def capturable_loss(loss_kind: str, distill: dict | None) -> bool:
     """Whether a step of this loss can be captured: the pointwise loss (and distillation's per-pair KL) computes the
-    same operations for every batch of one shape; the pairwise and listwise losses depend on the batch's groups."""
-    return loss_kind == "pointwise" and (distill is None or distill["loss"] == "kl")
+    same operations for every batch of one shape; the losses that compare a query's candidates do not."""
+    return not compares_candidates(loss_kind, distill)
 
 
 def make_capturable(optimizer: torch.optim.Optimizer) -> None:
