@@ -3,6 +3,7 @@
     python benchmarks/bench_rerank.py --pairs WikiQA-dev.tsv.gz --columns Question,Sentence,QuestionID,Label \
         --model static=<run> --model contextual=<run> --model contextual+index=<run> [--model distilled=<run>] \
         [--cross-encoder <folder or hub name>] [--threads 1,2] [--queries 0]
+    python benchmarks/bench_rerank.py --task trecqa --data-dir /path/to/corpora --model ...   # its dev split
 
 For each model (`name=path`, any form `Matcher.load` takes; a name with `+index` ranks against an index of all the
 file's candidates, built first and timed apart; with `+ort`, a contextual model's encoder runs new text on ONNX
@@ -42,6 +43,10 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from matching import Matcher  # noqa: E402
+from matching.cli import compose_config  # noqa: E402
+from matching.data.sources import read_split  # noqa: E402
+from matching.errors import UserError  # noqa: E402
+from matching.model.assembly import build_task  # noqa: E402
 
 Question = tuple[str, list[str], list[int]]  # the question, its candidates, their labels (1: correct)
 
@@ -59,6 +64,27 @@ def read_questions(path: Path, columns: Sequence[str], limit: int) -> list[Quest
         question[2].append(int(float(row[label])))
     questions = list(groups.values())
     return questions[:limit] if limit else questions
+
+
+def ranking_questions(task_name: str, split: str, data_dir: Path) -> tuple[list[str], list[Question]]:
+    """(question ids, questions) of a ranking task's split as matching reads it (the task's own reader, config and
+    files: the ids are those of our runs' score files), in order of first appearance."""
+    cfg = compose_config("train", [f"task={task_name}", f"paths.data_dir={data_dir}"])
+    task = build_task(cfg)
+    if task.kind != "rank":
+        sys.exit(f"--task {task_name} is a {task.kind} task; reranking is measured on a ranking task "
+                 "(wikiqa, trecqa)")  # fmt: skip
+    positive = task.labels[-1]
+    try:
+        pairs = read_split(task, split, data_dir, cfg.paths.cache_dir)
+    except UserError as error:
+        sys.exit(f"{error}\nGive --data-dir the folder that holds the corpora.")
+    groups: dict[str, Question] = {}
+    for pair in pairs:
+        question = groups.setdefault(pair.group, (pair.a, [], []))
+        question[1].append(pair.b)
+        question[2].append(int(pair.label == positive))
+    return list(groups), list(groups.values())
 
 
 def map_mrr(questions: Sequence[Question], scores: Sequence[Sequence[float]]) -> tuple[float, float, int]:
@@ -122,7 +148,10 @@ def bench_cross_encoder(path: str, questions: Sequence[Question], threads: int) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=Path, required=True)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--pairs", type=Path, help="a TSV or CSV of (question, candidate, question id, label) rows")
+    source.add_argument("--task", help="a ranking task's dev split as matching reads it (wikiqa, trecqa: clean-dev)")
+    parser.add_argument("--data-dir", type=Path, default=None, help="with --task: the folder that holds the corpora")
     parser.add_argument("--columns", default="Question,Sentence,QuestionID,Label", help="a,b,group,label")
     parser.add_argument("--model", action="append", default=[], help="name=path (name+index: with an index)")
     parser.add_argument("--cross-encoder", default=None)
@@ -139,9 +168,16 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="every figure as JSON")
     args = parser.parse_args()
     results = []
-    questions = read_questions(args.pairs, args.columns.split(","), args.queries)
+    if args.task:
+        if args.data_dir is None:
+            parser.error("--task reads the task's dev split from --data-dir /path/to/corpora")
+        questions = ranking_questions(args.task, "dev", args.data_dir)[1]
+        questions, source_name, split = questions[: args.queries or None], f"{args.task} dev", "dev"
+    else:
+        questions = read_questions(args.pairs, args.columns.split(","), args.queries)
+        source_name, split = args.pairs.name, split_name(args.pairs)
     pairs = sum(len(c) for _, c, _ in questions)
-    print(f"{len(questions)} questions, {pairs} pairs from {args.pairs.name}; torch {torch.__version__}")
+    print(f"{len(questions)} questions, {pairs} pairs from {source_name}; torch {torch.__version__}")
     print(f"{'model':<22} {'threads':>7} {'rank pairs/s':>13} {'predict pairs/s':>16} {'MAP':>6} {'MRR':>6}  note")
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
@@ -164,7 +200,7 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     if args.chart:
-        draw(results, args.chart, args.split or split_name(args.pairs), args.pairs.name)
+        draw(results, args.chart, args.split or split, source_name)
 
 
 def split_name(path: Path) -> str:

@@ -43,37 +43,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_rerank import Question  # noqa: E402
+from bench_rerank import Question, ranking_questions  # noqa: E402
 
-from matching.cli import compose_config  # noqa: E402
-from matching.data.sources import read_split  # noqa: E402
-from matching.errors import UserError  # noqa: E402
-from matching.model.assembly import build_task  # noqa: E402
 from matching.model.contextual import MINILM, locate_encoder  # noqa: E402
 from matching.results.significance import holm, method_test  # noqa: E402
 from matching.training.metrics import question_scores  # noqa: E402
 from matching.training.scores import unit_scores  # noqa: E402
-
-
-def ranking_questions(task_name: str, split: str, data_dir: Path) -> tuple[list[str], list[Question]]:
-    """(question ids, questions) of a ranking task's split as matching reads it (the task's own reader, config and
-    files: the ids are those of our runs' score files), in order of first appearance."""
-    cfg = compose_config("train", [f"task={task_name}", f"paths.data_dir={data_dir}"])
-    task = build_task(cfg)
-    if task.kind != "rank":
-        sys.exit(f"--task {task_name} is a {task.kind} task; a CrossEncoder reranker is compared on a ranking task "
-                 "(wikiqa, trecqa)")  # fmt: skip
-    positive = task.labels[-1]
-    try:
-        pairs = read_split(task, split, data_dir, cfg.paths.cache_dir)
-    except UserError as error:
-        sys.exit(f"{error}\nGive --data-dir the folder that holds the corpora.")
-    groups: dict[str, Question] = {}
-    for pair in pairs:
-        question = groups.setdefault(pair.group, (pair.a, [], []))
-        question[1].append(pair.b)
-        question[2].append(int(pair.label == positive))
-    return list(groups), list(groups.values())
 
 
 def question_rows(ids: list[str], questions: list[Question], scores: list[np.ndarray]) -> list[dict]:

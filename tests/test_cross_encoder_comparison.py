@@ -129,3 +129,23 @@ def test_the_cross_encoders_score_file_ranks_ties_by_the_projects_rule(bench):
     rows = bench.question_rows(["Q1", "Q2", "Q3"], questions, scores)
     assert [(r["unit"], r["candidates"], r["positives"], r["ap"], r["rr"]) for r in rows] == [
         ("Q1", 2, 1, 0.5, 0.5), ("Q2", 2, 1, 1.0, 1.0), ("Q3", 1, 0, 0.0, 0.0)]  # fmt: skip
+
+
+def test_the_rerank_benchmark_reads_a_task_split_as_the_runs_do(monkeypatch, tmp_path):
+    """bench_rerank.py --task: a ranking task's dev split through matching's own reader gives the questions, their
+    candidates and labels that the same corpus's file gives read as a table; a classification task is refused."""
+    monkeypatch.chdir(tmp_path)  # the reader's cache goes under the working folder's data/cache
+    spec = importlib.util.spec_from_file_location("bench_rerank", SCRIPT.parent / "bench_rerank.py")
+    rerank = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rerank)
+    fixtures = Path(__file__).parent / "fixtures"
+    ids, questions = rerank.ranking_questions("wikiqa", "dev", fixtures)
+    table = rerank.read_questions(
+        fixtures / "wikiqa" / "WikiQA-dev.tsv", ["Question", "Sentence", "QuestionID", "Label"], 0
+    )
+    assert len(ids) == len(set(ids)) == len(questions) > 0
+    assert questions == table
+    trec_ids, trec = rerank.ranking_questions("trecqa", "dev", fixtures)
+    assert trec and all(len(candidates) == len(labels) and set(labels) <= {0, 1} for _, candidates, labels in trec)
+    with pytest.raises(SystemExit, match="ranking task"):
+        rerank.ranking_questions("snli", "dev", fixtures)
