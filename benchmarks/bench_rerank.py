@@ -172,7 +172,7 @@ def main() -> None:
         if args.data_dir is None:
             parser.error("--task reads the task's dev split from --data-dir /path/to/corpora")
         questions = ranking_questions(args.task, "dev", args.data_dir)[1]
-        questions, source_name, split = questions[: args.queries or None], f"{args.task} dev", "dev"
+        questions, source_name, split = questions[: args.queries or None], args.task, "dev"
     else:
         questions = read_questions(args.pairs, args.columns.split(","), args.queries)
         source_name, split = args.pairs.name, split_name(args.pairs)
@@ -223,7 +223,8 @@ def draw(results: list[dict], out: Path, split: str, source: str) -> None:
     by_model: dict[str, list[dict]] = {}
     for r in results:
         by_model.setdefault(r["model"], []).append(r)
-    for i, (name, rows) in enumerate(by_model.items()):
+    labels, points = [], {}
+    for name, rows in by_model.items():
         rows = sorted(rows, key=lambda r: r["threads"])
         ys = [r["map_quoted"] if r.get("map_quoted") is not None else r["map"] for r in rows]
         ax.plot([r["rank"] for r in rows], ys, color="0.7", lw=1, zorder=1)
@@ -231,31 +232,68 @@ def draw(results: list[dict], out: Path, split: str, source: str) -> None:
             colour = "C0" if r["threads"] == 1 else "C1"
             hollow = r.get("map_quoted") is not None
             ax.scatter(r["rank"], y, s=55, edgecolors=colour, facecolors="none" if hollow else colour, zorder=2)
+            points.setdefault(name, []).append((r["rank"], y))
         first = rows[0]
-        label = name + (" (MAP quoted)" if first.get("map_quoted") is not None else "")
-        ax.annotate(
-            label,
-            (first["rank"], ys[0]),
-            textcoords="offset points",
-            xytext=(-4, -13 if i % 2 else 7),
-            fontsize=8,
-            ha="left",
-        )  # alternately below and above: models of one MAP stay apart
+        labels.append(
+            (name, name + (" (MAP quoted)" if first.get("map_quoted") is not None else ""), first["rank"], ys[0])
+        )
         if name == "cross-encoder":
             ax.axhline(ys[0], color="C2", ls="--", lw=0.8)
             ax.axvline(10 * first["rank"], color="C2", ls="--", lw=0.8)
             ax.annotate("10x the CrossEncoder's rank speed (1 thread)", (10 * first["rank"], ax.get_ylim()[0]),
                         textcoords="offset points", xytext=(4, 4), fontsize=7, color="C2")  # fmt: skip
     low, high = ax.get_ylim()
-    ax.set_ylim(low - 0.5, high + 0.3)
+    ax.set_ylim(low - 0.5, high + 0.12 * (high - low))  # room above the best models for their names
     ax.set_xscale("log")
     ax.set_xlabel("Matcher.rank per question: pairs/s (log scale; blue: 1 thread, orange: 2 threads)")
     ax.set_ylabel(f"{split} MAP (%)")
     ax.set_title(f"{source} ({split}): ranking quality against speed (one sitting)")
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
+    place_labels(ax, labels, points)
     fig.savefig(out, dpi=130)
     print(f"wrote {out}")
+
+
+def place_labels(ax, labels: list[tuple[str, float, float]], points: dict[str, list[tuple[float, float]]]) -> None:
+    """Each model's name beside its 1-thread point, where it covers the least of the other models' points, the
+    names already placed and the outside of the axes: just above or below it, else further off with a leader line
+    to it (models of nearly one MAP and speed sit close on a log scale)."""
+    from matplotlib.text import Text
+
+    renderer = ax.figure.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+
+    def marker_boxes(model: str) -> list[tuple[float, float, float, float]]:
+        """Other models' markers with a margin: a name that touches another model's point reads as its."""
+        centres = [ax.transData.transform(xy) for other, xys in points.items() if other != model for xy in xys]
+        return [(px - 10, py - 10, px + 10, py + 10) for px, py in centres]
+
+    def overlap(box, x0: float, y0: float, x1: float, y1: float) -> float:
+        return max(0.0, min(box.x1, x1) - max(box.x0, x0)) * max(0.0, min(box.y1, y1) - max(box.y0, y0))
+
+    near = ((-4, 7), (-4, -13))
+    further = ((-4, 24), (-4, -30), (-50, 24), (-50, -30), (30, 24), (30, -30), (-4, 38), (-4, -44))
+    placed: list[tuple[float, float, float, float]] = []
+    for model, text, x, y in labels:
+        obstacles = marker_boxes(model) + placed
+        best = None
+        for dx, dy in near + further:
+            leader = {} if (dx, dy) in near else {"arrowprops": {"arrowstyle": "-", "color": "0.5", "lw": 0.6}}
+            note = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=8, **leader)
+            note.update_positions(renderer)
+            box = Text.get_window_extent(note, renderer)  # the name alone, not its leader line
+            outside = box.width * box.height - overlap(box, frame.x0, frame.y0, frame.x1, frame.y1)
+            cost = outside + sum(overlap(box, *other) for other in obstacles)
+            if best is None or cost < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (cost, note, box)
+            else:
+                note.remove()
+            if best[0] == 0:
+                break
+        placed.append((best[2].x0, best[2].y0, best[2].x1, best[2].y1))
 
 
 if __name__ == "__main__":
