@@ -255,10 +255,11 @@ def draw(results: list[dict], out: Path, split: str, source: str) -> None:
     print(f"wrote {out}")
 
 
-def place_labels(ax, labels: list[tuple[str, float, float]], points: dict[str, list[tuple[float, float]]]) -> None:
-    """Each model's name beside its 1-thread point, where it covers the least of the other models' points, the
-    names already placed and the outside of the axes: just above or below it, else further off with a leader line
-    to it (models of nearly one MAP and speed sit close on a log scale)."""
+def place_labels(ax, labels: list[tuple[str, str, float, float]], points: dict[str, list[tuple[float, float]]]) -> None:
+    """Each model's name beside its 1-thread point (`labels`: the model, its name as drawn, that point's x and y),
+    where it covers the least of the other models' points, the names already placed and the outside of the axes:
+    just above or below it, else further off with a leader line to it (models of nearly one MAP and speed sit close
+    on a log scale)."""
     from matplotlib.text import Text
 
     renderer = ax.figure.canvas.get_renderer()

@@ -145,7 +145,7 @@ def test_the_rerank_benchmark_reads_a_task_split_as_the_runs_do(monkeypatch, tmp
     )
     assert len(ids) == len(set(ids)) == len(questions) > 0
     assert questions == table
-    trec_ids, trec = rerank.ranking_questions("trecqa", "dev", fixtures)
+    _, trec = rerank.ranking_questions("trecqa", "dev", fixtures)
     assert trec and all(len(candidates) == len(labels) and set(labels) <= {0, 1} for _, candidates, labels in trec)
     with pytest.raises(SystemExit, match="ranking task"):
         rerank.ranking_questions("snli", "dev", fixtures)
