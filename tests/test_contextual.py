@@ -5,6 +5,7 @@ The encoder is a tiny BERT saved to a temporary folder (conftest.save_tiny_encod
 import hashlib
 import json
 import logging
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -122,6 +123,12 @@ def test_cache_is_built_once_then_reused_and_keyed_by_the_encoder(make_cfg, tiny
     batch = next(iter(again.train_dataloader()))
     assert batch["a_states"].dtype == torch.float16 and batch["a_states"].shape[:2] == batch["a"].shape
     assert torch.equal(batch["a_states"].abs().sum(-1) > 0, batch["a"] > 0)  # states exactly where the words are
+    copy = tmp_path / "copy" / "snli"  # the corpus copied elsewhere, with new times: found by its bytes
+    shutil.copytree(Path(cfg.paths.data_dir) / "snli", copy, copy_function=shutil.copyfile)
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        build_datamodule(contextual(make_cfg, tiny_encoder, f"paths.data_dir={copy.parent}")).setup("fit")
+    assert "reused" in caplog.text and "encoded" not in caplog.text
     other = save_tiny_encoder(tmp_path / "other", seed=1)  # other weights: another cache entry
     caplog.clear()
     with caplog.at_level(logging.INFO):

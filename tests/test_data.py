@@ -1,11 +1,13 @@
 """Tokeniser, vocabulary, batching and data sources."""
 
+import hashlib
+import os
 import shutil
 
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURE_VECTORS
+from conftest import FIXTURE_VECTORS, FIXTURES
 
 from matching.data.encoding import LabelError
 from matching.data.readers import read_snli_jsonl
@@ -234,6 +236,41 @@ def test_prepared_splits_are_cached_and_reused(make_cfg, caplog, monkeypatch):
         ]
         np.testing.assert_array_equal(a.labels, b.labels)
         np.testing.assert_array_equal(a.groups, b.groups)
+
+
+def test_a_copied_corpus_finds_its_cache_and_a_changed_one_is_read_again(make_cfg, tmp_path, monkeypatch, caplog):
+    build_datamodule(make_cfg()).setup("fit")
+    copy = tmp_path / "copy"
+    shutil.copytree(FIXTURES / "snli", copy / "snli", copy_function=shutil.copyfile)  # new files, new times
+    for file in (copy / "snli").iterdir():
+        os.utime(file, ns=(1, 1))  # and a time no cache was keyed by
+    import matching.training.datamodule as dm_module
+
+    calls = []
+    real = dm_module.read_split
+    monkeypatch.setattr(dm_module, "read_split", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    with caplog.at_level("INFO"):
+        build_datamodule(make_cfg(f"paths.data_dir={copy}")).setup("fit")
+    assert calls == [] and "loaded from cache" in caplog.text
+    train = copy / "snli" / "snli_1.0_train.jsonl"
+    train.write_text("".join(train.read_text().splitlines(keepends=True)[:-1]))  # one pair fewer
+    build_datamodule(make_cfg(f"paths.data_dir={copy}")).setup("fit")
+    assert "train" in calls
+
+
+def test_a_files_sha256_is_read_once_and_remembered_by_path_size_and_time(tmp_path, monkeypatch):
+    from matching.data import cache as corpus_cache
+
+    data = tmp_path / "data.txt"
+    data.write_text("a pair\n")
+    first = corpus_cache.content_sha256(data, tmp_path / "cache")
+    assert first == hashlib.sha256(b"a pair\n").hexdigest()
+    monkeypatch.setattr(corpus_cache, "file_sha256", lambda path: pytest.fail("the file was read again"))
+    assert corpus_cache.content_sha256(data, tmp_path / "cache") == first
+    monkeypatch.undo()
+    data.write_text("another pair\n")  # a new size and time: read again
+    assert corpus_cache.content_sha256(data, tmp_path / "cache") == hashlib.sha256(b"another pair\n").hexdigest()
+    assert corpus_cache.file_content(tmp_path / "absent.txt", tmp_path / "cache") is None
 
 
 def test_cache_misses_when_the_settings_or_the_file_change(make_cfg, tmp_path, monkeypatch):

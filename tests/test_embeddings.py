@@ -1,5 +1,6 @@
 import gzip
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -212,6 +213,13 @@ def test_cache(tmp_path, monkeypatch, caplog):
         load_vectors(path, WORDS, dim=300, cache_dir=cache)
     with pytest.raises(AssertionError, match="parsed again"):  # another word list misses the cache
         load_vectors(path, [*WORDS, "mat"], cache_dir=cache)
+    (tmp_path / "elsewhere").mkdir(), (tmp_path / "changed").mkdir()
+    copy = write(tmp_path / "elsewhere" / "v.txt", GLOVE_TEXT)  # the same bytes at another path and time
+    os.utime(copy, ns=(1, 1))
+    np.testing.assert_array_equal(load_vectors(copy, WORDS, cache_dir=cache)[0], first[0])
+    changed = write(tmp_path / "changed" / "v.txt", GLOVE_TEXT.replace("0.1", "0.2", 1))
+    with pytest.raises(AssertionError, match="parsed again"):  # other bytes miss it
+        load_vectors(changed, WORDS, cache_dir=cache)
 
 
 def test_large_batches_match_exact_parser(tmp_path, monkeypatch):

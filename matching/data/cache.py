@@ -1,9 +1,12 @@
 """On-disk cache of prepared splits (token ids, labels, groups) and the vocabulary built with them.
 
 Reading and tokenising a large corpus is the slow part of starting a run; the result depends only on the
-split files (path, size, modification time), the slice, the text preparation settings and the label space,
-so it is cached under `paths.cache_dir/corpora/` keyed by a hash of exactly those. Files are written through
-a temporary name and a rename, and an unreadable cache entry is rebuilt, never trusted.
+split files' contents, the slice, the text preparation settings and the label space, so it is cached under
+`paths.cache_dir/corpora/` keyed by a hash of exactly those. A file is named in a key by its sha256
+(`file_content`), not by its path or modification time: a corpus copied to another folder or machine, moved, or
+touched finds what was cached for it. The sha256 itself is remembered under `paths.cache_dir/sha256/` by path,
+size and modification time (`content_sha256`), so a large file is read for it once. Files are written through a
+temporary name and a rename, and an unreadable cache entry is rebuilt, never trusted.
 """
 
 from __future__ import annotations
@@ -11,13 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from matching.files import existing, write_npz_atomic
+from matching.files import existing, file_sha256, write_npz_atomic, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,36 @@ def file_stamp(path: Path) -> dict[str, Any] | None:
         files = sorted(q for q in p.iterdir() if q.is_file())
         return {"path": str(p.resolve()), "files": [(q.name, q.stat().st_size, q.stat().st_mtime_ns) for q in files]}
     return None
+
+
+def content_sha256(path: Path, cache_dir: str | os.PathLike | None) -> str:
+    """The sha256 of a file, or of a folder's files (names and contents), remembered in `cache_dir/sha256/` under the
+    file's path, size and modification time, so that a large file is read for it once per machine."""
+    stamp = file_stamp(path)
+    key = hashlib.sha256(json.dumps(stamp, sort_keys=True).encode()).hexdigest()[:32] if stamp else None
+    memo = Path(cache_dir) / "sha256" / key if cache_dir is not None and key else None
+    if memo is not None and memo.is_file():
+        return memo.read_text().strip()
+    if path.is_dir():
+        digest = hashlib.sha256()
+        for file in sorted(p for p in path.rglob("*") if p.is_file()):
+            digest.update(f"{file.relative_to(path).as_posix()}\0{file_sha256(file)}\n".encode())
+        value = digest.hexdigest()
+    else:
+        value = file_sha256(path)
+    if memo is not None:
+        try:
+            write_text_atomic(memo, value)
+        except OSError:  # a read-only cache: the next run hashes again
+            pass
+    return value
+
+
+def file_content(path: Path, cache_dir: str | os.PathLike | None) -> dict[str, Any] | None:
+    """A local split file or folder as a cache key names it: by its bytes (sha256, `content_sha256`), not by where it
+    is or when it was written; None when it is not local (read from the hub)."""
+    found = existing(path)
+    return None if found is None else {"sha256": content_sha256(found, cache_dir)}
 
 
 def _flatten(seqs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from matching.data.cache import content_sha256
 from matching.data.downloads import OfflineError, download_from_hub
 from matching.errors import ConfigError, MissingFileError, UserError
 from matching.extras import require
@@ -98,7 +99,7 @@ def load_vectors(
     format: "auto" (by extension: .kv -> gensim KeyedVectors; .bin/.bin.gz -> word2vec binary; otherwise text,
     with a first line of exactly two integers meaning word2vec text, else GloVe text), "glove", "word2vec",
     "word2vec_bin", "kv". dim: expected dimension (a mismatch raises VectorsError). cache_dir: when given, the
-    result is cached as .npz keyed by (absolute path, size, mtime, format, hash of the word list).
+    result is cached as .npz keyed by (the file's sha256, format, hash of the word list): a copy of the file finds it.
     """
     if format not in FORMATS:
         raise ConfigError(f"unknown vectors format {format!r}; expected one of {', '.join(FORMATS)}")
@@ -522,8 +523,9 @@ def _read_gensim(path: Path, words: list[str], fmt: str, dim: int | None) -> tup
 
 
 def vectors_cache_file(cache_dir: Path, path: Path, format: str, words: list[str]) -> Path:
-    st = path.stat()
-    key = hashlib.sha256(json.dumps([str(path.resolve()), st.st_size, st.st_mtime_ns, format]).encode())
+    """Where the rows of `words` read from `path` are cached: by the file's content (its sha256, remembered under
+    `cache_dir/sha256/`), not its path or modification time."""
+    key = hashlib.sha256(json.dumps([content_sha256(path, cache_dir), format]).encode())
     key.update(hashlib.sha256("\0".join(words).encode("utf-8", "surrogatepass")).digest())
     key.update(str(len(words)).encode())
     return cache_dir / f"{path.name}.{key.hexdigest()[:24]}.npz"

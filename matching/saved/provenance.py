@@ -10,7 +10,6 @@ config, by file names only.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -19,39 +18,16 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from matching.data.cache import file_stamp
+from matching.data.cache import content_sha256
 from matching.data.sources import resolve_path
 from matching.data.tasks import Task
-from matching.files import existing, file_sha256, write_json, write_text_atomic
+from matching.files import existing, write_json
 from matching.model.embeddings import EmbeddingSource
 from matching.saved.run_folder import option_name
 
 log = logging.getLogger(__name__)
 
 PROVENANCE = "provenance.json"
-
-
-def content_sha256(path: Path, cache_dir: str | os.PathLike | None) -> str:
-    """The sha256 of a file, or of a folder's files (names and contents), remembered in `cache_dir/sha256/` under the
-    file's path, size and modification time, so that a large file is read for it once per machine."""
-    stamp = file_stamp(path)
-    key = hashlib.sha256(json.dumps(stamp, sort_keys=True).encode()).hexdigest()[:32] if stamp else None
-    memo = Path(cache_dir) / "sha256" / key if cache_dir is not None and key else None
-    if memo is not None and memo.is_file():
-        return memo.read_text().strip()
-    if path.is_dir():
-        digest = hashlib.sha256()
-        for file in sorted(p for p in path.rglob("*") if p.is_file()):
-            digest.update(f"{file.relative_to(path).as_posix()}\0{file_sha256(file)}\n".encode())
-        value = digest.hexdigest()
-    else:
-        value = file_sha256(path)
-    if memo is not None:
-        try:
-            write_text_atomic(memo, value)
-        except OSError:  # a read-only cache: the next run hashes again
-            pass
-    return value
 
 
 def split_record(task: Task, split: str, data_dir: str | os.PathLike, cache_dir: str | os.PathLike | None) -> dict:
@@ -73,14 +49,13 @@ def split_record(task: Task, split: str, data_dir: str | os.PathLike, cache_dir:
 def embeddings_record(cfg: DictConfig, source: EmbeddingSource, cache_dir: str | os.PathLike | None) -> dict:
     """The embeddings a run used, as the source says of itself (`identity`): a vectors file by name and sha256, an
     encoder by its name (a hub id, or a local folder's name) and weights sha256; else the option (`random`)."""
-    identity = source.identity() or {}
+    identity = source.identity(cache_dir) or {}
     node = cfg.embeddings
     if "weights_sha256" in identity:  # an encoder
         encoder = encoder_name(str(node.get("model") or identity.get("encoder")))
         return {"encoder": encoder, "weights_sha256": identity["weights_sha256"]}
-    if "path" in identity:  # a file of word vectors
-        path = Path(identity["path"])
-        return {"file": path.name, "bytes": identity.get("size"), "sha256": content_sha256(path, cache_dir)}
+    if "sha256" in identity:  # a file of word vectors
+        return {"file": identity["file"], "bytes": identity["size"], "sha256": identity["sha256"]}
     return {"option": option_name(cfg, "embeddings")}
 
 
