@@ -271,6 +271,15 @@ def test_a_files_sha256_is_read_once_and_remembered_by_path_size_and_time(tmp_pa
     data.write_text("another pair\n")  # a new size and time: read again
     assert corpus_cache.content_sha256(data, tmp_path / "cache") == hashlib.sha256(b"another pair\n").hexdigest()
     assert corpus_cache.file_content(tmp_path / "absent.txt", tmp_path / "cache") is None
+    copy = tmp_path / "copy.txt"
+    copy.write_text("another pair\n")
+    vectors = {"path": str(data), "size": 13, "mtime": 1, "format": "glove"}  # a source's identity, by its file
+    assert (
+        corpus_cache.by_content(vectors, None)
+        == corpus_cache.by_content(vectors | {"path": str(copy)}, None)
+        == {"format": "glove", "sha256": hashlib.sha256(b"another pair\n").hexdigest()}
+    )
+    assert corpus_cache.by_content({"option": "random"}, None) == {"option": "random"}
 
 
 def test_cache_misses_when_the_settings_or_the_file_change(make_cfg, tmp_path, monkeypatch):

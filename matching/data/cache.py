@@ -76,6 +76,15 @@ def file_content(path: Path, cache_dir: str | os.PathLike | None) -> dict[str, A
     return None if found is None else {"sha256": content_sha256(found, cache_dir)}
 
 
+def by_content(identity: dict[str, Any] | None, cache_dir: str | os.PathLike | None) -> dict[str, Any] | None:
+    """An embedding source's `identity` as a cache key names it: the file it names by "path" (with its size and
+    modification time) by that file's sha256 instead; the rest as it is."""
+    if not identity or "path" not in identity:
+        return identity
+    rest = {k: v for k, v in identity.items() if k not in ("path", "size", "mtime")}
+    return rest | {"sha256": content_sha256(Path(identity["path"]), cache_dir)}
+
+
 def _flatten(seqs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
     np.cumsum([len(s) for s in seqs], out=offsets[1:])

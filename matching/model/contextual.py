@@ -242,9 +242,8 @@ class ContextualEncoder(EmbeddingSource):
         word pooling after it; None: this encoder's own PyTorch module."""
         self.runtime = runtime
 
-    def identity(self, cache_dir: str | os.PathLike | None = None) -> dict:
-        """What the states depend on (cache keys, and the check that a run is used with its own encoder); the weights
-        are named by the sha256 taken when the encoder was loaded, so `cache_dir` is not needed."""
+    def identity(self) -> dict:
+        """What the states depend on (cache keys, and the check that a run is used with its own encoder)."""
         return {"encoder": str(self.path), "weights_sha256": self.weights, "pooling": "mean of word pieces",
                 "max_positions": self.max_positions, "stride": self.stride}  # fmt: skip
 

@@ -27,7 +27,6 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from matching.data.cache import content_sha256
 from matching.data.encoding import EncodedSplit
 from matching.data.vocab import Vocabulary
 from matching.errors import ConfigError
@@ -99,10 +98,9 @@ class EmbeddingSource(ABC):
         return None  # a table of word vectors: nothing to do
 
     # -- the vocabulary and the table ------------------------------------------------------------------------------
-    def identity(self, cache_dir: str | os.PathLike | None = None) -> dict | None:
-        """What the chosen words and the prepared splits depend on (part of the corpus cache's key), by content: a
-        file by its sha256 (remembered under `cache_dir/sha256/`), not by where it is or when it was written; None:
-        nothing beyond the config."""
+    def identity(self) -> dict | None:
+        """What the chosen words and the prepared splits depend on (part of the corpus cache's key); None: nothing
+        beyond the config."""
         return None
 
     def extra_words(self, train_words: Sequence[str], other_words: Sequence[str]) -> list[str]:
@@ -246,11 +244,10 @@ class PretrainedVectors(EmbeddingSource):
     def check_available(self) -> None:
         self.path  # noqa: B018  (found now, before any corpus is read, or an error that says how to get it)
 
-    def identity(self, cache_dir: str | os.PathLike | None = None) -> dict:
-        """What the chosen words depend on (for cache keys, and a run's provenance): the vectors file by name, size
-        and sha256, and how it is read."""
-        path = self.path
-        return {"file": path.name, "size": path.stat().st_size, "sha256": content_sha256(path, cache_dir),
+    def identity(self) -> dict:
+        """What the chosen words depend on (for cache keys)."""
+        st = self.path.stat()
+        return {"path": str(self.path.resolve()), "size": st.st_size, "mtime": st.st_mtime_ns,
                 "format": self.format, "top_words": self.top_words}  # fmt: skip
 
     def extra_words(self, train_words: Sequence[str], other_words: Sequence[str]) -> list[str]:
@@ -308,7 +305,7 @@ class RandomVectors(EmbeddingSource):
     def __init__(self, dim: int, freeze: bool = False, normalize: bool = False):
         self.dim, self.freeze, self.normalize = dim, freeze, normalize
 
-    def identity(self, cache_dir: str | os.PathLike | None = None) -> None:
+    def identity(self) -> None:
         return None
 
     def extra_words(self, train_words: Sequence[str], other_words: Sequence[str]) -> list[str]:

@@ -49,13 +49,14 @@ def split_record(task: Task, split: str, data_dir: str | os.PathLike, cache_dir:
 def embeddings_record(cfg: DictConfig, source: EmbeddingSource, cache_dir: str | os.PathLike | None) -> dict:
     """The embeddings a run used, as the source says of itself (`identity`): a vectors file by name and sha256, an
     encoder by its name (a hub id, or a local folder's name) and weights sha256; else the option (`random`)."""
-    identity = source.identity(cache_dir) or {}
+    identity = source.identity() or {}
     node = cfg.embeddings
     if "weights_sha256" in identity:  # an encoder
         encoder = encoder_name(str(node.get("model") or identity.get("encoder")))
         return {"encoder": encoder, "weights_sha256": identity["weights_sha256"]}
-    if "sha256" in identity:  # a file of word vectors
-        return {"file": identity["file"], "bytes": identity["size"], "sha256": identity["sha256"]}
+    if "path" in identity:  # a file of word vectors
+        path = Path(identity["path"])
+        return {"file": path.name, "bytes": identity.get("size"), "sha256": content_sha256(path, cache_dir)}
     return {"option": option_name(cfg, "embeddings")}
 
 

@@ -306,7 +306,7 @@ class PairDataModule(pl.LightningDataModule):
                 "labels": self.labels,
                 "on_bad": self.on_bad_example,
                 "oov_buckets": self.oov_buckets,
-                "pretrained": vectors.identity(self.cache_dir) if vectors else None,
+                "pretrained": corpus_cache.by_content(vectors.identity(), self.cache_dir) if vectors else None,
                 "vocab": None if self.vocab is None else hashlib.sha256("\n".join(self.vocab.tokens).encode()).hexdigest(),  # noqa: E501
             }
         )  # fmt: skip
