@@ -221,3 +221,41 @@ def test_every_run_keeps_and_logs_its_own_mined_lists_with_a_shared_cache(tmp_pa
         folders.append(run_dir)
     first, second = (_mined_file(f, "train") for f in folders)
     assert first == second and first[0]["pairs"] == 48
+
+
+def test_a_run_finds_its_mined_lists_when_the_candidate_corpus_is_copied_and_mines_again_when_it_changes(
+    tmp_path, caplog
+):
+    """The candidate corpus is named by its content in the mined lists' key: a copy elsewhere with new times (a
+    cluster node's scratch disk) reads the run's lists back; a corpus with other texts mines them again."""
+    import logging
+    import os
+    import shutil
+
+    from matching.training.build import build_datamodule
+
+    texts = [json.loads(line)["positive"] for line in (POSITIVES / "train.jsonl").read_text().splitlines()]
+    original = tmp_path / "here" / "candidates.txt"
+    original.parent.mkdir()
+    original.write_text("\n".join(texts + ["the moon orbits the earth", "paris is in france"]) + "\n")
+    copy = tmp_path / "there" / "candidates.txt"
+    copy.parent.mkdir()
+    shutil.copyfile(original, copy)
+    os.utime(copy, ns=(original.stat().st_mtime_ns + 10**10,) * 2)
+    changed = tmp_path / "changed" / "candidates.txt"
+    changed.parent.mkdir()
+    changed.write_text("\n".join(texts + ["an entirely different text about rivers"]) + "\n")
+
+    def mined(corpus):
+        cfg = compose_train(
+            tmp_path, "task=pairs_positives", f"task.negatives.corpus={corpus}",
+            f"task.splits.train.path={POSITIVES / 'train.jsonl'}", f"task.splits.dev.path={POSITIVES / 'dev.jsonl'}",
+        )  # fmt: skip
+        with caplog.at_level(logging.INFO, logger="matching.data.negatives"):
+            caplog.clear()
+            build_datamodule(cfg, run_dir=tmp_path / "run").setup("fit")
+        return "train: 48 negatives from the cache" in caplog.text, "train: 48 negatives mined" in caplog.text
+
+    assert mined(original) == (False, True)
+    assert mined(copy) == (True, False)
+    assert mined(changed) == (False, True)

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from matching.data.cache import file_stamp
+from matching.data.cache import file_content
 from matching.data.pairs import Pair
 from matching.errors import ConfigError, DataFormatError
 from matching.files import write_text_atomic
@@ -129,14 +129,15 @@ class Negatives:
                 "task.negatives.ckpt=<run dir or checkpoint>"
             )
 
-    def identity(self, corpus: Path | None) -> dict[str, Any]:
+    def identity(self, corpus: Path | None, cache_dir: str | os.PathLike | None = None) -> dict[str, Any]:
         """What the mined pairs depend on besides the split's file (part of every cache key); `corpus`: where
-        `self.corpus` was found."""
+        `self.corpus` was found. The checkpoint and the corpus are named by their content (a copy, moved or with new
+        times, is the same; `cache_dir` remembers their sha256), as the corpus cache names a split's file."""
         settings = dict(self.__dict__)
         if self.ckpt:
-            settings["ckpt"] = file_stamp(_checkpoint(self.ckpt)) or self.ckpt
+            settings["ckpt"] = file_content(_checkpoint(self.ckpt), cache_dir) or self.ckpt
         if corpus is not None:
-            settings["corpus"] = file_stamp(corpus) or str(corpus)
+            settings["corpus"] = file_content(corpus, cache_dir) or str(corpus)
         return settings
 
 
@@ -242,7 +243,8 @@ def mine(
 
 class NegativeMiner:
     """Completes the splits of a task with `task.negatives` (see the module docstring); `folder` (the run's) holds
-    the cached mined pairs; `corpus`: where `settings.corpus` is. `vectors_lookup`: each text's mean static word
+    the cached mined pairs; `corpus`: where `settings.corpus` is; `cache_dir`: where the sha256 of the corpus and the
+    checkpoint are remembered. `vectors_lookup`: each text's mean static word
     vector, for method=vectors; `trained_logits`: the logits of pairs under the run `settings.ckpt` names, for
     method=ckpt (given by the caller, which can load a run)."""
 
@@ -254,8 +256,9 @@ class NegativeMiner:
         folder: str | os.PathLike | None,
         vectors_lookup: Callable[[list[str]], np.ndarray] | None = None,
         trained_logits: Callable[[str], Callable[[list[Pair]], np.ndarray]] | None = None,
+        cache_dir: str | os.PathLike | None = None,
     ):
-        self.settings, self.labels, self.corpus = settings, list(labels), corpus
+        self.settings, self.labels, self.corpus, self.cache_dir = settings, list(labels), corpus, cache_dir
         self.folder = Path(folder) / FOLDER if folder is not None else None
         self.vectors_lookup, self.trained_logits = vectors_lookup, trained_logits
         self._scorer: Scorer | None = None
@@ -297,7 +300,7 @@ class NegativeMiner:
             log.info("%s has labelled candidates: ranked as they are, no negatives mined", split)
             return pairs
         k = self.settings.k if split == "train" else self.settings.eval_k
-        identity = {"split": key, "k": k, "settings": self.settings.identity(self.corpus)}
+        identity = {"split": key, "k": k, "settings": self.settings.identity(self.corpus, self.cache_dir)}
         cached = self._load(split, identity)
         how = "from the cache" if cached is not None else "mined"
         if cached is None:

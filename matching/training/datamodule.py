@@ -124,7 +124,7 @@ class PairDataModule(pl.LightningDataModule):
             static = isinstance(vectors, PretrainedVectors)
             lookup = self._mean_vectors if static else None
             corpus = resolve_path(task.negatives.corpus, data_dir) if task.negatives.corpus else None
-            self.miner = NegativeMiner(task.negatives, task.labels, corpus, run_dir, lookup, trained_logits)
+            self.miner = NegativeMiner(task.negatives, task.labels, corpus, run_dir, lookup, trained_logits, cache_dir)
 
     def _mean_vectors(self, texts: list[str]) -> np.ndarray:
         """Each text's mean pretrained word vector (words without one left out; zeros when none has one)."""
@@ -252,7 +252,11 @@ class PairDataModule(pl.LightningDataModule):
 
     def _negatives_key(self) -> dict[str, Any]:
         """What mined negatives depend on (in the cache keys only when there are some: older keys stay valid)."""
-        return {"negatives": self.task.negatives.identity(self.miner.corpus)} if self.miner is not None else {}
+        return (
+            {"negatives": self.task.negatives.identity(self.miner.corpus, self.cache_dir)}
+            if self.miner is not None
+            else {}
+        )
 
     def _source_cache(self) -> Path:
         return Path(self.cache_dir if self.cache_dir is not None else "data/cache")
