@@ -244,9 +244,9 @@ def mine(
 class NegativeMiner:
     """Completes the splits of a task with `task.negatives` (see the module docstring); `folder` (the run's) holds
     the cached mined pairs; `corpus`: where `settings.corpus` is; `cache_dir`: where the sha256 of the corpus and the
-    checkpoint are remembered. `vectors_lookup`: each text's mean static word
-    vector, for method=vectors; `trained_logits`: the logits of pairs under the run `settings.ckpt` names, for
-    method=ckpt (given by the caller, which can load a run)."""
+    checkpoint are remembered. `vectors_lookup`: each text's mean static word vector, for method=vectors;
+    `trained_logits`: the logits of pairs under the run `settings.ckpt` names, for method=ckpt (given by the caller,
+    which can load a run)."""
 
     def __init__(
         self,

@@ -20,7 +20,6 @@ import torch
 from torch.utils.data import DataLoader
 
 from matching.data import cache as corpus_cache
-from matching.data.cache import file_content
 from matching.data.encoding import EncodedSplit, encode_split, keep_answered_questions
 from matching.data.negatives import NegativeMiner
 from matching.data.pairs import Pair
@@ -243,7 +242,7 @@ class PairDataModule(pl.LightningDataModule):
             # the split's name only where it changes the pairs (mined negatives: train's k or eval_k); else two
             # splits of one file share what is cached for it (`evaluate input=<the dev file>` reuses dev's states)
             "task": self.task.name, "split": name if self.miner is not None else None,
-            "file": file_content(where, self.cache_dir) or str(where),  # by content: a copy finds it too
+            "file": corpus_cache.file_content(where, self.cache_dir) or str(where),  # by content: a copy finds it too
             "slice": (split.start, split.stop),
             "train_questions": self.task.train_questions if name == "train" else None,
             "text": [self.tokenizer.lowercase, self.task.text_settings(), self.max_length],
@@ -296,7 +295,9 @@ class PairDataModule(pl.LightningDataModule):
         if not self.use_cache or self.cache_dir is None or self.miner is not None:
             return None
         splits = self.task.splits
-        files = {n: file_content(resolve_path(splits[n].path, self.data_dir), self.cache_dir) for n in wanted}
+        files = {
+            n: corpus_cache.file_content(resolve_path(splits[n].path, self.data_dir), self.cache_dir) for n in wanted
+        }
         if not all(files.values()):
             return None
         vectors = self.vectors if self.builds_vocabulary else None  # the words they add are the vocabulary's
