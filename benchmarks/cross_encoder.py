@@ -64,13 +64,62 @@ def question_rows(ids: list[str], questions: list[Question], scores: list[np.nda
             for i, (unit, (question, _, _)) in enumerate(zip(ids, questions, strict=True))]  # fmt: skip
 
 
+class DevSelection:
+    """sentence-transformers' evaluator hook, called after every epoch: scores dev as our runs are scored (each
+    question's AP and RR), appends the epoch's figures to `<seed>/epochs.jsonl` (so a long run shows its progress)
+    and keeps the weights and score rows of the dev-best epoch in memory, as a practitioner keeps the best
+    checkpoint with an evaluator and as our runs keep `best.ckpt`. Its minutes leave dev scoring out."""
+
+    def __init__(self, dev: tuple[list[str], list[Question]], folder: Path, started: float):
+        self.ids, self.questions = dev
+        self.folder, self.started = folder, started
+        self.scoring_seconds = 0.0
+        self.epochs: list[dict] = []
+        self.best: dict | None = None
+        self.best_rows: list[dict] = []
+        self.best_state: dict | None = None
+
+    def __call__(self, model, output_path=None, epoch: int = -1, steps: int = -1) -> float:
+        minutes = (time.perf_counter() - self.started - self.scoring_seconds) / 60
+        scoring = time.perf_counter()
+        rows = question_rows(self.ids, self.questions, dev_scores(model, self.questions))
+        self.scoring_seconds += time.perf_counter() - scoring
+        figures = {"epoch": epoch + 1, "train_minutes": round(minutes, 2), **filtered_map_mrr(rows)}
+        self.epochs.append(figures)
+        with open(self.folder / "epochs.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(figures) + "\n")
+        if self.best is None or figures["val/map"] > self.best["val/map"]:  # a tie keeps the earlier epoch
+            self.best, self.best_rows = figures, rows
+            self.best_state = {k: v.detach().clone() for k, v in model.model.state_dict().items()}
+        print(f"  epoch {epoch + 1}: dev MAP {100 * figures['val/map']:.2f}, MRR {100 * figures['val/mrr']:.2f} "
+              f"({minutes:.1f} training minutes)", flush=True)  # fmt: skip
+        return figures["val/map"]
+
+
+def dev_scores(model, questions: list[Question]) -> list[np.ndarray]:
+    return [np.asarray(model.predict([(q, c) for c in cs], batch_size=64, show_progress_bar=False), np.float64)
+            for q, cs, _ in questions]  # fmt: skip
+
+
+def filtered_map_mrr(rows: list[dict]) -> dict:
+    """MAP and MRR (fractions) over the questions with both a correct and an incorrect candidate, and their count."""
+    filtered = [r for r in rows if 0 < r["positives"] < r["candidates"]]
+    return {"val/map": float(np.mean([r["ap"] for r in filtered])),
+            "val/mrr": float(np.mean([r["rr"] for r in filtered])), "questions": len(filtered)}  # fmt: skip
+
+
 def train_seed(seed: int, args: argparse.Namespace, train: list[Question], dev: tuple[list[str], list[Question]]):
+    """One seed fine-tuned for `--epochs` epochs (the learning rate's linear decay spans them all). With
+    `--select best` (the default) dev is scored after every epoch and the dev-best epoch's weights and scores are
+    kept; with `--select last`, the last epoch's (the recipe of the first comparison)."""
     from sentence_transformers import CrossEncoder, InputExample
     from torch.utils.data import DataLoader
 
     folder = args.out / f"seed{seed}"
     if (folder / "metrics.json").is_file():
         return json.loads((folder / "metrics.json").read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "epochs.jsonl").unlink(missing_ok=True)  # an unfinished seed starts again from its first epoch
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -81,22 +130,26 @@ def train_seed(seed: int, args: argparse.Namespace, train: list[Question], dev: 
     loader = DataLoader(examples, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(seed))
     steps = len(loader) * args.epochs
     started = time.perf_counter()
-    model.old_fit(loader, epochs=args.epochs, warmup_steps=int(0.1 * steps), optimizer_params={"lr": 2e-5},
-                  show_progress_bar=False)  # fmt: skip
-    minutes = (time.perf_counter() - started) / 60
-    ids, questions = dev
-    scores = [np.asarray(model.predict([(q, c) for c in cs], batch_size=64, show_progress_bar=False), np.float64)
-              for q, cs, _ in questions]  # fmt: skip
-    rows = question_rows(ids, questions, scores)
+    selection = DevSelection(dev, folder, started) if args.select == "best" else None
+    model.old_fit(loader, evaluator=selection, epochs=args.epochs, warmup_steps=int(0.1 * steps),
+                  optimizer_params={"lr": 2e-5}, save_best_model=False, show_progress_bar=False)  # fmt: skip
+    minutes = (time.perf_counter() - started - (selection.scoring_seconds if selection else 0)) / 60
+    if selection is not None:
+        model.model.load_state_dict(selection.best_state)
+        rows, best_epoch, epochs = selection.best_rows, selection.best["epoch"], selection.epochs
+    else:
+        rows = question_rows(dev[0], dev[1], dev_scores(model, dev[1]))
+        best_epoch, epochs = args.epochs, []
     (folder / "scores").mkdir(parents=True, exist_ok=True)
     with open(folder / "scores" / "val.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    filtered = [r for r in rows if 0 < r["positives"] < r["candidates"]]
-    metrics = {"seed": seed, "epochs": args.epochs, "train_pairs": len(examples), "threads": torch.get_num_threads(),
-               "train_minutes": round(minutes, 2), "val/map": float(np.mean([r["ap"] for r in filtered])),
-               "val/mrr": float(np.mean([r["rr"] for r in filtered])), "questions": len(filtered)}  # fmt: skip
+    metrics = {"seed": seed, "epochs": args.epochs, "select": args.select, "best_epoch": best_epoch,
+               "train_pairs": len(examples), "threads": torch.get_num_threads(), "train_minutes": round(minutes, 2),
+               **filtered_map_mrr(rows), "per_epoch": epochs}  # fmt: skip
+    if selection is not None:
+        metrics["train_minutes_to_best"] = selection.best["train_minutes"]
     model.save(str(folder / "model"))
     (folder / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     return metrics
@@ -178,7 +231,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--seeds", default="1,2,3")
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=2, help="the schedule's epochs (with --select best: the cap)")
+    parser.add_argument("--select", choices=("best", "last"), default="best",
+                        help="keep the dev-best epoch (dev scored after each) or the last")  # fmt: skip
     parser.add_argument("--task", default="wikiqa", help="a ranking task of matching's (wikiqa, trecqa)")
     parser.add_argument("--out", type=Path, default=None, help="default outputs/studies/fine_tuning/cross_encoder/TASK")
     parser.add_argument("--compare", action="append", default=[], metavar="NAME=GLOB",
@@ -197,13 +252,15 @@ def main() -> None:
     _, train = ranking_questions(args.task, "train", args.data_dir)
     dev = ranking_questions(args.task, "dev", args.data_dir)
     seeds = [int(s) for s in args.seeds.split(",")]
-    print(f"CrossEncoder all-MiniLM-L6-v2, {args.task} train -> dev, {args.epochs} epoch(s), {torch.get_num_threads()} "
-          f"thread(s)")  # fmt: skip
+    kept = "the dev-best epoch kept" if args.select == "best" else "the last epoch kept"
+    print(f"CrossEncoder all-MiniLM-L6-v2, {args.task} train -> dev, {args.epochs} epoch(s), {kept}, "
+          f"{torch.get_num_threads()} thread(s)", flush=True)  # fmt: skip
     for seed in seeds:
         m = train_seed(seed, args, train, dev)
         print(
             f"seed {seed}: dev MAP {100 * m['val/map']:.2f}, MRR {100 * m['val/mrr']:.2f} ({m['questions']} "
-            f"questions); {m['train_minutes']:.1f} training minutes on {m['threads']} thread(s)",
+            f"questions), epoch {m.get('best_epoch', m['epochs'])} of {m['epochs']}; {m['train_minutes']:.1f} "
+            f"training minutes on {m['threads']} thread(s)",
             flush=True,
         )
     if args.compare:
