@@ -18,7 +18,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-EXTRAS ?= dev,hub,plots,formats,tensorboard,wandb,mlflow,export,sweep,serve,contextual,minilm,cluster
+EXTRAS ?= dev,hub,plots,formats,tensorboard,wandb,mlflow,export,sweep,serve,contextual,minilm,cluster,clients
 
 $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/pip install --quiet -c constraints.txt torch

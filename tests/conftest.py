@@ -1,9 +1,14 @@
 """Shared test helpers: compose the real Hydra configs pointed at the fixtures (no network, tiny model)."""
 
+import contextlib
 import inspect
 import os
 import pickle
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -132,6 +137,36 @@ def wikiqa_run(tmp_path_factory):
 
     cfg = compose_train(tmp_path_factory.mktemp("wikiqa"), "task=wikiqa", "trainer.max_epochs=2", "aligner=coda")
     return Path(cfg.paths.output_dir), train(cfg)
+
+
+@contextlib.contextmanager
+def serve_process(ckpt: Path, *overrides: str):
+    """`matching-serve` on a checkpoint, started as a user starts it (its own process, a free local port, one thread,
+    one worker): (base URL, its pid), stopped on leaving."""
+    import httpx
+
+    from matching.serving.server import free_port
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "matching.serve", f"ckpt={ckpt}", f"port={port}", "threads=1", "workers=1", *overrides]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while True:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
+        try:
+            if httpx.get(f"{url}/health", timeout=2).text == "ok":
+                break
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    try:
+        yield url, proc.pid
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def save_tiny_encoder(folder: Path, seed: int = 0, positions: int = 32) -> Path:

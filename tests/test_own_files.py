@@ -100,7 +100,8 @@ def test_the_server_takes_the_run_s_own_keys(csv_run):
     assert answer.status_code == 200, answer.text
     # an HTTP client is told the keys to send, in the model's own names, not a setting of the run's config
     refusal = one_text.json()["error"]
-    assert one_text.status_code == 422 and "pairs[0] has the keys ['text_left']" in refusal
+    assert one_text.status_code == 422 and "pairs[0]: cannot tell which columns hold the two texts" in refusal
+    assert "the columns are ['text_left']" in refusal
     assert '{"text_left": "first text", "text_right": "second text"}' in refusal and "task.columns" not in refusal
     assert info["model"]["columns"] == {"a": "text_left", "b": "text_right"}
     expected = Matcher.load(run).predict(pairs)

@@ -117,7 +117,7 @@ BAD = [  # (endpoint, body as sent, extra httpx arguments, status, words the mes
     ("/classify", b'{"pairs": [', {"headers": {"Content-Type": "application/json"}}, 400, "not valid JSON"),
     ("/classify", b'{"pairs": []}', {}, 415, "Content-Type: application/json"),
     ("/classify", {"pair": [{"a": "x", "b": "y"}]}, {}, 422, "pairs: Field required"),
-    ("/classify", {"pairs": [{"a": "x"}]}, {}, 422, "pairs[0] has the keys ['a'], and no two texts under the names"),
+    ("/classify", {"pairs": [{"a": "x"}]}, {}, 422, "pairs[0]: cannot tell which columns hold the two texts"),
     ("/classify", {"pairs": [{"a": "x", "b": 3}]}, {}, 422, "pairs[0]: 'a' and 'b' must be strings"),
     ("/classify", {"pairs": [["x", "y"]]}, {}, 422, "pairs[0]: Input should be a valid dictionary"),
     ("/classify", {"pairs": []}, {}, 422, "pairs is empty"),

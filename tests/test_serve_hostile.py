@@ -10,11 +10,14 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 httpx = pytest.importorskip("httpx", reason="the serve extra: pip install -e '.[serve]'")
 pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
+
+from conftest import serve_process  # noqa: E402
 
 from matching.matcher import Matcher  # noqa: E402
 from matching.serving.server import free_port  # noqa: E402
@@ -30,24 +33,8 @@ def _text(n: int, shift: int = 0) -> str:
 def server(wikiqa_run):
     """A WikiQA (CoDA, ranking) server at the default limits in one process (whose memory a test reads), started as
     a user starts it: (base URL, its pid)."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "matching.serve", f"ckpt={wikiqa_run[0]}", f"port={port}", "threads=1", "workers=1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while True:
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
-        try:
-            if httpx.get(f"{url}/health", timeout=2).text == "ok":
-                break
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    yield url, proc.pid
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+    with serve_process(wikiqa_run[0]) as served:
+        yield served
 
 
 def _rss_kib(pid: int) -> int:
@@ -146,11 +133,30 @@ def test_a_huge_chunked_body_is_refused_while_it_streams(server):
         (b'{"pairs": [{"a": "x", "b": ' + b"9" * 5000 + b"}]}", {}, 400, "not valid JSON"),
         (b'{"pairs": [{"a": "x", "b": "y"}]}', {"Content-Type": "text/plain; a=json"}, 415, "application/json"),
         (b'{"pairs": [{"a": "x", "b": "y"}]}', {"Content-Type": "application/jsonp"}, 415, "application/json"),
-        (b'{"pairs": [{"first": "x", "second": "y"}]}', {}, 422, "no two texts under the names"),
-        (b'{"pairs": [{"b": "x", "text": "y"}]}', {}, 422, "['b', 'text']"),
-        (b'{"pairs": [{"a": "x", "b": "y", "c": "z"}]}', {}, 422, "with exactly two keys"),
+        (b'{"pairs": [{"first": "x", "id": "7"}]}', {}, 422, "cannot tell which columns hold the two texts"),
+        (b'{"pairs": [{"a": "x", "b": "y", "premise": "p", "hypothesis": "h"}]}', {}, 422, "two pairs of texts"),
+        (b'{"pairs": [{"x": "1", "y": "2", "z": "3"}]}', {}, 422, "more than two columns could be the texts"),
+        (b'{"pairs": [{"a": 1, "b": "y"}]}', {}, 422, "must be strings"),
         (b'{"query": "q", "documents": ["d"], "top_n": 0}', {"path": "/rerank"}, 422, "top_n must be a positive"),
-        (b'{"query": "q", "documents": ["d"], "rank_fields": ["x"]}', {"path": "/rerank"}, 422, "rank_fields"),
+        (
+            b'{"query": "q", "documents": ["d"], "max_tokens_per_doc": 0}',
+            {"path": "/rerank"},
+            422,
+            "max_tokens_per_doc must be a positive",
+        ),
+        (
+            b'{"query": "q", "documents": [{"text": "d"}], "rank_fields": ["x"]}',
+            {"path": "/rerank"},
+            422,
+            "documents[0] has no string 'x'",
+        ),
+        (b'{"query": "q", "documents": [{"txt": "d"}, 5]}', {"path": "/rerank"}, 422, "documents[1]: a document is"),
+        (
+            b'{"query": "q", "documents": ["d"], "return_embeddings": true}',
+            {"path": "/rerank"},
+            422,
+            "return_embeddings: Extra inputs",
+        ),
     ],
 )
 def test_malformed_and_guessed_bodies_get_a_json_4xx(server, body, headers, status, words):
@@ -168,6 +174,36 @@ def test_the_usual_names_and_a_charset_are_taken(server):
     answer = httpx.post(f"{url}/classify", content=json.dumps({"pairs": [{"question": "q", "answer": "an answer"}]}),
                         headers={"Content-Type": "application/json; charset=utf-8"}, timeout=30)  # fmt: skip
     assert answer.status_code == 200, answer.text
+
+
+def test_a_pair_with_an_id_and_a_label_scores_as_predict_reads_it(server, wikiqa_run):
+    """/classify reads a pair by the rule of a file of pairs: other keys (an id, a label) are ignored, and the same
+    texts score the same under any of the names a file may give them."""
+    url, _ = server
+    texts = ("who wrote hamlet", "shakespeare wrote the play hamlet")
+    rows = [{"id": "p1", "question": texts[0], "answer": texts[1], "label": 1},
+            {"a": texts[0], "b": texts[1], "qid": "Q9"},
+            {"first": texts[0], "second": texts[1], "pair_id": 3}]  # fmt: skip
+    answer = httpx.post(f"{url}/classify", json={"pairs": rows}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    predictions = answer.json()["predictions"]
+    expected = Matcher.load(wikiqa_run[0]).predict([texts])[0]
+    for prediction in predictions:
+        assert prediction["p_match"] == pytest.approx(expected["p_match"], abs=1e-6)
+
+
+def test_the_openapi_schema_describes_every_endpoint(server):
+    url, _ = server
+    document = httpx.get(f"{url}/openapi.json", timeout=30).json()
+    for path in ("/classify", "/rank", "/rerank", "/v1/rerank", "/v2/rerank", "/align"):
+        body = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body["$ref"].rsplit("/", 1)[1] in document["components"]["schemas"], path
+    rerank = document["components"]["schemas"]["RerankRequest"]["properties"]
+    assert {"query", "documents", "top_n", "max_tokens_per_doc", "raw_scores", "truncation", "rank_fields"} <= set(
+        rerank
+    )
+    answer = document["paths"]["/rerank"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert answer["$ref"].endswith("/RerankAnswer")
 
 
 def test_headers_hosts_and_the_browser(server, tmp_path):
@@ -200,49 +236,78 @@ def test_a_run_label_is_never_a_whole_path(tmp_path, monkeypatch):
     assert run_label(__import__("pathlib").Path("/tmp")) == "tmp"
 
 
-# The request and response bodies of the rerank APIs that third-party clients speak (LangChain's CohereRerank and
-# JinaRerank, LlamaIndex's CohereRerank and JinaRerank, Haystack's rankers post these; documented at
-# docs.cohere.com/reference/rerank, jina.ai/reranker, michaelfeil.github.io/infinity).
-RERANK_CLIENTS = {
-    "cohere v1": ("/v1/rerank", {"model": "rerank-english-v3.0", "query": "how are glacier caves formed?",
-                                 "documents": ["A glacier cave is a cave formed within the ice of a glacier.",
-                                               "The ice facade is 60 m high.", "Caves form by melting water."],
-                                 "top_n": 2, "return_documents": True}),
-    "cohere v2": ("/v2/rerank", {"model": "rerank-v3.5", "query": "how are glacier caves formed?",
-                                 "documents": ["A glacier cave is a cave formed within the ice of a glacier.",
-                                               "The ice facade is 60 m high.", "Caves form by melting water."],
-                                 "top_n": 2}),
-    "jina": ("/v1/rerank", {"model": "jina-reranker-v2-base-multilingual", "query": "how are glacier caves formed?",
-                            "documents": [{"text": "A glacier cave is a cave formed within the ice of a glacier."},
-                                          {"text": "The ice facade is 60 m high."},
-                                          {"text": "Caves form by melting water."}],
-                            "top_n": 3, "return_documents": True}),
-    "infinity": ("/rerank", {"query": "how are glacier caves formed?",
-                             "documents": ["A glacier cave is a cave formed within the ice of a glacier.",
-                                           "The ice facade is 60 m high.", "Caves form by melting water."],
-                             "return_documents": False}),
-}  # fmt: skip
+# What the rerank clients post (cohere v1/v2, langchain-cohere, cohere-haystack, infinity_client, LlamaIndex's Cohere
+# and Jina rerankers), captured from the real clients by tests/test_serve_clients.py, which also drives the clients
+# themselves when the clients extra is installed.
+RERANK_CLIENTS = json.loads((Path(__file__).resolve().parent / "fixtures" / "rerank_clients.json").read_text())
 
 
 @pytest.mark.parametrize("client", RERANK_CLIENTS)
-def test_rerank_answers_the_shared_rerank_shape(server, client):
+def test_rerank_answers_what_each_client_posts_as_rank_ranks(server, client):
     url, _ = server
-    path, body = RERANK_CLIENTS[client]
+    path, body = RERANK_CLIENTS[client]["path"], RERANK_CLIENTS[client]["body"]
     answer = httpx.post(f"{url}{path}", json=body, timeout=30)
     assert answer.status_code == 200, answer.text
-    results = answer.json()["results"]
-    ranked = httpx.post(f"{url}/rank", json={"query": body["query"], "candidates": [
-        d if isinstance(d, str) else d["text"] for d in body["documents"]]}).json()["ranking"]  # fmt: skip
+    given = answer.json()
+    results = given["results"]
+    ranked = httpx.post(f"{url}/rank", json={"query": body["query"], "candidates": body["documents"]}).json()["ranking"]
     top = body.get("top_n") or len(body["documents"])
     assert [r["index"] for r in results] == [r["index"] for r in ranked][:top]
-    assert [r["relevance_score"] for r in results] == pytest.approx([r["p_match"] for r in ranked][:top])
-    scores = [r["relevance_score"] for r in results]
-    assert scores == sorted(scores, reverse=True) and all(0 <= s <= 1 for s in scores)
+    score = "score" if body.get("raw_scores") else "p_match"
+    assert [r["relevance_score"] for r in results] == pytest.approx([r[score] for r in ranked][:top])
+    assert given["usage"]["total_tokens"] > 0 and given["meta"]["billed_units"] == {"search_units": 1}
     if body.get("return_documents"):
-        texts = [d if isinstance(d, str) else d["text"] for d in body["documents"]]
-        assert [r["document"]["text"] for r in results] == [texts[r["index"]] for r in results]
+        assert [r["document"]["text"] for r in results] == [body["documents"][r["index"]] for r in results]
     else:
         assert all("document" not in r for r in results)
+
+
+def test_a_long_document_is_cut_and_the_answer_says_so(server):
+    """One 5,000-word document among ten: cut to the server's 512 tokens (limits.max_text_tokens) and named in
+    meta.truncated and meta.warnings; Jina's truncation=false refuses it; max_tokens_per_doc cuts shorter."""
+    url, _ = server
+    documents = [_text(8, shift) for shift in range(9)]
+    documents.insert(4, _text(5000))
+    body = {"query": _text(4), "documents": documents, "return_documents": True}
+    answer = httpx.post(f"{url}/v2/rerank", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    meta = answer.json()["meta"]
+    assert meta["truncated"] == [4] and "cut to the first 512" in meta["warnings"][0]
+    cut = [_text(5000).split()[:512] and " ".join(_text(5000).split()[:512]) if i == 4 else d
+           for i, d in enumerate(documents)]  # fmt: skip
+    ranked = httpx.post(f"{url}/rank", json={"query": body["query"], "candidates": cut}).json()["ranking"]
+    results = answer.json()["results"]
+    assert [r["index"] for r in results] == [r["index"] for r in ranked]
+    assert [r["relevance_score"] for r in results] == pytest.approx([r["p_match"] for r in ranked])
+    assert next(r for r in results if r["index"] == 4)["document"]["text"] == documents[4]  # given back whole
+    refused = httpx.post(f"{url}/rerank", json={**body, "truncation": False}, timeout=60)
+    assert refused.status_code == 413 and "documents[4] has 5000 tokens" in refused.json()["error"]
+    short = httpx.post(f"{url}/rerank", json={**body, "max_tokens_per_doc": 6}, timeout=60).json()
+    assert short["meta"]["truncated"] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert "cut to the first 6 tokens" in short["meta"]["warnings"][0] or "cut to the first 6" in str(short["meta"])
+    plain = httpx.post(f"{url}/rerank", json={"query": body["query"], "documents": documents[:4]}).json()
+    assert "truncated" not in plain["meta"] and "warnings" not in plain["meta"]
+
+
+def test_document_objects_rank_fields_and_raw_scores(server):
+    """Objects with an id and a title, read by their text or by rank_fields (values joined by a newline), given back
+    whole; raw_scores answers /rank's logit margin."""
+    url, _ = server
+    documents = [{"id": f"d{i}", "title": _text(2, i), "text": _text(6, i)} for i in range(4)]
+    query = _text(3)
+    answer = httpx.post(f"{url}/v1/rerank", json={"query": query, "documents": documents, "return_documents": True})
+    assert answer.status_code == 200, answer.text
+    results = answer.json()["results"]
+    assert [r["document"] for r in results] == [documents[r["index"]] for r in results]
+    ranked = httpx.post(f"{url}/rank", json={"query": query, "candidates": [d["text"] for d in documents]}).json()
+    assert [r["index"] for r in results] == [r["index"] for r in ranked["ranking"]]
+    fields = httpx.post(f"{url}/v1/rerank", json={"query": query, "documents": documents,
+                                                  "rank_fields": ["title", "text"]}).json()["results"]  # fmt: skip
+    joined = [f"{d['title']}\n{d['text']}" for d in documents]
+    by_fields = httpx.post(f"{url}/rank", json={"query": query, "candidates": joined}).json()["ranking"]
+    assert [r["relevance_score"] for r in fields] == pytest.approx([r["p_match"] for r in by_fields])
+    raw = httpx.post(f"{url}/rerank", json={"query": query, "documents": joined, "raw_scores": True}).json()
+    assert [r["relevance_score"] for r in raw["results"]] == pytest.approx([r["score"] for r in by_fields])
 
 
 def test_two_server_processes_answer_alike_and_end_with_their_supervisor(snli_run):

@@ -153,6 +153,21 @@ class PreparedPairs:
             self._sides = pair_sides(self.a, self.b)
         return self._sides
 
+    def with_second_cut(self, n: int) -> PreparedPairs:
+        """These pairs with each second text cut to its first `n` words (a reranked document: `second_cut` then
+        lists the ones cut)."""
+        if all(len(b) <= n for b in self.b):
+            return self
+        earlier = self.tokens > self.sides()  # (N, 2): a side already cut to max_length
+        newly = sum(len(b) > n and not earlier[i].any() for i, b in enumerate(self.b))
+        return PreparedPairs(self.words_a, [w[:n] for w in self.words_b], self.a, [b[:n] for b in self.b],
+                             self.tokens, self.cut + newly, self.lines)  # fmt: skip
+
+    def second_cut(self) -> list[int]:
+        """The pairs whose second text the model saw shorter than it is (cut to `max_length`, or by
+        `with_second_cut`), by index."""
+        return [i for i, b in enumerate(self.b) if self.tokens[i, 1] > len(b)]
+
     @classmethod
     def join(cls, parts: Sequence[PreparedPairs]) -> PreparedPairs:
         """The pairs of `parts`, one after another (e.g. the requests of one server batch)."""

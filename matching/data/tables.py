@@ -41,6 +41,10 @@ TEXT_COLUMNS = [("sentence1", "sentence2"), ("premise", "hypothesis"), ("questio
 LABEL_COLUMNS = ("label", "labels", "gold_label", "is_duplicate", "relevance")
 #: Group (question) columns tried in order, for ranking.
 GROUP_COLUMNS = ("group", "qid", "question_id", "questionid", "query_id", "id1")
+#: Columns that name a pair or a document, never one of its texts: carried or ignored, never guessed to be a text.
+ID_COLUMNS = ("id", "_id", "uid", "guid", "idx", "pair_id", "pairid", "doc_id", "document_id", "id2")
+#: How a table's user names the text columns (a request's reader says how a request does).
+NAME_COLUMNS = "Name them with task.columns.a=<column> task.columns.b=<column>"
 #: The label of every pair of a file of matches alone (read_pair_table's `positives`): a ranking task's match.
 POSITIVE = "1"
 #: Label values that mean "no gold label": the row is dropped and counted.
@@ -71,10 +75,13 @@ def resolve_columns(
     group: str | None,
     where: str,
     labelled: bool = True,
+    advice: str = NAME_COLUMNS,
 ) -> Columns:
-    """The columns to read: the ones named, else found among `names` by their usual names, else (texts) the first
-    two columns for which `is_text` holds. A named column that does not exist, or none found, is a DataFormatError
-    that lists the columns there are. `labelled`: a label column is required."""
+    """The columns to read: the ones named, else found among `names` by their usual names (exactly one of the usual
+    pairs, TEXT_COLUMNS, may be there), else (texts) the two columns for which `is_text` holds that are no label,
+    group or id column (ID_COLUMNS). A named column that does not exist, none found, two usual pairs or more than two
+    candidate texts is a DataFormatError that lists the columns there are and says `advice` (how to name them).
+    `labelled`: a label column is required."""
     lower = {n.lower(): n for n in names}
 
     def named(option: str, value: str | None) -> str | None:
@@ -90,14 +97,25 @@ def resolve_columns(
 
     a, b, label, group = named("a", a), named("b", b), named("label", label), named("group", group)
     if a is None or b is None:
-        found = next(((lower[x], lower[y]) for x, y in TEXT_COLUMNS if x in lower and y in lower), None)
+        usual = list(dict.fromkeys((lower[x], lower[y]) for x, y in TEXT_COLUMNS if x in lower and y in lower))
+        if len(usual) > 1:
+            raise DataFormatError(
+                f"{where}: two pairs of texts are there, {' and '.join('/'.join(u) for u in usual)}, and which one "
+                f"to read cannot be told; the columns are {list(names)}. {advice}"
+            )
+        found = usual[0] if usual else None
         if found is None:
-            texts = [n for n in names if n not in (label, group) and is_text(n)]
-            found = tuple(texts[:2]) if len(texts) >= 2 else None
+            kept = {*LABEL_COLUMNS, *GROUP_COLUMNS, *ID_COLUMNS}
+            texts = [n for n in names if n not in (label, group) and n.lower() not in kept and is_text(n)]
+            if len(texts) > 2:
+                raise DataFormatError(
+                    f"{where}: more than two columns could be the texts ({texts}), and which two cannot be told; "
+                    f"the columns are {list(names)}. {advice}"
+                )
+            found = tuple(texts) if len(texts) == 2 else None
         if found is None:
             raise DataFormatError(
-                f"{where}: cannot tell which columns hold the two texts; the columns are {list(names)}. Name them "
-                "with task.columns.a=<column> task.columns.b=<column>"
+                f"{where}: cannot tell which columns hold the two texts; the columns are {list(names)}. {advice}"
             )
         a, b = a or found[0], b or found[1]
     if label is None:
@@ -535,14 +553,22 @@ def read_new_pairs(
     named = {k: v for k, v in (named or {}).items() if v}
     run_names = [(preferred or {}).get(k) for k in ("a", "b")]
     table = open_table(opened, kind, header, where, run_names, list(named.values()))
-    columns, how = new_pair_columns(table.names, table.is_text, preferred or {}, named, where)
-    log.info("%s: texts from columns %r and %r%s (%s)", where, columns.a, columns.b,
-             f", group {columns.group!r}" if columns.group else "", how)  # fmt: skip
     records = kind in ("jsonl", "json")  # objects, each with its own keys: one that lacks the columns is read alone
+    try:
+        columns, how = new_pair_columns(table.names, table.is_text, preferred or {}, named, where)
+    except DataFormatError:
+        if not records or named:
+            raise
+        columns, how = None, ""  # the rows name their texts differently (a/b here, premise/hypothesis there)
+    if columns is None:
+        log.info("%s: each row's texts found by its own keys", where)
+    else:
+        log.info("%s: texts from columns %r and %r%s (%s)", where, columns.a, columns.b,
+                 f", group {columns.group!r}" if columns.group else "", how)  # fmt: skip
     count = 0
     for number, row in table.rows:
         place = f"{where}, {table.unit} {number}"
-        if records and not named and (columns.a not in row or columns.b not in row):
+        if records and not named and (columns is None or columns.a not in row or columns.b not in row):
             pair = pair_of_mapping(row, place, preferred, number)
         else:
             pair = pair_of_row(number, row, columns, where, unit=table.unit)
@@ -574,6 +600,7 @@ def new_pair_columns(
     preferred: Mapping[str, str | None],
     named: Mapping[str, str | None],
     where: str,
+    advice: str = NAME_COLUMNS,
 ) -> tuple[Columns, str]:
     """The columns new pairs are read from (no label), and how they were chosen: see read_new_pairs. Headerless
     tables name their columns "1", "2", ...: by position, the two texts and an optional group, unless the run was
@@ -581,11 +608,12 @@ def new_pair_columns(
     lower = {n.lower() for n in names}
     if named.get("a") or named.get("b") or named.get("group"):
         found = resolve_columns(names, is_text, named.get("a"), named.get("b"), None, named.get("group"), where,
-                                labelled=False)  # fmt: skip
+                                labelled=False, advice=advice)  # fmt: skip
         how = "as named for this input"
     elif all(preferred.get(k) and str(preferred[k]).lower() in lower for k in ("a", "b")):
         group = preferred.get("group") if preferred.get("group") and str(preferred["group"]).lower() in lower else None
-        found = resolve_columns(names, is_text, preferred["a"], preferred["b"], None, group, where, labelled=False)
+        found = resolve_columns(names, is_text, preferred["a"], preferred["b"], None, group, where, labelled=False,
+                                advice=advice)  # fmt: skip
         how = "the run's own"
     elif names and names[0] == "1":  # a file without a header: by position
         if len(names) not in (2, 3):
@@ -597,7 +625,7 @@ def new_pair_columns(
         found = Columns("1", "2", None, "3" if len(names) == 3 else None)
         how = "by position: no header line"
     else:
-        found = resolve_columns(names, is_text, None, None, None, None, where, labelled=False)
+        found = resolve_columns(names, is_text, None, None, None, None, where, labelled=False, advice=advice)
         how = "found by their usual names" + (
             f"; the run's own{_listed(preferred)} are not among {list(names)}" if preferred.get("a") else ""
         )
@@ -615,13 +643,21 @@ def text_names(columns: Mapping[str, Any]) -> tuple[str, str]:
     return str(columns.get("a") or "a"), str(columns.get("b") or "b")
 
 
-def pair_of_mapping(obj: object, where: str, preferred: Mapping[str, str | None] | None = None, line: int = 0) -> Pair:
-    """A new pair from a dict (a JSON object of a request, an item given to Matcher): its texts under the run's own
-    column names (`preferred`) or the usual ones (see read_new_pairs), its group under a group column if any."""
+def pair_of_mapping(
+    obj: object,
+    where: str,
+    preferred: Mapping[str, str | None] | None = None,
+    line: int = 0,
+    advice: str = NAME_COLUMNS,
+) -> Pair:
+    """A new pair from a dict (a JSON object of a request, a row of a JSON Lines file, an item given to Matcher): its
+    texts under the run's own column names (`preferred`) or the usual ones, by the rule files are read by
+    (`new_pair_columns`), its group under a group column if any; other keys (an id, a label) are ignored.
+    `advice`: how this input's user names the texts, said when they cannot be told."""
     if not isinstance(obj, dict):
         raise DataFormatError(f"{where}: expected an object with the two texts, got {obj!r:.60}")
     names = [str(k) for k in obj]
-    columns, _ = new_pair_columns(names, lambda n: isinstance(obj.get(n), str), preferred or {}, {}, where)
+    columns, _ = new_pair_columns(names, lambda n: isinstance(obj.get(n), str), preferred or {}, {}, where, advice)
     a, b = obj.get(columns.a), obj.get(columns.b)
     if not isinstance(a, str) or not isinstance(b, str):
         raise DataFormatError(f"{where}: {columns.a!r} and {columns.b!r} must be strings, got {a!r:.40}, {b!r:.40}")

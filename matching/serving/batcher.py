@@ -53,14 +53,31 @@ class Limits:
                 raise RunError(f"limits.{name} must be a positive whole number, got {value!r}")
 
 
+@dataclass(frozen=True)
+class RerankQuery:
+    """A /rerank request as the worker answers it: the query, each document's text as scored (its `rank_fields`
+    joined), what `return_documents` repeats of each (None: not asked), the best `top_n`, the model name to echo,
+    the tokens a document is cut to (`max_tokens`: a client's `max_tokens_per_doc`; None: the server's
+    limits.max_text_tokens), whether a longer document is cut (else refused, Jina's `truncation: false`) and whether
+    `relevance_score` is the logit margin (Infinity's `raw_scores`) instead of P(match)."""
+
+    query: str
+    documents: tuple[str, ...]
+    shown: tuple[dict | str, ...] | None
+    top_n: int | None
+    model: str
+    max_tokens: int | None = None
+    truncate: bool = True
+    raw_scores: bool = False
+
+
 class Job(NamedTuple):
     """One request, as the front hands it to the worker. `texts`: /classify ((a, b), ...); /rank (query,
-    (candidate, ...)); /rerank (query, (document, ...), top_n, return_documents, the model name to echo); /align (a,
-    b). `received`: time.monotonic() when the front took it."""
+    (candidate, ...)); /rerank a `RerankQuery`; /align (a, b). `received`: time.monotonic() when the front took it."""
 
     id: int
     kind: str  # "classify", "rank", "rerank" or "align"
-    texts: tuple
+    texts: tuple | RerankQuery
     received: float
 
 
@@ -128,13 +145,14 @@ class Worker:
         self.marks_unknown = not matcher.reads_every_word
 
     # -- checks --------------------------------------------------------------------------------------------------
-    def check_texts(self, fields: list[str], counts: list[int]) -> Rejected | None:
+    def check_texts(self, fields: list[str], counts: list[int], cut_from: int | None = None) -> Rejected | None:
         """Each text (its field name, its token count by the run's own tokenizer) must have at least one token
-        and at most limits.max_text_tokens."""
-        for field, count in zip(fields, counts, strict=True):
+        and at most limits.max_text_tokens; the texts from index `cut_from` on (a rerank request's documents) may be
+        longer: they are cut (`truncated_documents`)."""
+        for i, (field, count) in enumerate(zip(fields, counts, strict=True)):
             if count == 0:
                 return Rejected(422, f"{field} is empty (no tokens); give a text with at least one word")
-            if count > self.limits.max_text_tokens:
+            if count > self.limits.max_text_tokens and (cut_from is None or i < cut_from):
                 return Rejected(
                     413,
                     f"{field} has {count} tokens, over this server's limit of {self.limits.max_text_tokens} "
@@ -151,7 +169,7 @@ class Worker:
             pairs = [Pair(a, b, "", None, i + 1) for i, (a, b) in enumerate(job.texts)]
             fields = [f"pairs[{i}].{side}" for i in range(len(pairs)) for side in "ab"]
         elif job.kind in ("rank", "rerank"):
-            query, candidates = job.texts[:2]
+            query, candidates = (job.texts.query, job.texts.documents) if job.kind == "rerank" else job.texts
             pairs = [Pair(query, c, "", None, i) for i, c in enumerate(candidates)]
             listed = "candidates" if job.kind == "rank" else "documents"
             fields = ["query", *(f"{listed}[{i}]" for i in range(len(pairs)))]
@@ -165,7 +183,17 @@ class Worker:
         counts = prepared.tokens.ravel().tolist()  # a0, b0, a1, b1, ...
         if job.kind in ("rank", "rerank"):  # the query once, then each candidate
             counts = [counts[0], *counts[1::2]]
-        return self.check_texts(fields, counts) or prepared
+        if job.kind != "rerank":
+            return self.check_texts(fields, counts) or prepared
+        rerank = job.texts
+        return self.check_texts(fields, counts, cut_from=1 if rerank.truncate else None) or prepared.with_second_cut(
+            self.document_tokens(rerank)
+        )
+
+    def document_tokens(self, rerank: RerankQuery) -> int:
+        """The tokens a rerank request's document is cut to: the client's max_tokens_per_doc, at most the server's
+        limits.max_text_tokens."""
+        return min(rerank.max_tokens or self.limits.max_text_tokens, self.limits.max_text_tokens)
 
     # -- answers -------------------------------------------------------------------------------------------------
     def answer(self, jobs: list[Job]) -> list[tuple[int, int, bytes]]:
@@ -202,7 +230,7 @@ class Worker:
         if isinstance(answers, Rejected):
             return answers
         try:
-            body = self.align(prepared) if answers is None else self._body(job, answers)
+            body = self.align(prepared) if answers is None else self._body(job, answers, prepared)
             return json.dumps(body, ensure_ascii=False).encode()
         except Exception as err:  # noqa: BLE001 - ours, and this job's alone
             log.exception("answering a %s request failed", job.kind)
@@ -227,22 +255,33 @@ class Worker:
             log.exception("scoring a request failed")
             return _bug(err)
 
-    @staticmethod
-    def _body(job: Job, answers: list[dict]) -> dict:
+    def _body(self, job: Job, answers: list[dict], prepared: PreparedPairs) -> dict:
         """The answer of a classify, rank or rerank job (the last in the shape rerank clients read: Cohere's, Jina's,
-        Infinity's)."""
+        Infinity's, with Cohere's `meta`, Jina's and Infinity's `usage`: the tokens the model read, the query counted
+        with each document)."""
         from matching.inference.predictor import ranking
 
         if job.kind == "classify":
             return {"predictions": answers}
         if job.kind == "rank":
             return {"ranking": ranking(job.texts[1], answers)}
-        _, documents, top_n, return_documents, model = job.texts
-        results = [{"index": r["index"], "relevance_score": r["p_match"],
-                    **({"document": {"text": r["candidate"]}} if return_documents else {})}
-                   for r in ranking(documents, answers)[:top_n]]  # fmt: skip
-        return {"id": str(uuid.uuid4()), "model": model, "results": results,
-                "meta": {"billed_units": {"search_units": 1}}}  # fmt: skip
+        rerank: RerankQuery = job.texts
+        score = "score" if rerank.raw_scores else "p_match"
+        results = [{"index": r["index"], "relevance_score": r[score],
+                    **({"document": rerank.shown[r["index"]]} if rerank.shown is not None else {})}
+                   for r in ranking(rerank.documents, answers)[: rerank.top_n]]  # fmt: skip
+        tokens = int(prepared.sides().sum())
+        meta: dict = {"billed_units": {"search_units": 1}}
+        cut = prepared.second_cut()
+        if cut:
+            limit = self.document_tokens(rerank)
+            many = len(cut) > 1
+            meta["warnings"] = [f"{len(cut)} document{'s' if many else ''} (documents{cut}) had more than {limit} "
+                                f"tokens and {'were' if many else 'was'} cut to the first {limit} before scoring "
+                                "(max_tokens_per_doc, or the server's limits.max_text_tokens)"]  # fmt: skip
+            meta["truncated"] = cut
+        return {"id": str(uuid.uuid4()), "model": rerank.model, "results": results, "meta": meta,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}  # fmt: skip
 
     def align(self, prepared: PreparedPairs) -> dict:
         """`Matcher.align` as JSON, with what a reader of the matrices needs: which tokens are unknown words, what

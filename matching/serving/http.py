@@ -23,11 +23,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from matching.data.tables import TEXT_COLUMNS, text_names
+from matching.data.tables import pair_of_mapping, text_names
+from matching.errors import DataFormatError
 from matching.files import file_sha256
 from matching.matcher import Matcher
 from matching.saved.examples import page_examples
-from matching.serving.batcher import Batcher, Limits, error_body
+from matching.serving.batcher import Batcher, Limits, RerankQuery, error_body
 
 #: What each endpoint expects, quoted by the error messages.
 EXPECTED = {
@@ -78,21 +79,69 @@ class AlignRequest(_Strict):
     b: str
 
 
-class RerankDocument(_Strict):
-    text: str
+class RerankDocument(BaseModel):
+    """A document given as an object (Cohere's and Jina's form): its `text`, or the fields `rank_fields` names; its
+    other fields (`id`, `title`, ...) are kept and repeated by `return_documents`."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    text: str | None = None
 
 
 class RerankRequest(_Strict):
-    """The rerank request shared by Cohere's, Jina's and Infinity's APIs (and what LangChain, LlamaIndex and
-    Haystack send to them): a query, its documents (texts, or objects with a text), the best `top_n`, and whether
-    the answer repeats each document. `model` is accepted and echoed (a client names one); it selects nothing:
-    `?run=` does."""
+    """The rerank request of Cohere's (v1, v2), Jina's and Infinity's APIs, every field their clients send (LangChain's
+    and Haystack's Cohere rankers, LlamaIndex's, infinity_client): a query, its documents (texts, or objects), the
+    best `top_n`, whether the answer repeats each document; `rank_fields` (the object fields read, in order, their
+    values joined by a newline), `max_tokens_per_doc` (each document cut to that many tokens), Jina's `truncation`
+    (false: a document over the server's limit is refused instead of cut), Infinity's `raw_scores` (the logit
+    margin as `relevance_score`; a request that has the field is Infinity's, and its returned documents are texts, as
+    Infinity gives them, not objects), Cohere's `priority` (accepted: requests are answered in the order they come) and
+    Cohere v1's `max_chunks_per_doc` (accepted: a long document is cut to its first chunk, never chunked further,
+    and the answer says so).
+    `model` is accepted and echoed (a client names one); it selects nothing: `?run=` does."""
 
     query: str
     documents: list[str | RerankDocument]
     top_n: int | None = None
     return_documents: bool = False
     model: str | None = None
+    rank_fields: list[str] | None = None
+    max_tokens_per_doc: int | None = None
+    truncation: bool | None = None
+    raw_scores: bool = False
+    priority: int | None = None
+    max_chunks_per_doc: int | None = None
+
+
+class RerankResult(BaseModel):
+    index: int
+    relevance_score: float
+    document: dict[str, Any] | str | None = None  # an object as given (Cohere, Jina); a text for Infinity
+
+
+class RerankAnswer(BaseModel):
+    """What /rerank answers: Cohere's shape (`id`, `results`, `meta`, whose `warnings` and `truncated` name the
+    documents cut to the token limit) with Jina's and Infinity's `model` and `usage`."""
+
+    id: str
+    model: str
+    results: list[RerankResult]
+    meta: dict[str, Any]
+    usage: dict[str, int]
+
+
+class ClassifyAnswer(BaseModel):
+    predictions: list[dict[str, Any]]
+
+
+class RankAnswer(BaseModel):
+    ranking: list[dict[str, Any]]
+
+
+class ErrorAnswer(BaseModel):
+    """Every error's body: what was wrong and what to do, and the status."""
+
+    error: str
+    status: int
 
 
 class Refusal(Exception):
@@ -112,41 +161,72 @@ def _location(loc: tuple) -> str:
     return text or "the body"
 
 
+#: What a document of /rerank may be, said once for a document that is neither (pydantic reports each alternative).
+_DOCUMENT = 'a document is a string or an object with a string "text" (or the fields rank_fields names)'
+
+
 def validation_message(path: str, err: ValidationError) -> Refusal:
     """Pydantic's validation errors (missing or extra fields, a text that is not a string) as one 422 answer that
-    names every problem and shows what the endpoint expects."""
-    problems = "; ".join(f"{_location(tuple(e.get('loc', ())))}: {e.get('msg')}" for e in err.errors())
-    return Refusal(422, f"invalid request: {problems}; expected {EXPECTED[path]}")
-
-
-def pair_names(columns: dict[str, str]) -> list[tuple[str, str]]:
-    """The key pairs a /classify pair may use, in the order tried: the run's own column names, a/b, then the usual
-    pairs (matching.data.tables.TEXT_COLUMNS: premise/hypothesis, question/answer, sentence1/sentence2, ...)."""
-    names = [text_names(columns), ("a", "b"), *TEXT_COLUMNS]
-    return list(dict.fromkeys(names))
+    names every problem once and shows what the endpoint expects."""
+    problems: dict[str, str] = {}
+    for e in err.errors():
+        loc = tuple(e.get("loc", ()))
+        if len(loc) >= 3 and loc[0] == "documents" and isinstance(loc[1], int):  # one document, two alternatives
+            problems.setdefault(_location(loc[:2]), _DOCUMENT)
+        else:
+            problems.setdefault(_location(loc), str(e.get("msg")))
+    listed = "; ".join(f"{where}: {what}" for where, what in problems.items())
+    return Refusal(422, f"invalid request: {listed}; expected {EXPECTED[path]}")
 
 
 def read_pair(index: int, pair: Any, columns: dict[str, str]) -> tuple[str, str]:
-    """A /classify pair's two texts. Its keys must be exactly one documented pair of names (`pair_names`): any
-    other key, a missing one or two pairs at once is a 422 that names the keys this model takes; nothing is
-    guessed."""
+    """A /classify pair's two texts, by the rule a file of pairs is read by (matching.data.tables.pair_of_mapping):
+    under the run's own column names, else "a"/"b" or one of the usual pairs (premise/hypothesis, question/answer,
+    ...); other keys (an id, a label) are ignored; two usual pairs at once, or texts that cannot be told, are a 422
+    that lists the keys and says how to name the texts."""
     where = f"pairs[{index}]"
-    if not isinstance(pair, dict):
-        raise Refusal(422, f"invalid request: {where}: Input should be a valid dictionary")
-    keys = set(pair)
-    for a, b in pair_names(columns):
-        if keys == {a, b}:
-            if not isinstance(pair[a], str) or not isinstance(pair[b], str):
-                raise Refusal(422, f"invalid request: {where}: {a!r} and {b!r} must be strings, got "
-                                   f"{pair[a]!r:.40}, {pair[b]!r:.40}")  # fmt: skip
-            return checked_text(f"{where}.{a}", pair[a]), checked_text(f"{where}.{b}", pair[b])
     a, b = text_names(columns)
     example = json.dumps({a: "first text", b: "second text"})
     other = "" if (a, b) == ("a", "b") else ' or {"a": ..., "b": ...}'
-    usual = ", ".join(f"{x}/{y}" for x, y in pair_names(columns)[1 if (a, b) == ("a", "b") else 2 :])
-    raise Refusal(422, f"invalid request: {where} has the keys {sorted(map(str, keys))}, and no two texts under the "
-                       f"names this model reads; give each pair as {example}{other}, with exactly two keys, one of "
-                       f"these pairs: {usual} (GET /info lists the model's own names under \"columns\")")  # fmt: skip
+    advice = (f"Give each pair as {example}{other}, or under one of the usual pairs of names (premise/hypothesis, "
+              f"question/answer, ...); other keys are ignored (GET /info lists the model's own names under "
+              f"\"columns\")")  # fmt: skip
+    try:
+        read = pair_of_mapping(pair, where, {"a": columns.get("a"), "b": columns.get("b")}, advice=advice)
+    except DataFormatError as err:
+        raise Refusal(422, f"invalid request: {err}") from None
+    return checked_text(f"{where}.a", read.a), checked_text(f"{where}.b", read.b)
+
+
+def rerank_query(body: RerankRequest, run_name: str) -> RerankQuery:
+    """The worker's query of a valid /rerank body: each document's text (a string; an object's `text`, or the values
+    of its `rank_fields` in their order, joined by a newline), what `return_documents` repeats (each object as
+    given, a string as {"text": ...}), and the options checked."""
+    for name in ("top_n", "max_tokens_per_doc", "max_chunks_per_doc"):
+        value = getattr(body, name)
+        if value is not None and value < 1:
+            raise Refusal(422, f"invalid request: {name} must be a positive whole number, got {value}")
+    fields = tuple(body.rank_fields or ("text",))
+    if not fields or any(not isinstance(f, str) or not f for f in fields):
+        raise Refusal(422, f"invalid request: rank_fields names the document fields to read, got {body.rank_fields}")
+    texts = []
+    for i, document in enumerate(body.documents):
+        if isinstance(document, str):
+            texts.append(checked_text(f"documents[{i}]", document))
+            continue
+        given = document.model_dump(exclude_none=True)
+        missing = [f for f in fields if not isinstance(given.get(f), str)]
+        if missing:
+            raise Refusal(422, f"invalid request: documents[{i}] has no string {missing[0]!r} (its fields: "
+                               f"{sorted(given)}); {_DOCUMENT}")  # fmt: skip
+        texts.append(checked_text(f"documents[{i}]", "\n".join(given[f] for f in fields)))
+    shown = None
+    if body.return_documents and "raw_scores" in body.model_fields_set:  # Infinity's request: its answer's form
+        shown = texts
+    elif body.return_documents:
+        shown = tuple({"text": d} if isinstance(d, str) else d.model_dump(exclude_none=True) for d in body.documents)
+    return RerankQuery(checked_text("query", body.query), tuple(texts), shown, body.top_n, body.model or run_name,
+                       body.max_tokens_per_doc, body.truncation is not False, body.raw_scores)  # fmt: skip
 
 
 def checked_text(field_name: str, text: str) -> str:
@@ -301,7 +381,7 @@ def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guard
         for run in runs:
             await run.batcher.stop()
 
-    app = FastAPI(title="matching-serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="matching-serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
 
     @app.exception_handler(Refusal)
     async def refused(request: Request, exc: Refusal) -> Response:
@@ -339,7 +419,7 @@ def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guard
                                f"pairs_positives)")  # fmt: skip
         return run
 
-    @app.post("/classify")
+    @app.post("/classify", **described(ClassifyRequest, ClassifyAnswer))
     async def classify(request: Request) -> Response:
         run = run_of(request)
         body = await _read(request, ClassifyRequest, limits)
@@ -347,7 +427,7 @@ def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guard
         pairs = tuple(read_pair(i, p, run.info["columns"]) for i, p in enumerate(body.pairs))
         return await run.ask("classify", pairs)
 
-    @app.post("/rank")
+    @app.post("/rank", **described(RankRequest, RankAnswer))
     async def rank(request: Request) -> Response:
         run = ranking_run(request)
         body = await _read(request, RankRequest, limits)
@@ -359,17 +439,12 @@ def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guard
         run = ranking_run(request)
         body = await _read(request, RerankRequest, limits)
         _count("documents", len(body.documents), limits.max_candidates, "limits.max_candidates")
-        if body.top_n is not None and body.top_n < 1:
-            raise Refusal(422, f"invalid request: top_n must be a positive whole number, got {body.top_n}")
-        texts = tuple(checked_text(f"documents[{i}]", d if isinstance(d, str) else d.text)
-                      for i, d in enumerate(body.documents))  # fmt: skip
-        query = checked_text("query", body.query)
-        return await run.ask("rerank", (query, texts, body.top_n, body.return_documents, body.model or run.name))
+        return await run.ask("rerank", rerank_query(body, run.name))
 
     for path in ("/rerank", "/v1/rerank", "/v2/rerank"):  # the paths Cohere's, Jina's and Infinity's clients post to
-        app.post(path)(rerank)
+        app.post(path, **described(RerankRequest, RerankAnswer))(rerank)
 
-    @app.post("/align")
+    @app.post("/align", **described(AlignRequest, None))
     async def align(request: Request) -> Response:
         run = run_of(request)
         body = await _read(request, AlignRequest, limits)
@@ -395,6 +470,17 @@ def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guard
             return error_response(404, f"no page file {name[:100]!r}; the page is at /")
         return Response((PAGE / name).read_bytes(), media_type=PAGE_TYPES[name])
 
+    schemas = openapi_schemas()
+    default_openapi = app.openapi
+
+    def openapi() -> dict:  # FastAPI's schema of the routes, with the request and answer models they read by hand
+        if app.openapi_schema is None:
+            document = default_openapi()
+            document.setdefault("components", {}).setdefault("schemas", {}).update(schemas)
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     wrapped: Any = app
     if guards.cors_origins:
         from starlette.middleware.cors import CORSMiddleware
@@ -404,8 +490,37 @@ def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guard
     return GuardMiddleware(wrapped, guards)
 
 
+#: The models /openapi.json describes (the routes read their bodies themselves, behind the guards of `_read`).
+_MODELS = (ClassifyRequest, ClassifyAnswer, RankRequest, RankAnswer, AlignRequest, RerankRequest, RerankAnswer,
+           ErrorAnswer)  # fmt: skip
+_REF = "#/components/schemas/{model}"
+
+
+def openapi_schemas() -> dict:
+    """The JSON Schemas of the request and answer models, as OpenAPI components."""
+    from pydantic.json_schema import models_json_schema
+
+    _, top = models_json_schema([(m, "validation") for m in _MODELS], ref_template=_REF)
+    return top.get("$defs", {})
+
+
+def described(request: type[BaseModel], answer: type[BaseModel] | None) -> dict:
+    """A route's OpenAPI description: its JSON body, its answer and the error answer every endpoint gives."""
+    error = {"description": "what was wrong and what to do", "content": {"application/json": {
+        "schema": {"$ref": _REF.format(model="ErrorAnswer")}}}}  # fmt: skip
+    responses: dict = {code: error for code in (400, 413, 415, 422, 504)}
+    if answer is not None:
+        responses[200] = {"description": "the answer", "content": {"application/json": {
+            "schema": {"$ref": _REF.format(model=answer.__name__)}}}}  # fmt: skip
+    body = {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": _REF.format(model=request.__name__)}}},
+    }
+    return {"openapi_extra": {"requestBody": body}, "responses": responses}
+
+
 #: The endpoints, for the 404 and 405 answers.
-ENDPOINTS = "GET / /health /info; POST /classify /rank /rerank /align"
+ENDPOINTS = "GET / /health /info /openapi.json; POST /classify /rank /rerank /align"
 
 
 def model_info(matcher: Matcher, limits: Limits, examples: list | None = None) -> dict:
