@@ -151,21 +151,29 @@ def _seed_counts(rows: list[dict[str, str]], labels: dict[str, str]) -> str:
     return said + " (as the study's rule took them)."
 
 
-def centring_headline(folder: Path) -> str:
-    """One sentence per task of the reviewer's question: how much of CoDA's gain survives when softmax is centred
-    too."""
-    rows = {(r["task"], r["family"]): r for r in study_rows(folder) if r["split"] == "dev" and r["metric"] in MONITORED}
+def centring_headline(folder: Path, primary: dict[str, dict[str, str]] | None = None) -> str:
+    """One sentence per task of the study's declared primary comparison (conf/study/centring.yaml's `primary`: how
+    much of CoDA's gain survives when softmax is centred too), beside the same two aligners uncentred."""
+    primary = declared_primary("centring", folder.parents[2]) if primary is None else primary
+    found = study_rows(folder)
+    rows = {(r["task"], r["family"]): r for r in found if r["split"] == "dev" and r["metric"] in MONITORED}
+    labels = {r["family"]: r["label"] for r in found}
     said = []
     for task, title in CENTRING_TASKS.items():
-        coda, uncentred = rows.get((task, "coda_centred")), rows.get((task, "coda"))
-        if coda is None or not coda.get("softmax_centred_diff"):
+        if task not in primary:
             continue
-        text = (f"{title}: CoDA, centred − softmax, centred **{_interval(coda, 'softmax_centred')}** "
-                f"({_verdict(coda, 'softmax_centred')}; {coda['n']} seeds)")  # fmt: skip
-        if uncentred is not None and uncentred.get("softmax_diff"):
-            text += f", against {_interval(uncentred, 'softmax')} for both uncentred"
+        family, against = primary[task]["family"], primary[task]["against"]
+        coda = rows.get((task, family))
+        uncentred = rows.get((task, family.removesuffix("_centred")))
+        if coda is None or not coda.get(f"{against}_diff"):
+            continue
+        text = (f"{title}: {labels.get(family, family)} − {labels.get(against, against)} "
+                f"**{_interval(coda, against)}** ({_verdict(coda, against)}; {coda['n']} seeds)")  # fmt: skip
+        plain = against.removesuffix("_centred")
+        if family.endswith("_centred") and uncentred is not None and uncentred.get(f"{plain}_diff"):
+            text += f", against {_interval(uncentred, plain)} for both uncentred"
         said.append(text)
-    missing = [t for t in CENTRING_TASKS if (t, "coda_centred") not in rows]
+    missing = [t for t in CENTRING_TASKS if t in primary and (t, primary[t]["family"]) not in rows]
     out = "; ".join(said) + "." if said else "The controlled comparison has no finished task yet."
     if missing:
         out += f" Not run yet: {', '.join(missing)} (`make results` runs them)."
@@ -223,9 +231,29 @@ def fine_tuning_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
-def fine_tuning_headline(folder: Path) -> str:
-    """A sentence for the README per task compared: the best fine-tuned family's dev MAP against the CrossEncoder
-    fine-tuned as long, with the interval and verdict that count both sides' seeds (WikiQA's first)."""
+def declared_primary(study: str, root: Path | None = None) -> dict[str, dict[str, str]]:
+    """The primary comparison conf/study/<study>.yaml declares, per task: {family, against, declared} (the spec's
+    `primary`, one mapping for every task or one per task; `matching.studies.spec.read_spec` checks its names, and this
+    room may not import that one). Empty when the study declares none."""
+    import yaml
+
+    path = (root or ROOT) / "conf" / "study" / f"{study}.yaml"
+    spec = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    node = (spec or {}).get("primary") or {}
+    tasks = list((spec or {}).get("tasks") or {})
+    per_task = dict.fromkeys(tasks, node) if {"family", "against"} <= set(node) else node
+    return {task: {"family": one["family"], "against": one["against"], "declared": one.get("declared") or ""}
+            for task, one in per_task.items()}  # fmt: skip
+
+
+def fine_tuning_headline(folder: Path, primary: dict[str, dict[str, str]] | None = None) -> str:
+    """A sentence for the README per task compared (WikiQA's first): the study's primary comparison, a fine-tuned
+    family's dev MAP against the CrossEncoder fine-tuned as long, with the interval and verdict that count both sides'
+    seeds, and the family's Δ over the frozen encoder; `primary` as `declared_primary` gives it (the study's spec by
+    default). A study that declares none gets the fine-tuned family with the best dev MAP, and the sentence says that
+    it was selected on the dev questions it reports."""
+    primary = declared_primary("fine_tuning", folder.parents[2]) if primary is None else primary
+    rows = {(r["task"], r["family"], r["metric"]): r for r in study_rows(folder) if r["split"] == "dev"}
     labels = {r["family"]: r["label"] for r in study_rows(folder)}
     sentences = []
     for task, split in (("wikiqa", "WikiQA dev"), ("trecqa", "TrecQA clean-dev")):
@@ -234,17 +262,29 @@ def fine_tuning_headline(folder: Path) -> str:
         tuned = [row for row in comparison["compared"] if row["name"] != "coda_frozen"]
         if not tuned:
             continue
-        best = max(tuned, key=lambda row: row["map"]["mean"])
+        declared = primary.get(task)
+        chosen = [row for row in tuned if declared and row["name"] == declared["family"]]
+        best = chosen[0] if chosen else max(tuned, key=lambda row: row["map"]["mean"])
         ce = comparison["cross_encoder"]
         numbers = (f"MAP **{best['map']['mean']:.2f} ± {best['map']['std']:.2f}** against {ce['map']['mean']:.2f} ± "
                    f"{ce['map']['std']:.2f}")  # fmt: skip
         detail = (f"{best['seeds']} and {ce['seeds']} seeds; {best['difference']:+.2f} [{best['low']:+.2f}, "
                   f"{best['high']:+.2f}], {best['verdict']}, p = {best['p_holm']:.2g}; {best['train_minutes']:.0f} "
                   f"against {ce['train_minutes']:.0f} training minutes a run on one thread")  # fmt: skip
+        frozen = rows.get((task, best["name"], "map"))
+        if frozen and frozen.get("coda_frozen_diff"):
+            detail += (f"; over the frozen encoder {_interval(frozen, 'coda_frozen')}, "
+                       f"{_verdict(frozen, 'coda_frozen')}")  # fmt: skip
         label = labels.get(best["name"], best["name"])
         if not sentences:
-            sentences.append(f"{label}: {split} {numbers} for a MiniLM-L6 CrossEncoder fine-tuned as long from the "
-                             f"same weights ({detail}).")  # fmt: skip
+            if chosen and declared["declared"]:
+                said = f"the study's primary comparison, declared {declared['declared']}"
+            elif chosen:
+                said = "the study's primary comparison, declared before its runs"
+            else:
+                said = "selected: the fine-tuned family with the best dev MAP, reported on the same dev questions"
+            sentences.append(f"{label} ({said}): {split} {numbers} for a MiniLM-L6 CrossEncoder fine-tuned as long "
+                             f"from the same weights ({detail}).")  # fmt: skip
         else:
             sentences.append(f"{split}: {label}, {numbers} ({detail}).")
     not_yet = "Fine-tuned against a CrossEncoder fine-tuned as long: not run yet (`study=fine_tuning`)."
