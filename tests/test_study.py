@@ -15,7 +15,7 @@ from conftest import FIXTURE_VECTORS, ROOT, SUBPROCESS_ENV
 
 from matching.errors import ConfigError
 from matching.studies.selection import choose
-from matching.studies.spec import PlannedRun, Setting, read_spec, selection_runs
+from matching.studies.spec import PlannedRun, Primary, Setting, read_spec, selection_runs
 
 #: A learnable rule: "yes" when the second text repeats the first text's first word. Dev follows it; test is its
 #: opposite, so a model that learned it is the best on dev and the worst on test.
@@ -241,11 +241,29 @@ def test_the_plan_and_the_budget():
         ({"name": "t", "tasks": {"x": ["task=pairs"]}, "seeds": [1], "selection_seeds": [2],
           "families": {"a": {"overrides": ["aligner=coda"]}}}, None, "must be among study.seeds"),
         ({"name": "bad name", "families": {"a": {}}}, None, "a name of letters"),
+        ({"name": "t", "tasks": {"x": ["task=pairs"]}, "families": {"a": {}, "b": {}},
+          "primary": {"family": "a", "against": "cross_encoder"}}, None, "neither a family (a, b) nor an outside"),
+        ({"name": "t", "tasks": {"x": ["task=pairs"]}, "families": {"a": {}, "b": {}},
+          "primary": {"y": {"family": "a", "against": "b"}}}, None, "study.primary.y: 'y' is not one of the study's"),
+        ({"name": "t", "tasks": {"x": ["task=pairs"]}, "families": {"a": {}, "b": {}},
+          "primary": {"family": "a"}}, None, "study.primary is {family: <family>"),
     ],
 )  # fmt: skip
 def test_a_mistaken_study_is_named(node, tasks, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         read_spec(node, tasks)
+
+
+def test_a_study_declares_its_primary_comparison_for_every_task_or_per_task():
+    families = {"a": {}, "b": {}, "c": {}}
+    tasks = {"x": ["task=pairs"], "y": ["task=pairs"]}
+    spec = read_spec({"name": "t", "tasks": tasks, "families": families, "outside": ["cross_encoder"],
+                      "primary": {"family": "a", "against": "cross_encoder"}})  # fmt: skip
+    assert spec.primary == {"x": Primary("a", "cross_encoder"), "y": Primary("a", "cross_encoder")}
+    per_task = {"x": {"family": "a", "against": "b"}, "y": {"family": "c", "against": "b", "declared": "after"}}
+    spec = read_spec({"name": "t", "tasks": tasks, "families": families, "primary": per_task}, ["y"])
+    assert spec.primary == {"y": Primary("c", "b", "after")}  # x is not run: its declaration is not read
+    assert read_spec({"name": "t", "tasks": tasks, "families": families}).primary == {}
 
 
 def test_a_task_config_can_stand_for_a_study_task():

@@ -151,21 +151,29 @@ def _seed_counts(rows: list[dict[str, str]], labels: dict[str, str]) -> str:
     return said + " (as the study's rule took them)."
 
 
-def centring_headline(folder: Path) -> str:
-    """One sentence per task of the reviewer's question: how much of CoDA's gain survives when softmax is centred
-    too."""
-    rows = {(r["task"], r["family"]): r for r in study_rows(folder) if r["split"] == "dev" and r["metric"] in MONITORED}
+def centring_headline(folder: Path, primary: dict[str, dict[str, str]] | None = None) -> str:
+    """One sentence per task of the study's declared primary comparison (conf/study/centring.yaml's `primary`: how
+    much of CoDA's gain survives when softmax is centred too), beside the same two aligners uncentred."""
+    primary = declared_primary("centring", folder.parents[2]) if primary is None else primary
+    found = study_rows(folder)
+    rows = {(r["task"], r["family"]): r for r in found if r["split"] == "dev" and r["metric"] in MONITORED}
+    labels = {r["family"]: r["label"] for r in found}
     said = []
     for task, title in CENTRING_TASKS.items():
-        coda, uncentred = rows.get((task, "coda_centred")), rows.get((task, "coda"))
-        if coda is None or not coda.get("softmax_centred_diff"):
+        if task not in primary:
             continue
-        text = (f"{title}: CoDA, centred − softmax, centred **{_interval(coda, 'softmax_centred')}** "
-                f"({_verdict(coda, 'softmax_centred')}; {coda['n']} seeds)")  # fmt: skip
-        if uncentred is not None and uncentred.get("softmax_diff"):
-            text += f", against {_interval(uncentred, 'softmax')} for both uncentred"
+        family, against = primary[task]["family"], primary[task]["against"]
+        coda = rows.get((task, family))
+        uncentred = rows.get((task, family.removesuffix("_centred")))
+        if coda is None or not coda.get(f"{against}_diff"):
+            continue
+        text = (f"{title}: {labels.get(family, family)} − {labels.get(against, against)} "
+                f"**{_interval(coda, against)}** ({_verdict(coda, against)}; {coda['n']} seeds)")  # fmt: skip
+        plain = against.removesuffix("_centred")
+        if family.endswith("_centred") and uncentred is not None and uncentred.get(f"{plain}_diff"):
+            text += f", against {_interval(uncentred, plain)} for both uncentred"
         said.append(text)
-    missing = [t for t in CENTRING_TASKS if (t, "coda_centred") not in rows]
+    missing = [t for t in CENTRING_TASKS if t in primary and (t, primary[t]["family"]) not in rows]
     out = "; ".join(said) + "." if said else "The controlled comparison has no finished task yet."
     if missing:
         out += f" Not run yet: {', '.join(missing)} (`make results` runs them)."
@@ -223,9 +231,29 @@ def fine_tuning_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
-def fine_tuning_headline(folder: Path) -> str:
-    """A sentence for the README per task compared: the best fine-tuned family's dev MAP against the CrossEncoder
-    fine-tuned as long, with the interval and verdict that count both sides' seeds (WikiQA's first)."""
+def declared_primary(study: str, root: Path | None = None) -> dict[str, dict[str, str]]:
+    """The primary comparison conf/study/<study>.yaml declares, per task: {family, against, declared} (the spec's
+    `primary`, one mapping for every task or one per task; `matching.studies.spec.read_spec` checks its names, and this
+    room may not import that one). Empty when the study declares none."""
+    import yaml
+
+    path = (root or ROOT) / "conf" / "study" / f"{study}.yaml"
+    spec = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    node = (spec or {}).get("primary") or {}
+    tasks = list((spec or {}).get("tasks") or {})
+    per_task = dict.fromkeys(tasks, node) if {"family", "against"} <= set(node) else node
+    return {task: {"family": one["family"], "against": one["against"], "declared": one.get("declared") or ""}
+            for task, one in per_task.items()}  # fmt: skip
+
+
+def fine_tuning_headline(folder: Path, primary: dict[str, dict[str, str]] | None = None) -> str:
+    """A sentence for the README per task compared (WikiQA's first): the study's primary comparison, a fine-tuned
+    family's dev MAP against the CrossEncoder fine-tuned as long, with the interval and verdict that count both sides'
+    seeds, and the family's Δ over the frozen encoder; `primary` as `declared_primary` gives it (the study's spec by
+    default). A study that declares none gets the fine-tuned family with the best dev MAP, and the sentence says that
+    it was selected on the dev questions it reports."""
+    primary = declared_primary("fine_tuning", folder.parents[2]) if primary is None else primary
+    rows = {(r["task"], r["family"], r["metric"]): r for r in study_rows(folder) if r["split"] == "dev"}
     labels = {r["family"]: r["label"] for r in study_rows(folder)}
     sentences = []
     for task, split in (("wikiqa", "WikiQA dev"), ("trecqa", "TrecQA clean-dev")):
@@ -234,21 +262,145 @@ def fine_tuning_headline(folder: Path) -> str:
         tuned = [row for row in comparison["compared"] if row["name"] != "coda_frozen"]
         if not tuned:
             continue
-        best = max(tuned, key=lambda row: row["map"]["mean"])
+        declared = primary.get(task)
+        chosen = [row for row in tuned if declared and row["name"] == declared["family"]]
+        best = chosen[0] if chosen else max(tuned, key=lambda row: row["map"]["mean"])
         ce = comparison["cross_encoder"]
         numbers = (f"MAP **{best['map']['mean']:.2f} ± {best['map']['std']:.2f}** against {ce['map']['mean']:.2f} ± "
                    f"{ce['map']['std']:.2f}")  # fmt: skip
         detail = (f"{best['seeds']} and {ce['seeds']} seeds; {best['difference']:+.2f} [{best['low']:+.2f}, "
                   f"{best['high']:+.2f}], {best['verdict']}, p = {best['p_holm']:.2g}; {best['train_minutes']:.0f} "
                   f"against {ce['train_minutes']:.0f} training minutes a run on one thread")  # fmt: skip
+        frozen = rows.get((task, best["name"], "map"))
+        if frozen and frozen.get("coda_frozen_diff"):
+            detail += (f"; over the frozen encoder {_interval(frozen, 'coda_frozen')}, "
+                       f"{_verdict(frozen, 'coda_frozen')}")  # fmt: skip
         label = labels.get(best["name"], best["name"])
         if not sentences:
-            sentences.append(f"{label}: {split} {numbers} for a MiniLM-L6 CrossEncoder fine-tuned as long from the "
-                             f"same weights ({detail}).")  # fmt: skip
+            if chosen and declared["declared"]:
+                said = f"the study's primary comparison, declared {declared['declared']}"
+            elif chosen:
+                said = "the study's primary comparison, declared before its runs"
+            else:
+                said = "selected: the fine-tuned family with the best dev MAP, reported on the same dev questions"
+            sentences.append(f"{label} ({said}): {split} {numbers} for a MiniLM-L6 CrossEncoder fine-tuned as long "
+                             f"from the same weights ({detail}).")  # fmt: skip
         else:
             sentences.append(f"{split}: {label}, {numbers} ({detail}).")
     not_yet = "Fine-tuned against a CrossEncoder fine-tuned as long: not run yet (`study=fine_tuning`)."
     return " ".join(sentences) or not_yet
+
+
+#: Figures measured outside this repository's data files (held-out test splits, benchmark sittings that wrote no
+#: file), each with what it is, its source and its date: the blocks below render them from it.
+FIGURES = Path("docs") / "figures" / "measured_elsewhere.yaml"
+
+
+def figures(folder: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load((folder / FIGURES.name).read_text(encoding="utf-8"))
+
+
+def _spread(pair: list[float]) -> str:
+    return f"{pair[0]:.2f} ± {pair[1]:.2f}"
+
+
+def _diff(triple: list[float]) -> str:
+    return f"{triple[0]:+.2f} [{triple[1]:+.2f}, {triple[2]:+.2f}]"
+
+
+def frontier_sentence(folder: Path) -> str:
+    """The README's speed claim for reranking, each figure with the model and the condition it belongs to."""
+    f = figures(folder)["frontier"]
+    wikiqa, trecqa = f["wikiqa"], f["trecqa"]
+    return (f"WikiQA dev at {wikiqa['ratio']:.0f}x the rank speed of a MiniLM CrossEncoder fine-tuned as long, TrecQA "
+            f"clean-dev at {trecqa['ratio']:.0f}x, on one thread: CoDA over the encoder with its top layer fine-tuned "
+            f"(the headline's model, seed 1), its candidates indexed in advance (building the index, "
+            f"{wikiqa['index_seconds'][0]:.0f}–{wikiqa['index_seconds'][1]:.0f} s and "
+            f"{trecqa['index_seconds'][0]:.1f}–{trecqa['index_seconds'][1]:.1f} s, is not counted), its encoder "
+            f"on ONNX "
+            "Runtime.")  # fmt: skip
+
+
+def held_out_test(folder: Path) -> str:
+    """The README's held-out test figures: the headline's comparison on the test splits, the fine-tuned models and
+    the CrossEncoder kept at its dev-best epoch on TrecQA's test, and an earlier uncentred one on WikiQA's."""
+    f = figures(folder)
+    snli, trecqa = f["centring_test"]["rows"]["snli_test"], f["centring_test"]["rows"]["trecqa_test"]
+    tuned, ce = f["fine_tuning_test"]["trecqa_test"], f["cross_encoder_epochs"]
+    best = next(row for row in ce["rows"] if row[0] == ce["dev_best_epoch"])
+    test_map = ce["columns"].index("test_map")
+    return (f"CoDA centred − softmax centred, the headline's comparison, on SNLI's test split "
+            f"**{_diff(snli['coda_centred_vs_softmax_centred'])}** (9,824 pairs, {snli['verdict']}) and TrecQA's clean "
+            f"test **{_diff(trecqa['coda_centred_vs_softmax_centred'])}** MAP (68 questions, {trecqa['verdict']}), 3 "
+            f"seeds, static vectors (issue {f['centring_test']['source']['issue']}: "
+            f"`{f['centring_test']['source']['command'].split(' paths.')[0]}`); "
+            f"on TrecQA's clean test CoDA over the frozen encoder {_spread(tuned['coda_frozen']['test'])} MAP, "
+            f"with its "
+            f"top layer fine-tuned {_spread(tuned['coda_n1']['test'])}, against {best[test_map]:.2f} for the "
+            f"CrossEncoder trained {len(ce['rows'])} epochs and kept at its dev-best ({ce['dev_best_epoch']}; "
+            f"one seed, "
+            f"issue {ce['source']['issue']}): a tie, where the dev figures above train it 2 epochs; uncentred "
+            f"CoDA − softmax on "
+            f"WikiQA's test {_diff(f['earlier_test']['wikiqa_coda_vs_softmax'])} MAP (237 questions, issue "
+            f"54).")  # fmt: skip
+
+
+def gpu_and_cpu_speed(folder: Path) -> str:
+    """The README's training-speed sentence: the newest H100 sitting and the CPU step's cost."""
+    f = figures(folder)
+    gpu, cpu, bf16 = f["gpu_2026_11_26"], f["cpu_step"]["ratio_to_bare_loop"], f["bf16_cpu"]["speed_up"]
+    eager = gpu["epoch_seconds"]["eager"].values()
+    return (f"Speed: one H100 runs an SNLI-sized epoch in {min(eager):.0f}–{max(eager):.0f} s per aligner eager, "
+            f"{gpu['epoch_seconds']['compiled']['coda']:.0f} s for CoDA compiled (8 runs sharing it: "
+            f"{gpu['concurrent_ratio'][8]:.1f}x one's throughput; {gpu['date']}); on 2 CPU cores a step costs "
+            f"{cpu['softmax']:.2f}x (softmax) and {cpu['coda']:.2f}x (CoDA) a bare PyTorch loop. A CPU with AMX or "
+            f"AVX512-BF16 trains in bf16 by default (`dtype=auto`, {bf16[0]:.1f}–{bf16[1]:.1f}x faster, dev metrics "
+            "within noise of fp32).")  # fmt: skip
+
+
+def centring_test_table(folder: Path) -> str:
+    """docs/results.md's held-out test table of the controlled comparison, from the figures file."""
+    f = figures(folder)["centring_test"]
+    families = ("softmax", "softmax_centred", "coda", "coda_centred", "conflict", "conflict_centred")
+    names = ("softmax", "softmax, centred", "CoDA", "CoDA, centred", "conflict", "conflict, centred")
+    lines = ["| test, mean ± std over 3 seeds | " + " | ".join(names) + " | CoDA, centred − softmax, centred [95 "
+             "% CI] |",
+             "|---" * (len(names) + 2) + "|"]  # fmt: skip
+    for row in f["rows"].values():
+        cells = [_spread(row[family]) for family in families]
+        lines.append(f"| {row['label']} | " + " | ".join(cells) +
+                     f" | {_diff(row['coda_centred_vs_softmax_centred'])}, {row['verdict']} |")  # fmt: skip
+    snli, trecqa = f["rows"]["snli_test"]["centring"], f["rows"]["trecqa_test"]["centring"]
+    verdicts = f["centring_verdicts"]
+    said = "; ".join(f"{name} {snli[key]:+.2f} / {trecqa[key]:+.2f} ({verdicts[key]})"
+                     for key, name in (("coda", "CoDA"), ("softmax", "softmax"), ("conflict", "conflict")))  # fmt: skip
+    return "\n".join([*lines, "", f"Centring on test, each aligner against itself uncentred (SNLI / TrecQA): {said}. "
+                      f"Measured separately (issue {f['source']['issue']}, `{f['source']['command']}`, {f['date']}); "
+                      "not our runs."])  # fmt: skip
+
+
+def fine_tuning_test(folder: Path) -> str:
+    """The fine-tuning comparison on TrecQA's held-out clean test: the CrossEncoder's per-epoch table (dev and test
+    scored after each of 8 epochs) and CoDA's test MAP at the study's settings, from the figures file."""
+    f = figures(folder)
+    ce, tuned = f["cross_encoder_epochs"], f["fine_tuning_test"]["trecqa_test"]
+    lines = ["| epoch (of 8) | minutes | dev MAP | dev MRR | test MAP | test MRR |", "|---|---|---|---|---|---|"]
+    for epoch, minutes, *scores in ce["rows"]:
+        bold = "**" if epoch == ce["dev_best_epoch"] else ""
+        lines.append(f"| {bold}{epoch}{bold} | {minutes:.1f} | " + " | ".join(f"{x:.2f}" for x in scores) + " |")
+    best = next(row for row in ce["rows"] if row[0] == ce["dev_best_epoch"])[ce["columns"].index("test_map")]
+    said = (f"Kept at its dev-best epoch ({ce['dev_best_epoch']}) the CrossEncoder scores {best:.2f} test MAP "
+            f"(one seed); "
+            f"at the study's settings, 3 seeds, tested once: CoDA over the frozen encoder "
+            f"{_spread(tuned['coda_frozen']['test'])} (dev {tuned['coda_frozen']['dev']:.2f}), with its top layer "
+            f"fine-tuned {_spread(tuned['coda_n1']['test'])} (dev {tuned['coda_n1']['dev']:.2f}), CoDA centred over "
+            f"static vectors {_spread(tuned['coda_centred_static']['test'])}: "
+            f"{ce['against_coda_test']['coda_frozen']:+.2f} and {ce['against_coda_test']['coda_n1']:+.2f} against the "
+            f"CrossEncoder, a tie. Measured separately (issue {ce['source']['issue']}, {ce['date']}); not our "
+            f"runs.")  # fmt: skip
+    return "\n".join([*lines, "", said])
 
 
 #: Every rendered block: (file, block name) -> (its study folder, its renderer).
@@ -258,14 +410,19 @@ BLOCKS: dict[tuple[str, str], tuple[str, Callable[[Path], str]]] = {
     ("docs/results.md", "centring-table"): ("docs/studies/centring", centring_table),
     ("README.md", "fine-tuning-headline"): ("docs/studies/fine_tuning", fine_tuning_headline),
     ("docs/ranking.md", "fine-tuning-table"): ("docs/studies/fine_tuning", fine_tuning_table),
+    ("README.md", "frontier-speed"): ("docs/figures", frontier_sentence),
+    ("README.md", "held-out-test"): ("docs/figures", held_out_test),
+    ("README.md", "speed"): ("docs/figures", gpu_and_cpu_speed),
+    ("docs/results.md", "centring-test"): ("docs/figures", centring_test_table),
+    ("docs/results.md", "fine-tuning-test"): ("docs/figures", fine_tuning_test),
 }
 
 
 def page_data(folder: Path) -> list[Path]:
-    """The files a study folder's rendered numbers come from: its page's table and an outside baseline's
-    comparison."""
-    return [path for path in (folder / "study.csv", *sorted(folder.glob(f"{OUTSIDE_BASELINE}/*/comparison.json")))
-            if path.is_file()]  # fmt: skip
+    """The files a block's rendered numbers come from: a study page's table and an outside baseline's comparison, or
+    the file of figures measured elsewhere."""
+    return [path for path in (folder / "study.csv", *sorted(folder.glob(f"{OUTSIDE_BASELINE}/*/comparison.json")),
+                              folder / FIGURES.name) if path.is_file()]  # fmt: skip
 
 
 def block_pattern(name: str) -> re.Pattern:

@@ -7,6 +7,12 @@ first values first, so the first setting is the family at the values written fir
 the *budget* is how many of those settings are tried, the first ones. Every run is named by its task, family,
 setting and seed, and lives at `<study>/runs/<task>/<family>/<setting>/seed<N>`, so that a setting trained for one
 stage (the selection seed) is the same run in the next (confirmation) and a relaunched study finds what is done.
+
+A study may declare its *primary* comparison, before it runs: the one question its headline answers (`primary:
+{family: coda_centred, against: softmax_centred}`, or one such mapping per task). `against` is a family or an outside
+baseline the study names (`outside: [cross_encoder]`, trained by its own script and compared with the study's seeds).
+A declaration written after the published runs were measured says so (`declared: after the runs, <why>`), and the
+headline says it: a comparison picked once its figures are seen is a selection, not a declaration.
 """
 
 from __future__ import annotations
@@ -71,6 +77,16 @@ class Family:
 
 
 @dataclass(frozen=True)
+class Primary:
+    """The comparison a study's headline reports, declared in its spec: `family` against `against` (a family or an
+    outside baseline); `declared`: empty when declared before the runs, else when and why it was named."""
+
+    family: str
+    against: str
+    declared: str = ""
+
+
+@dataclass(frozen=True)
 class StudySpec:
     name: str
     about: str
@@ -86,6 +102,8 @@ class StudySpec:
     max_seeds: int | None = None  # `seeds: {min, max, step}`: the study adds seeds up to this many a family
     seed_step: int = 2  # seeds added at each look
     twins: dict[str, str] = field(default_factory=dict)  # family -> the family it is compared with alone
+    outside: tuple[str, ...] = ()  # baselines trained outside the study (benchmarks/cross_encoder.py), by name
+    primary: dict[str, Primary] = field(default_factory=dict)  # task -> its declared primary comparison
 
     @property
     def adaptive(self) -> bool:
@@ -187,6 +205,37 @@ def _seed_plan(node: object) -> tuple[tuple[int, ...], int | None, int]:
     return tuple(range(1, low + 1)), high, step
 
 
+def _primary(node: object, tasks: Mapping, families: Mapping, outside: Sequence[str],
+             written: Mapping) -> dict[str, Primary]:  # fmt: skip
+    """`study.primary`: {family, against[, declared]} for every task, or {task: {family, against[, declared]}};
+    `tasks` those run, `written` all the study's (a task not run now keeps its declaration unread)."""
+    if node is None:
+        return {}
+    shape = "{family: <family>, against: <family or outside baseline>} (or one such mapping per task)"
+    if not isinstance(node, Mapping):
+        raise ConfigError(f"study.primary is {shape}; got {node!r}")
+    per_task = node if not {"family", "against"} & set(node) else dict.fromkeys(tasks, node)
+    primary = {}
+    for task, one in per_task.items():
+        where = f"study.primary.{task}" if per_task is node else "study.primary"
+        if task not in written:
+            raise ConfigError(f"{where}: {task!r} is not one of the study's tasks ({', '.join(written)})")
+        if task not in tasks:
+            continue
+        if not isinstance(one, Mapping) or not {"family", "against"} <= set(one) or set(one) - {
+                "family", "against", "declared"}:  # fmt: skip
+            raise ConfigError(f"{where} is {shape}; got {one!r}")
+        if one["family"] not in families:
+            raise ConfigError(f"{where}.family: {one['family']!r} is not one of the families ({', '.join(families)})")
+        if one["against"] not in families and one["against"] not in outside:
+            raise ConfigError(f"{where}.against: {one['against']!r} is neither a family ({', '.join(families)}) nor "
+                              f"an outside baseline (study.outside: {', '.join(outside) or 'none'})")  # fmt: skip
+        if one["family"] == one["against"]:
+            raise ConfigError(f"{where}: {one['family']!r} is compared with itself")
+        primary[str(task)] = Primary(str(one["family"]), str(one["against"]), str(one.get("declared") or ""))
+    return primary
+
+
 def read_spec(node: DictConfig | Mapping, tasks: Sequence[str] | None = None, train: Sequence[str] = ()) -> StudySpec:
     """The study of a composed `study` node (conf/study/<name>.yaml), on the `tasks` named (names of its tasks,
     or of a task config, `trecqa`, run as `task=trecqa`); all its tasks when None; `train`: overrides for every run
@@ -195,7 +244,7 @@ def read_spec(node: DictConfig | Mapping, tasks: Sequence[str] | None = None, tr
     if not study or not study.get("families"):
         raise ConfigError("no study chosen: give study=<name> (a file of conf/study/, e.g. study=design_space)")
     name = _name(study.get("name") or "study", "study.name")
-    declared = {
+    declared = written = {
         _name(k, "study.tasks:"): _strings(v, f"study.tasks.{k}") for k, v in (study.get("tasks") or {}).items()
     }
     if tasks:
@@ -228,6 +277,8 @@ def read_spec(node: DictConfig | Mapping, tasks: Sequence[str] | None = None, tr
         if family == twin:
             raise ConfigError(f"study.twins: {family!r} is compared with itself")
         twins[str(family)] = str(twin)
+    outside = tuple(_name(v, "study.outside:") for v in _strings(study.get("outside"), "study.outside"))
+    primary = _primary(study.get("primary"), declared, families, outside, written)
     seeds, max_seeds, step = _seed_plan(study.get("seeds"))
     selection = _seeds(study.get("selection_seeds") or seeds[:1], "study.selection_seeds")
     if not set(selection) <= set(seeds):
@@ -244,7 +295,7 @@ def read_spec(node: DictConfig | Mapping, tasks: Sequence[str] | None = None, tr
         name=name, about=str(study.get("about") or "").strip(), tasks=declared, families=families,
         train=(*_strings(study.get("train"), "study.train"), *train), seeds=seeds, selection_seeds=selection,
         baselines=baselines, budget=budget, test=bool(study.get("test")), heatmaps=heatmaps, max_seeds=max_seeds,
-        seed_step=step, twins=twins,
+        seed_step=step, twins=twins, outside=outside, primary=primary,
     )  # fmt: skip
 
 

@@ -1,0 +1,157 @@
+"""Every published figure comes from a file: a figure of README.md or docs/*.md that no data file holds fails.
+
+What counts as a figure (`figures_in`): in the page's prose and tables (fenced code blocks, inline code, HTML
+comments, link targets and the `<!-- results:... -->` blocks removed first: a block is rendered from its files and
+tests/test_docs.py checks it), a number written with a decimal point (76.96, 0.78, 1.6e-06), or followed by `%`, `x`
+(a ratio: 5.2x) or a unit of time (s, ms, µs, min, minutes, hours; `53–86 s` gives both ends). Not figures: whole
+numbers without such a unit (counts such as 122 questions, 9,824 pairs, 3 seeds; years; section, table and equation
+numbers), dates (2026-11-26) and clock times (05:57), version numbers (torch 2.13, Python ≥ 3.10, SciTail 1.1, any
+a.b.c) and arXiv ids (1606.01933).
+
+Where a figure is found (`data_numbers`): the study pages' data (docs/studies/*/study.csv, seeds.json,
+selection.json, an outside baseline's comparison.json and its seeds' metrics.json), the file of figures measured
+elsewhere (docs/figures/measured_elsewhere.yaml) and the task configs' `paper:` numbers, at the precision printed (a
+data file's 80.29822 backs 80.30 and 80.3). A figure with a unit (x, %, a time) is a measurement of speed, time or
+share: only the figures file backs it, so that it cannot match a study's accuracy by chance.
+
+The scope, and why: README.md is checked whole. docs/*.md hold about 5,000 such figures, most of them typed lab
+records of runs made before the studies existed (docs/results.md says so of its tables); each page's count of
+figures no data file holds is pinned in `TYPED` and may only fall, so a new typed figure fails until it is put in a
+data file (or an old one is moved there), while the records already there stay readable. A pinned count cannot tell
+one typed figure swapped for another: the README is where a figure must be backed one by one.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+FIGURES_FILE = ROOT / "docs" / "figures" / "measured_elsewhere.yaml"
+
+#: Figures a page may carry that no data file holds, each with its reason. Short on purpose.
+EXCEPTIONS = {
+    "95 %": "the confidence level of every interval, a choice, not a measurement",
+    "80 %": "the power at which a detectable difference is stated, a choice",
+    "0.05": "the significance level α, a choice",
+}
+
+#: docs/*.md pages: how many figures no data file holds, as of this test's commit (a ratchet: it may only fall).
+TYPED = {
+    "aligners.md": 31, "architecture.md": 0, "bad-input.md": 1, "cluster.md": 0, "comparing.md": 180, "cookbook.md": 0,
+    "data.md": 25, "demo.md": 23, "extending.md": 0, "performance.md": 464, "python-api.md": 0, "ranking.md": 52,
+    "results.md": 278, "serving.md": 12, "studies.md": 0,
+}  # fmt: skip
+
+_REMOVED = [
+    re.compile(r"<!-- results:([\w-]+) -->.*?<!-- /results:\1 -->", re.S),  # rendered, checked by test_docs
+    re.compile(r"^ *```.*?^ *```", re.S | re.M),  # code blocks
+    re.compile(r"<!--.*?-->", re.S),  # comments
+    re.compile(r"`[^`\n]*`"),  # inline code: commands and keys
+    re.compile(r"\]\([^)]*\)"),  # link targets
+    re.compile(r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}:\d{2}\b"),  # dates, clock times
+    re.compile(r"(?i)(?:torch|python|cuda|cu|version|v|scitail|onnxruntime|≥|>=)\s?\d+(?:\.\d+)+|\b\d+\.\d+\.\d+\S*"),
+    re.compile(r"\b\d{4}\.\d{4,5}\b"),  # arXiv ids
+]
+_UNIT = r"%|x\b|s\b|ms\b|µs\b|min\b|minutes\b|hours?\b"
+_NUMBER = re.compile(rf"(?<![\w.\-])([-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+−]?\d+)?)((?:–[-+−]?[\d.,]+)?\s?(?:{_UNIT}))?")
+
+
+def figures_in(text: str) -> list[tuple[str, bool]]:
+    """The figures of a page's text, each as (as printed, whether it carries a unit)."""
+    for name in EXCEPTIONS:
+        text = text.replace(name, " ")
+    for pattern in _REMOVED:
+        text = pattern.sub(" ", text)
+    found = []
+    for m in _NUMBER.finditer(text):
+        number, unit = m.group(1), m.group(2)
+        if "." in number or "e" in number or unit:
+            found.append((number, bool(unit)))
+        if unit and "–" in unit:  # a range: its other end carries the unit too
+            found.append((re.match(r"[-+−]?[\d.,]*\d", unit.split("–")[1]).group(0), True))
+    return found
+
+
+def _numbers(text: str) -> set[float]:
+    return {float(n) for n in re.findall(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?", text)}
+
+
+def _walk(node: object) -> set[float]:
+    if isinstance(node, bool):
+        return set()
+    if isinstance(node, (int, float)):
+        return {float(node)}
+    if isinstance(node, dict):
+        return {x for key, value in node.items() for x in _walk(key) | _walk(value)}
+    if isinstance(node, list):
+        return {x for value in node for x in _walk(value)}
+    return set()
+
+
+@cache
+def data_numbers() -> tuple[frozenset[float], frozenset[float]]:
+    """(every number of the data files, the figures file's alone)."""
+    studies = set()
+    for pattern in ("docs/studies/*/study.csv", "docs/studies/*/*.json", "docs/studies/*/cross_encoder/*/*.json",
+                    "docs/studies/*/cross_encoder/*/seed*/metrics.json"):  # fmt: skip
+        for path in ROOT.glob(pattern):
+            studies |= _numbers(path.read_text(encoding="utf-8"))
+    for path in (ROOT / "conf" / "task").glob("*.yaml"):
+        studies |= _walk((yaml.safe_load(path.read_text()) or {}).get("paper") or {})
+    measured = _walk(yaml.safe_load(FIGURES_FILE.read_text(encoding="utf-8")))
+    return frozenset(studies | measured), frozenset(measured)
+
+
+def backed(figure: str, unit: bool) -> bool:
+    """Whether a data file holds the figure at the precision printed (a unit's figure: the figures file)."""
+    every, measured = data_numbers()
+    pool = measured if unit else every
+    text = figure.replace(",", "").replace("−", "-").lstrip("+-")
+    if not text:
+        return True
+    value = float(text)
+    if "e" in text:
+        return any(x and f"{abs(x):.2g}" == f"{value:.2g}" for x in pool)
+    digits = len(text.split(".")[1]) if "." in text else 0
+    return any(round(abs(x), digits) == value for x in pool)
+
+
+def unbacked(text: str) -> list[str]:
+    return [figure for figure, unit in figures_in(text) if not backed(figure, unit)]
+
+
+def test_what_counts_as_a_figure():
+    text = ("CoDA 76.96 ± 2.01 at 5.2x, 53–86 s, p = 1.6e-06, 95 % CI; 122 questions, 3 seeds, torch 2.13.0, "
+            "Python ≥ 3.10, 2026-11-26, arXiv 1606.01933, `study.test=true seed=1.5`, [a](docs/x1.5.md)\n"
+            "```bash\nrun --lr 3.5\n```\n<!-- results:b -->\n7.25\n<!-- /results:b -->")  # fmt: skip
+    assert figures_in(text) == [("76.96", False), ("2.01", False), ("5.2", True), ("53", True), ("86", True),
+                                ("1.6e-06", False)]  # fmt: skip
+
+
+def test_a_figure_is_backed_at_the_precision_printed_and_a_units_figure_only_by_the_figures_file():
+    assert backed("80.30", False) and backed("80.3", False)  # the fine-tuning study's 80.29822...
+    assert backed("76.96", False) and backed("5.2", True)  # the figures file
+    assert not backed("80.31", False)
+    assert backed("63.09", False) and not backed("63.09", True)  # a study's accuracy does not back a speed-up
+    assert unbacked("CoDA reaches 91.37 ± 0.42 at 27.3x the speed") == ["91.37", "27.3"]  # 0.42: a study has it
+
+
+def test_every_figure_of_the_readme_is_in_a_data_file():
+    found = unbacked((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert not found, f"README.md figures in no data file (docs/figures/measured_elsewhere.yaml takes them): {found}"
+
+
+def test_no_docs_page_types_more_figures_than_it_did():
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    assert {page.name for page in pages} == set(TYPED), "a page added or gone: give it its count in TYPED"
+    counts = {page.name: len(unbacked(page.read_text(encoding="utf-8"))) for page in pages}
+    grown = {name: (counts[name], TYPED[name]) for name in counts if counts[name] > TYPED[name]}
+    assert not grown, (
+        f"figures in no data file (now, pinned): {grown}; put them in docs/figures/measured_elsewhere.yaml"
+    )
+    fallen = {name: (counts[name], TYPED[name]) for name in counts if counts[name] < TYPED[name]}
+    assert not fallen, f"fewer typed figures (now, pinned): {fallen}: lower TYPED to the new counts"
