@@ -93,10 +93,9 @@ class OutputGate(nn.Module):
     """The output gate of gated attention (Qiu et al. 2025, arXiv 2505.06708, the SDPA output gate G1): what a token
     receives, multiplied element-wise by a sigmoid of the token's own vector, β_i ← β_i ⊙ σ(W_g a_i) and
     α_j ← α_j ⊙ σ(W_g b_j), one W_g for both sides as Decomposable Attention shares F and G between them. W_g has no
-    bias, as the paper's (its gate is a slice of the query projection, which has none): the model's own projection
-    already gives a_i a learned offset. Each factor lies in (0, 1), so the gate can only scale down, towards
-    "receive nothing"; being query-dependent and non-linear is what the paper credits for its gain. It leaves the
-    weights alone: the matrices are the ungated aligner's."""
+    bias, as the paper's σ(XW_θ): the model's own projection already gives a_i a learned offset. Each factor lies in
+    (0, 1), so the gate can only scale down, towards "receive nothing"; being query-dependent and non-linear is what
+    the paper credits for its gain. It leaves the weights alone: the matrices are the ungated aligner's."""
 
     def __init__(self, dim: int, width: int):
         super().__init__()
@@ -147,6 +146,27 @@ def _attend_both_ways(
     return weights_a, weights_b, aligned_a, aligned_b
 
 
+def _dot_scores(
+    project: nn.Module,
+    a: Tensor,
+    b: Tensor,
+    mask_a: Tensor,
+    mask_b: Tensor,
+    center: bool,
+    scale: float,
+    score_bias: Tensor | None,
+) -> Tensor:
+    """(B, La, Lb) e_ij = F(a_i)ᵀF(b_j) with F = `project`, the F's centred over the pair if `center`, times `scale`
+    (skipped at 1), plus `score_bias`."""
+    fa, fb = per_token(project, a, b)
+    if center:
+        fa, fb = center_over_pair(fa, fb, mask_a, mask_b)
+    e = torch.bmm(fa, fb.transpose(1, 2))  # (B, La, Lb)
+    if scale != 1.0:
+        e = e * scale
+    return e if score_bias is None else e + score_bias
+
+
 class DotAligner(Aligner):
     """The aligners that score e_ij = F(a_i)ᵀF(b_j) and turn the scores into weights both ways (`weigh`): each a_i's
     row over b and each b_j's column over a, 0 on padding. a_aligned = W_a b, b_aligned = W_bᵀ a, then the output gate.
@@ -174,15 +194,7 @@ class DotAligner(Aligner):
 
     def scores(self, a: Tensor, b: Tensor, mask_a: Tensor, mask_b: Tensor, score_bias: Tensor | None) -> Tensor:
         """e (B, La, Lb) = F(a_i)ᵀF(b_j), centred, scaled and biased as configured; padding cells hold any value."""
-        fa, fb = per_token(self.project, a, b)
-        if self.center_tokens:
-            fa, fb = center_over_pair(fa, fb, mask_a, mask_b)
-        e = torch.bmm(fa, fb.transpose(1, 2))  # (B, La, Lb)
-        if self.scale != 1.0:
-            e = e * self.scale
-        if score_bias is not None:
-            e = e + score_bias
-        return e
+        return _dot_scores(self.project, a, b, mask_a, mask_b, self.center_tokens, self.scale, score_bias)
 
     def weigh(self, e: Tensor, mask_a: Tensor, mask_b: Tensor) -> tuple[Tensor, Tensor]:
         """(weights_a, weights_b), both (B, La, Lb): each row of weights_a weighs b for a_i, each column of
@@ -278,23 +290,14 @@ class DifferentialAligner(Aligner):
         second = torch.exp(torch.dot(self.lambda_q2, self.lambda_k2))
         return first - second + self.lambda_init
 
-    def _scores(self, project: nn.Module, a, b, mask_a, mask_b, score_bias) -> Tensor:
-        fa, fb = per_token(project, a, b)
-        if self.center_tokens:
-            fa, fb = center_over_pair(fa, fb, mask_a, mask_b)
-        e = torch.bmm(fa, fb.transpose(1, 2))  # (B, La, Lb)
-        if self.scale != 1.0:
-            e = e * self.scale
-        return e if score_bias is None else e + score_bias
-
     def forward(self, a, b, mask_a, mask_b, score_bias=None):
         self._check(a, b, mask_a, mask_b)
-        first_a, first_b = _softmax_both_ways(
-            self._scores(self.project_1, a, b, mask_a, mask_b, score_bias), mask_a, mask_b
+        first, second = (
+            _dot_scores(project, a, b, mask_a, mask_b, self.center_tokens, self.scale, score_bias)  # E¹, E²
+            for project in (self.project_1, self.project_2)
         )
-        second_a, second_b = _softmax_both_ways(
-            self._scores(self.project_2, a, b, mask_a, mask_b, score_bias), mask_a, mask_b
-        )
+        first_a, first_b = _softmax_both_ways(first, mask_a, mask_b)
+        second_a, second_b = _softmax_both_ways(second, mask_a, mask_b)
         lam = self.weight_lambda().to(first_a.dtype)
         weights_a, weights_b = first_a - lam * second_a, first_b - lam * second_b  # (B, La, Lb), 0 on padding
         a_aligned = torch.bmm(weights_a.to(b.dtype), b)  # (B, La, D)
@@ -388,8 +391,8 @@ class SigmoidAligner(DotAligner):
     padding never), so that a row's weights start near Σ_j σ(E_ij)/n, the size of a softmax's, whatever the length.
     Each cell on its own, not normalised: a row may weigh every b_j near 0 (attend to nothing) or several near 1.
     Padding cells are exactly 0 (multiplied by the pair mask). `length_bias=false` drops b (the design space's
-    `distribution=sigmoid`). Left out: heads, LayerScale, QK-norm and the hybrid norm the paper uses to keep a deep
-    transformer stable (no residual stream here). `projection` and `center_tokens` as in cog.
+    `distribution=sigmoid`). Left out: heads, and the LayerScale and QK-norm the paper uses to keep a deep transformer
+    stable (no residual stream here). `projection` and `center_tokens` as in cog.
     """
 
     kind = "sigmoid"
