@@ -9,6 +9,7 @@ from matching.model.aligners import (
     CogAligner,
     ConflictAligner,
     DifferentialAligner,
+    ScalableSoftmaxAligner,
     SigmoidAligner,
     SoftmaxAligner,
     SoftmaxConflictAligner,
@@ -35,6 +36,7 @@ ALIGNERS = {
     "softpick": partial(SoftpickAligner, hidden=5, center_tokens=True),
     "sigmoid": partial(SigmoidAligner, hidden=5, center_tokens=True),
     "sigmoid_no_bias_linear": partial(SigmoidAligner, hidden=5, projection="linear", length_bias=False),
+    "ssmax": partial(ScalableSoftmaxAligner, hidden=5, center_tokens=True),
     "softmax_gated": partial(SoftmaxAligner, hidden=5, output_gate=True),
     "coda_gated": partial(CoDAAligner, hidden=5, center_tokens=True, output_gate=True),
     "softpick_gated": partial(SoftpickAligner, hidden=5, center_tokens=True, output_gate=True),
@@ -196,6 +198,7 @@ OFFSET_CASES = {
     "softpick F=linear": partial(SoftpickAligner, hidden=5, projection="linear"),
     "sigmoid F=none": partial(SigmoidAligner, projection="none"),
     "sigmoid F=linear": partial(SigmoidAligner, hidden=5, projection="linear"),
+    "ssmax F=none": partial(ScalableSoftmaxAligner, projection="none"),
 }
 
 
@@ -237,11 +240,22 @@ def test_token_centring_subtracts_the_pairs_mean_over_valid_tokens_of_both_sides
 
 @pytest.mark.parametrize(
     "group",
-    ["softmax", "conflict", "softmax_conflict", "attention", "coda", "differential", "cog", "softpick", "sigmoid"],
+    [
+        "softmax",
+        "conflict",
+        "softmax_conflict",
+        "attention",
+        "coda",
+        "differential",
+        "cog",
+        "softpick",
+        "sigmoid",
+        "ssmax",
+    ],
 )
 def test_every_aligner_config_takes_center_tokens(group):
     """`aligner=<any> aligner.center_tokens=true` composes and reaches the aligner (CoDA's default is true, and the
-    aligners after it: differential, cog, softpick, sigmoid)."""
+    aligners after it: differential, cog, softpick, sigmoid, ssmax)."""
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 

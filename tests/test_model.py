@@ -8,6 +8,7 @@ from matching.model.aligners import (
     CogAligner,
     ConflictAligner,
     DifferentialAligner,
+    ScalableSoftmaxAligner,
     SigmoidAligner,
     SoftmaxAligner,
     SoftmaxConflictAligner,
@@ -25,6 +26,7 @@ ALIGNERS = {
     "cog": partial(CogAligner, center_tokens=True),
     "softpick": partial(SoftpickAligner, center_tokens=True),
     "sigmoid": partial(SigmoidAligner, center_tokens=True),
+    "ssmax": partial(ScalableSoftmaxAligner, center_tokens=True),
     "coda_gated": partial(CoDAAligner, center_tokens=True, output_gate=True),
     "softpick_gated": partial(SoftpickAligner, center_tokens=True, output_gate=True),
 }

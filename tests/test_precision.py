@@ -65,7 +65,8 @@ def test_the_commands_take_dtype_and_an_old_run_is_fp32(wikiqa_run, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "aligner", ["softmax", "coda", "conflict", "softmax_conflict", "differential", "cog", "softpick", "sigmoid"]
+    "aligner",
+    ["softmax", "coda", "conflict", "softmax_conflict", "differential", "cog", "softpick", "sigmoid", "ssmax"],
 )
 def test_a_bf16_step_keeps_float32_weights_and_gradients_close_to_fp32(make_cfg, aligner):
     """Every aligner: conflict's L1 scores once stopped a bf16 run on a CPU (cdist has no bf16 kernel there).

@@ -14,6 +14,7 @@ from matching.model.aligners import (
     CogAligner,
     ConflictAligner,
     DifferentialAligner,
+    ScalableSoftmaxAligner,
     SigmoidAligner,
     SoftmaxAligner,
     SoftmaxConflictAligner,
@@ -29,6 +30,7 @@ NEW = {
     "cog": partial(CogAligner, hidden=5, center_tokens=True),
     "softpick": partial(SoftpickAligner, hidden=5, center_tokens=True),
     "sigmoid": partial(SigmoidAligner, hidden=5, center_tokens=True),
+    "ssmax": partial(ScalableSoftmaxAligner, hidden=5, center_tokens=True),
 }
 #: Every aligner the output gate applies to.
 GATED = {
@@ -171,6 +173,26 @@ def test_sigmoid_bias_is_minus_log_of_the_attended_sentences_unpadded_length():
     for matrix in with_bias.values():  # padding: exactly 0
         assert torch.all(matrix[1, 3:] == 0) and torch.all(matrix[1, :, 3:] == 0)
     torch.testing.assert_close(SigmoidAligner.bias(mb), -torch.log(torch.tensor([5.0, 3.0])))
+
+
+# ---------------------------------------------------------------------------------------------- ssmax
+
+
+def test_ssmax_is_a_softmax_of_the_scores_times_s_log_n_with_n_the_unpadded_length():
+    aligner = ScalableSoftmaxAligner(DIM, projection="none", s_init=0.7).eval()
+    a, b, ma, mb = _inputs(batch=2, la=4, lb=5, seed=7)  # example 2: 3 of a's 4 tokens, 3 of b's 5
+    w = aligner(a, b, ma, mb).matrices
+    e = a @ b.transpose(1, 2)
+    for example, (len_a, len_b) in enumerate([(4, 5), (3, 3)]):
+        scores = e[example, :len_a, :len_b]
+        torch.testing.assert_close(
+            w["ssmax_a"][example, :len_a, :len_b], torch.softmax(0.7 * math.log(len_b) * scores, 1)
+        )
+        torch.testing.assert_close(
+            w["ssmax_b"][example, :len_a, :len_b], torch.softmax(0.7 * math.log(len_a) * scores, 0)
+        )
+    assert torch.all(w["ssmax_a"][1, 3:] == 0) and torch.all(w["ssmax_a"][1, :, 3:] == 0)
+    assert isinstance(aligner.s, nn.Parameter)
 
 
 # ---------------------------------------------------------------------------------------------- the gate

@@ -159,7 +159,7 @@ def test_value_range_is_what_each_matrix_can_take_by_its_formula():
     assert value_range("M", {"aligner": {"phi_e": "sigmoid"}}) == [0.0, 1.0]  # M >= 0: no subtraction possible
     assert value_range("uniform", {}) is None  # an aligner of one's own
     assert value_range("cog_a", {}) == value_range("intra_a/differential_b", {}) == [-1.0, 1.0]  # signed
-    assert value_range("softpick_b", {}) == value_range("sigmoid_a", {}) == [0.0, 1.0]
+    assert value_range("softpick_b", {}) == value_range("sigmoid_a", {}) == value_range("ssmax_a", {}) == [0.0, 1.0]
 
 
 def test_compare_draws_several_runs_heatmaps_of_one_pair_side_by_side(snli_run, make_cfg, tmp_path, monkeypatch):

@@ -426,6 +426,43 @@ class SigmoidAligner(DotAligner):
         return torch.sigmoid(rows) * valid, torch.sigmoid(columns) * valid
 
 
+class ScalableSoftmaxAligner(DotAligner):
+    """Scalable-softmax (SSMax, Nakanishi 2025, arXiv 2501.19399): W = softmax(s·log n·E), s learned, n the attended
+    sentence's length (its valid tokens, as sigmoid's n), rows over b for a_i (n = b's length) and columns over a for
+    b_j (n = a's length).
+
+    A softmax's largest weight fades as n grows; multiplying the scores by s·log n keeps it from fading, so a long
+    sentence can still be attended to sharply. s is one scalar (the paper's is per head and layer: one alignment, one
+    head here), starting at `s_init` (0.43: s·log n = 1 at n = 10, softmax's own scale for a ten-token sentence). Left
+    out: the paper's variant with a learned bias inside the scale. `projection` and
+    `center_tokens` as in softmax."""
+
+    kind = "ssmax"
+
+    def __init__(
+        self,
+        dim: int,
+        hidden: int = 200,
+        dropout: float = 0.2,
+        projection: str = "none",
+        scale: bool = False,
+        s_init: float = 0.43,
+        center_tokens: bool = False,
+        output_gate: bool = False,
+    ):
+        super().__init__(dim, hidden, dropout, projection, scale, center_tokens, output_gate)
+        self.s = nn.Parameter(torch.tensor(float(s_init)))
+
+    def weigh(self, e, mask_a, mask_b):
+        valid = pair_mask(mask_a, mask_b, e.dtype)
+        log_a, log_b = (torch.log(mask.sum(dim=1).clamp_min(1).to(torch.float32)) for mask in (mask_a, mask_b))
+        rows = e * (self.s * log_b).to(e.dtype).view(-1, 1, 1)  # each a_i over b: n = b's length
+        columns = e * (self.s * log_a).to(e.dtype).view(-1, 1, 1)  # each b_j over a: n = a's length
+        weights_a = masked_softmax(rows, mask_b.unsqueeze(1), dim=2, zero=valid)
+        weights_b = masked_softmax(columns, mask_a.unsqueeze(2), dim=1, zero=valid)
+        return weights_a, weights_b
+
+
 def _algebraic(x: Tensor) -> Tensor:
     return x / torch.sqrt(1.0 + x * x)
 

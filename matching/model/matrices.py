@@ -59,12 +59,13 @@ _SIGNED_AND_SPARSE = {
     "cog": ("sign(E)·softmax(|E|)", "signed; the |weights| of each {whose} sum to 1"),
     "softpick": ("ReLU(e^E − 1) / Σ|e^E − 1|", "exact zeros; each {whose} sums to at most 1, all 0 where every E ≤ 0"),
     "sigmoid": ("σ(E{bias})", "each cell on its own, not normalised"),
+    "ssmax": ("softmax(s·log n·E)", "each {whose} sums to 1"),
 }
 
 #: The values each kind's weights can take by its formula: cog's |W| ≤ 1; differential's W lies in [−λ, 1] for
 #: 0 ≤ λ ≤ 1 (its λ is learned: a run's own is not known from its config), drawn as signed.
 _WEIGHT_RANGES = {"softmax": (0.0, 1.0), "conflict": (0.0, 1.0), "softpick": (0.0, 1.0), "sigmoid": (0.0, 1.0),
-                  "cog": (-1.0, 1.0), "differential": (-1.0, 1.0)}  # fmt: skip
+                  "ssmax": (0.0, 1.0), "cog": (-1.0, 1.0), "differential": (-1.0, 1.0)}  # fmt: skip
 
 #: The values each activation of CoDA can take (φ_E, φ_N; see matching/model/aligners.py).
 _ACTIVATION_RANGES = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0), "arctan": (-math.pi / 2, math.pi / 2),
