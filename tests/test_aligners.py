@@ -4,7 +4,17 @@ from functools import partial
 import pytest
 import torch
 
-from matching.model.aligners import CoDAAligner, ConflictAligner, SoftmaxAligner, SoftmaxConflictAligner
+from matching.model.aligners import (
+    CoDAAligner,
+    CogAligner,
+    ConflictAligner,
+    DifferentialAligner,
+    ScalableSoftmaxAligner,
+    SigmoidAligner,
+    SoftmaxAligner,
+    SoftmaxConflictAligner,
+    SoftpickAligner,
+)
 from matching.model.attention import AttentionAligner
 from matching.model.layers import center_over_pair, masked_softmax
 
@@ -20,6 +30,16 @@ ALIGNERS = {
     "softmax_centred": partial(SoftmaxAligner, hidden=5, center_tokens=True),
     "conflict_centred": partial(ConflictAligner, hidden=5, center_tokens=True),
     "softmax_conflict_centred": partial(SoftmaxConflictAligner, hidden=5, projection="none", center_tokens=True),
+    "differential": partial(DifferentialAligner, hidden=5, center_tokens=True),
+    "differential_parikh": partial(DifferentialAligner, hidden=5, projection="parikh"),
+    "cog": partial(CogAligner, hidden=5, center_tokens=True),
+    "softpick": partial(SoftpickAligner, hidden=5, center_tokens=True),
+    "sigmoid": partial(SigmoidAligner, hidden=5, center_tokens=True),
+    "sigmoid_no_bias_linear": partial(SigmoidAligner, hidden=5, projection="linear", length_bias=False),
+    "ssmax": partial(ScalableSoftmaxAligner, hidden=5, center_tokens=True),
+    "softmax_gated": partial(SoftmaxAligner, hidden=5, output_gate=True),
+    "coda_gated": partial(CoDAAligner, hidden=5, center_tokens=True, output_gate=True),
+    "softpick_gated": partial(SoftpickAligner, hidden=5, center_tokens=True, output_gate=True),
 }
 
 
@@ -171,6 +191,14 @@ OFFSET_CASES = {
         for score in ("dot", "scaled_dot", "similarity", "general", "biased_general", "activated_general", "additive")
     },
     "attention dot, 2 heads, sparsemax": partial(AttentionAligner, score="dot", heads=2, distribution="sparsemax"),
+    "differential F=linear": partial(DifferentialAligner, hidden=5),
+    "cog F=none": partial(CogAligner, projection="none"),
+    "cog F=linear": partial(CogAligner, hidden=5, projection="linear"),
+    "softpick F=none": partial(SoftpickAligner, projection="none"),
+    "softpick F=linear": partial(SoftpickAligner, hidden=5, projection="linear"),
+    "sigmoid F=none": partial(SigmoidAligner, projection="none"),
+    "sigmoid F=linear": partial(SigmoidAligner, hidden=5, projection="linear"),
+    "ssmax F=none": partial(ScalableSoftmaxAligner, projection="none"),
 }
 
 
@@ -210,9 +238,24 @@ def test_token_centring_subtracts_the_pairs_mean_over_valid_tokens_of_both_sides
     assert ca16.dtype == cb16.dtype == torch.bfloat16
 
 
-@pytest.mark.parametrize("group", ["softmax", "conflict", "softmax_conflict", "attention", "coda"])
+@pytest.mark.parametrize(
+    "group",
+    [
+        "softmax",
+        "conflict",
+        "softmax_conflict",
+        "attention",
+        "coda",
+        "differential",
+        "cog",
+        "softpick",
+        "sigmoid",
+        "ssmax",
+    ],
+)
 def test_every_aligner_config_takes_center_tokens(group):
-    """`aligner=<any> aligner.center_tokens=true` composes and reaches the aligner (CoDA's default is true)."""
+    """`aligner=<any> aligner.center_tokens=true` composes and reaches the aligner (CoDA's default is true, and the
+    aligners after it: differential, cog, softpick, sigmoid, ssmax)."""
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 

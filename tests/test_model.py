@@ -3,7 +3,17 @@ from functools import partial
 import pytest
 import torch
 
-from matching.model.aligners import CoDAAligner, ConflictAligner, SoftmaxAligner, SoftmaxConflictAligner
+from matching.model.aligners import (
+    CoDAAligner,
+    CogAligner,
+    ConflictAligner,
+    DifferentialAligner,
+    ScalableSoftmaxAligner,
+    SigmoidAligner,
+    SoftmaxAligner,
+    SoftmaxConflictAligner,
+    SoftpickAligner,
+)
 from matching.model.decomposable import DecomposableAttention
 
 VOCAB, EMB, HIDDEN = 40, 12, 8
@@ -12,6 +22,13 @@ ALIGNERS = {
     "coda": CoDAAligner,
     "conflict": ConflictAligner,
     "softmax_conflict": SoftmaxConflictAligner,
+    "differential": partial(DifferentialAligner, center_tokens=True),
+    "cog": partial(CogAligner, center_tokens=True),
+    "softpick": partial(SoftpickAligner, center_tokens=True),
+    "sigmoid": partial(SigmoidAligner, center_tokens=True),
+    "ssmax": partial(ScalableSoftmaxAligner, center_tokens=True),
+    "coda_gated": partial(CoDAAligner, center_tokens=True, output_gate=True),
+    "softpick_gated": partial(SoftpickAligner, center_tokens=True, output_gate=True),
 }
 VARIANTS = {
     "plain": {},

@@ -64,9 +64,15 @@ def test_the_commands_take_dtype_and_an_old_run_is_fp32(wikiqa_run, tmp_path):
         config.write_text(saved)
 
 
-@pytest.mark.parametrize("aligner", ["softmax", "coda", "conflict", "softmax_conflict"])
+@pytest.mark.parametrize(
+    "aligner",
+    ["softmax", "coda", "conflict", "softmax_conflict", "differential", "cog", "softpick", "sigmoid", "ssmax"],
+)
 def test_a_bf16_step_keeps_float32_weights_and_gradients_close_to_fp32(make_cfg, aligner):
-    """Every aligner: conflict's L1 scores once stopped a bf16 run on a CPU (cdist has no bf16 kernel there)."""
+    """Every aligner: conflict's L1 scores once stopped a bf16 run on a CPU (cdist has no bf16 kernel there).
+    Cog's weights jump at E = 0 (sign(E)·softmax(|E|) goes from +w to −w), so a score near 0 that bf16's rounded
+    activations carry across 0 flips its weight: on this batch 2 of its 171 cells, and the gradients' cosine is 0.982
+    (0.99997 with F = linear, where none flips)."""
     cfg = make_cfg(f"aligner={aligner}", "dtype=bf16")
     dm = build_datamodule(cfg)
     dm.setup("fit")
@@ -85,7 +91,7 @@ def test_a_bf16_step_keeps_float32_weights_and_gradients_close_to_fp32(make_cfg,
         assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in params)
         grads[dtype] = torch.cat([p.grad.flatten() for p in params])
     cosine = F.cosine_similarity(grads["fp32"], grads["bf16"], dim=0)
-    assert cosine > 0.99, f"bf16 gradient direction differs from fp32's: cosine {cosine:.4f}"
+    assert cosine > (0.97 if aligner == "cog" else 0.99), f"bf16 gradient direction differs from fp32's: {cosine:.4f}"
     optimizer = instantiate(cfg.optim)(params)
     optimizer.step()  # fused Adam on the float32 weights, as in training
     assert all(p.dtype == torch.float32 for p in params)

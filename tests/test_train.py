@@ -14,7 +14,7 @@ from conftest import evaluate
 from matching.training.callbacks import EpochTimer, build_callbacks
 from matching.training.run import cpu_model, train
 
-ALIGNERS = ["softmax", "coda", "conflict", "softmax_conflict"]
+ALIGNERS = ["softmax", "coda", "conflict", "softmax_conflict", "differential", "cog", "softpick", "sigmoid", "ssmax"]
 
 
 @pytest.mark.parametrize("aligner", ALIGNERS)

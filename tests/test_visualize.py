@@ -127,6 +127,14 @@ def test_matrix_descriptions_follow_the_config():
         == "intra a: softmax_b: weights of each a token over a itself (each column sums to 1)"
     )
     assert describe("uniform", {}) == "uniform"  # an aligner of one's own: its matrix's name
+    assert describe("sigmoid_a", {"aligner": {}}) == (
+        "sigmoid_a: weights aligning each a token to b (σ(E − log n); each cell on its own, not normalised)"
+    )
+    assert "σ(E);" in describe("sigmoid_b", {"aligner": {"length_bias": False}})
+    assert describe("intra_a/cog_b", {}) == (
+        "intra a: cog_b: weights of each a token over a itself (sign(E)·softmax(|E|); signed; the |weights| of each "
+        "column sum to 1)"
+    )
 
 
 def test_histograms_label_their_axes(wikiqa_run, tmp_path, monkeypatch):
@@ -150,6 +158,8 @@ def test_value_range_is_what_each_matrix_can_take_by_its_formula():
     assert value_range("gate", scaled) == [-2.0, 2.0] and value_range("M", scaled) == [-2.0, 2.0]
     assert value_range("M", {"aligner": {"phi_e": "sigmoid"}}) == [0.0, 1.0]  # M >= 0: no subtraction possible
     assert value_range("uniform", {}) is None  # an aligner of one's own
+    assert value_range("cog_a", {}) == value_range("intra_a/differential_b", {}) == [-1.0, 1.0]  # signed
+    assert value_range("softpick_b", {}) == value_range("sigmoid_a", {}) == value_range("ssmax_a", {}) == [0.0, 1.0]
 
 
 def test_compare_draws_several_runs_heatmaps_of_one_pair_side_by_side(snli_run, make_cfg, tmp_path, monkeypatch):

@@ -331,8 +331,9 @@ class AttentionAligner(Aligner):
     """An aligner from parts (see the module docstring): `score` (SCORES), `distribution` (DISTRIBUTIONS), `heads`
     (a divisor of the input width; `feature_wise=true` sets it to the width). `alpha` is entmax's α, `hidden` the
     width of the additive and deep scores. `center_tokens`: every score function compares a and b minus the pair's
-    mean token (matching/model/aligners.py); the aligned vectors stay sums of a and b as given. Matrices for plots: the
-    weights of each side, averaged over heads."""
+    mean token (matching/model/aligners.py); the aligned vectors stay sums of a and b as given. `output_gate`: the
+    gate of every aligner (matching/model/aligners.py, OutputGate). Matrices for plots: the weights of each side,
+    averaged over heads."""
 
     def __init__(
         self,
@@ -345,8 +346,9 @@ class AttentionAligner(Aligner):
         feature_wise: bool = False,
         alpha: float = 1.5,
         center_tokens: bool = False,
+        output_gate: bool = False,
     ):
-        super().__init__(dim)
+        super().__init__(dim, output_gate)
         self.center_tokens = center_tokens
         if score not in SCORES:
             raise ConfigError(f"unknown aligner.score {score!r}; choose one of {sorted(SCORES)}")
@@ -380,4 +382,4 @@ class AttentionAligner(Aligner):
         a_aligned, b_aligned = a_aligned * mask_a.unsqueeze(-1).to(dtype), b_aligned * mask_b.unsqueeze(-1).to(dtype)
         valid = pair_mask(mask_a, mask_b, dtype)  # (B, La, Lb)
         matrices = {"attention_a": rows.mean(1) * valid, "attention_b": columns.mean(1) * valid}
-        return Alignment(a_aligned, b_aligned, matrices)
+        return self._gated(Alignment(a_aligned, b_aligned, matrices), a, b)

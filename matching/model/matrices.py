@@ -26,6 +26,14 @@ def describe(name: str, cfg: Mapping | None = None) -> str:
     }
     if base in known:
         text = known[base]
+    elif kind in _SIGNED_AND_SPARSE and direction in ("a", "b"):
+        formula, each = _SIGNED_AND_SPARSE[kind]
+        bias = " − log n" if kind == "sigmoid" and node.get("length_bias", True) else ""
+        what = f"{formula.format(bias=bias)}; {each.format(whose='row' if direction == 'a' else 'column')}"
+        if side:  # intra-sentence: one side against itself
+            text = f"{base}: weights of each {side[-1]} token over {side[-1]} itself ({what})"
+        else:
+            text = f"{base}: weights aligning each {direction} token to {'b' if direction == 'a' else 'a'} ({what})"
     elif kind in ("softmax", "conflict", "attention") and direction in ("a", "b"):
         sums = "each row sums to 1" if direction == "a" else "each column sums to 1"
         if kind == "attention":  # matching/model/attention.py: the weights of its parts, averaged over its heads
@@ -44,6 +52,21 @@ def describe(name: str, cfg: Mapping | None = None) -> str:
     return f"intra {side[-1]}: {text}" if side else text
 
 
+#: The aligners of matching/model/aligners.py after CoDA: per kind (the matrices' names without _a/_b), the
+#: weights' formula and what each row (or column) of them holds.
+_SIGNED_AND_SPARSE = {
+    "differential": ("softmax(E¹) − λ·softmax(E²)", "signed; each {whose} sums to 1 − λ"),
+    "cog": ("sign(E)·softmax(|E|)", "signed; the |weights| of each {whose} sum to 1"),
+    "softpick": ("ReLU(e^E − 1) / Σ|e^E − 1|", "exact zeros; each {whose} sums to at most 1, all 0 where every E ≤ 0"),
+    "sigmoid": ("σ(E{bias})", "each cell on its own, not normalised"),
+    "ssmax": ("softmax(s·log n·E)", "each {whose} sums to 1"),
+}
+
+#: The values each kind's weights can take by its formula: cog's |W| ≤ 1; differential's W lies in [−λ, 1] for
+#: 0 ≤ λ ≤ 1 (its λ is learned: a run's own is not known from its config), drawn as signed.
+_WEIGHT_RANGES = {"softmax": (0.0, 1.0), "conflict": (0.0, 1.0), "softpick": (0.0, 1.0), "sigmoid": (0.0, 1.0),
+                  "ssmax": (0.0, 1.0), "cog": (-1.0, 1.0), "differential": (-1.0, 1.0)}  # fmt: skip
+
 #: The values each activation of CoDA can take (φ_E, φ_N; see matching/model/aligners.py).
 _ACTIVATION_RANGES = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0), "arctan": (-math.pi / 2, math.pi / 2),
                       "algebraic": (-1.0, 1.0)}  # fmt: skip
@@ -51,14 +74,15 @@ _ACTIVATION_RANGES = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0), "arctan": (-ma
 
 def value_range(name: str, cfg: Mapping | None = None) -> list[float] | None:
     """The range [low, high] that a matrix's cells can take by its formula, from the run's aligner (or intra)
-    config: [0, 1] for softmax and conflict weights, φ_E's range for the affinity (tanh: [−1, 1]), the gate's, and
+    config: [0, 1] for softmax, conflict, softpick and sigmoid weights, [−1, 1] for the signed ones (cog,
+    differential), φ_E's range for the affinity (tanh: [−1, 1]), the gate's, and
     their product for M. A matrix that can take both signs is drawn on a diverging scale even where one pair's
     cells happen to share a sign. None for a matrix of unknown formula (an aligner of one's own)."""
     side, _, base = name.rpartition("/")
     node = (cfg or {}).get("intra" if side else "aligner") or {}
     kind, _, direction = base.rpartition("_")
-    if kind in ("softmax", "conflict") and direction in ("a", "b"):
-        return [0.0, 1.0]
+    if kind in _WEIGHT_RANGES and direction in ("a", "b"):
+        return list(_WEIGHT_RANGES[kind])
     affinity = _ACTIVATION_RANGES.get(node.get("phi_e", "tanh"))
     gate = _ACTIVATION_RANGES.get(node.get("phi_n", "sigmoid"))
     if gate is not None and node.get("gate", "center") == "scale":
