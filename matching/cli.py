@@ -67,7 +67,8 @@ def quiet_libraries() -> None:
     sets our defaults over the plugin's schema of the same name, is validated against that schema (a typo in a key
     is still an error; hydra-core is pinned); Lightning's warning that modules are in eval mode at the start of
     training (a fine-tuned encoder's frozen layers are, on purpose: matching.model.encoders.WordEncoder). Their
-    other warnings and errors still show.
+    other warnings and errors still show. (Lightning's own console handlers go when a run starts, once Lightning is
+    imported: matching.console.lines_once.)
 
     Process-wide settings, so only a command's entry point calls this (its `main` and its Hydra task function,
     which a sweep runs in other processes): importing matching, or using it as a library, changes nothing."""
@@ -159,9 +160,40 @@ def check_arguments(config_name: str, argv: Sequence[str]) -> None:
         cfg = _compose(config_name, overrides, with_hydra=True)
     except HydraException as err:
         raise OverrideError(_override_message(config_name, overrides, err)) from None
+    except ValueError as err:
+        if (message := _group_value_message(overrides)) is None:
+            raise
+        raise OverrideError(message) from err
     missing = [key for key in cfg if key != "hydra" and OmegaConf.is_missing(cfg, key)]
     if missing:
         raise UsageError(_missing_message(missing[0], str(cfg.hydra.help.header)))
+
+
+def _group_value_message(overrides: Sequence[str]) -> str | None:
+    """What to say when a config group is given a value that is not an option's name (`aligner=1`, `intra=true`:
+    Hydra's parser reads a number or a boolean, and its defaults list refuses it with a ValueError): the group's
+    options, as for a name that does not exist. None when no such override is on the command line."""
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parsed = parser.parse_override(override)
+        except HydraException:
+            continue
+        group = config_dir() / parsed.key_or_group
+        value = parsed.value()
+        if group.is_dir() and not isinstance(value, (str, list)):
+            options = sorted(f.stem for f in group.glob("*.yaml"))
+            given = (
+                "true or false"
+                if isinstance(value, bool)
+                else "a number"
+                if isinstance(value, (int, float))
+                else (type(value).__name__)
+            )
+            return (f"{override!r}: {parsed.key_or_group} is a config group, whose value is the name of one of its "
+                    f"options, not {given}; the options of {parsed.key_or_group!r}: "
+                    f"{' '.join(options)} (--help lists every group's options)")  # fmt: skip
+    return None
 
 
 def _missing_message(key: str, usage: str) -> str:
@@ -318,7 +350,8 @@ def command(
             if type(err).__module__.startswith("submitit"):  # a job of hydra/launcher=slurm or submitit_local
                 return report_error(sweep_job_error(err))
             if isinstance(err, ValueError) and _raised_by_hydra(err):  # Hydra's own argument checks
-                return report_error(err)
+                message = _group_value_message([a for a in argv if not a.startswith("-")])
+                return report_error(OverrideError(message) if message else err)
             if 'Could not detect "srun"' in str(err):  # submitit's check: hydra/launcher=slurm off a SLURM cluster
                 return report_error(
                     UsageError("hydra/launcher=slurm needs a SLURM cluster (no srun here): run this on the cluster's "

@@ -35,6 +35,9 @@ def test_a_command_on_a_run_composes_over_the_saved_config(snli_run, capsys):
     [(["model.hiden=3"], "unknown config key 'model.hiden'; valid keys at model"),
      (["split=dev,test"], "--multirun"),  # a sweep value outside -m
      (["aligner=nope"], "aligner"),
+     (["aligner=1"], "aligner is a config group, whose value is the name of one of its options, not a number; the "
+                     "options of 'aligner': attention coda"),
+     (["intra=true"], "not true or false; the options of 'intra': coda none softmax"),
      (["data.eval_batch_size=[1"], "cannot parse the override 'data.eval_batch_size=[1'")],
 )  # fmt: skip
 def test_a_bad_override_is_one_clear_paragraph(snli_run, capsys, argv, message):

@@ -297,13 +297,14 @@ def test_the_rooms_import_downward_only():
 
 def room_of(module: str) -> str:
     """A module's room: its folder under matching/ (data, model, ...), `Matcher` for the public face (matcher.py and
-    the package itself), `base` for what every room stands on (errors, configs, files, extras), else `commands`."""
+    the package itself), `base` for what every room stands on (errors, configs, files, extras, console), else
+    `commands`."""
     parts = module.split(".")
     if len(parts) > 1 and parts[1] in ROOMS:
         return parts[1]
     if module in ("matching.matcher", "matching"):  # the package's face: Matcher, DEMO_DATA, the config resolvers
         return "Matcher"
-    if module in ("matching.errors", "matching.configs", "matching.files", "matching.extras"):
+    if module in ("matching.errors", "matching.configs", "matching.files", "matching.extras", "matching.console"):
         return "base"
     return "commands"
 

@@ -32,3 +32,35 @@ def test_training_and_onnx_export_print_no_library_noise(tmp_path):
     assert done.returncode == 0, output
     assert (tmp_path / "onnx" / "model.onnx").is_file() and "wrote" in output
     assert [noise for noise in NOISE if noise in output] == []
+
+
+def test_a_run_says_one_line_an_epoch_and_its_result_and_every_line_once(tmp_path):
+    """The console of `python -m matching.train` (stderr not a terminal): one line an epoch, the result, nothing
+    twice (Lightning's own handler printed each of its lines a second time); train.log keeps every line."""
+    run = tmp_path / "run"
+    argv = [*cli_overrides(tmp_path), "trainer.max_epochs=2", f"hydra.run.dir={run}"]
+    done = subprocess.run([sys.executable, "-m", "matching.train", *argv], capture_output=True, text=True,
+                          env=SUBPROCESS_ENV)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert [line.split(":")[0] for line in lines if line.startswith("epoch ")] == ["epoch 1/2", "epoch 2/2"]
+    assert lines[-1].startswith("done: val/acc ") and str(run) in lines[-1]
+    assert len(lines) == len(set(lines)) and not [line for line in lines if line.startswith("INFO:")], lines
+    assert len(lines) <= 6, lines
+    log = (run / "train.log").read_text()
+    assert "Seed set to 1" in log and "numerics:" in log and log.count("Seed set to 1") == 1
+
+
+def test_the_console_filter_keeps_warnings_and_the_marked_lines():
+    import logging
+
+    from matching.console import CONSOLE, ConsoleLines
+
+    def record(level, extra=None):
+        made = logging.LogRecord("matching.x", level, __file__, 1, "message", None, None)
+        made.__dict__.update(extra or {})
+        return made
+
+    keep = ConsoleLines()
+    assert keep.filter(record(logging.WARNING)) and keep.filter(record(logging.INFO, CONSOLE))
+    assert not keep.filter(record(logging.INFO)) and not keep.filter(record(logging.DEBUG))

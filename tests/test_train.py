@@ -212,3 +212,26 @@ def test_a_run_logs_what_its_numbers_depend_on_besides_the_config(make_cfg, capl
     assert f"torch {torch.__version__}" in line
     assert f"CPU kernels {torch.backends.cpu.get_cpu_capability()}" in line and "thread" in line
     assert not cpu_model() or f"processor {cpu_model()}" in line  # Intel and AMD gave one seed other numbers
+
+
+def test_threads_fixed_or_following_the_free_cores(make_cfg, monkeypatch):
+    """`threads=N` trains on N threads; `threads=0` (the default) on the cores free when the run starts, re-checked
+    every epoch (SharedCores), unless a launcher set OMP_NUM_THREADS; a negative count is a clear error."""
+    from matching.errors import ConfigError
+    from matching.training.callbacks import SharedCores, run_callbacks, training_threads
+
+    before = torch.get_num_threads()
+    try:
+        cfg = make_cfg("debug=fast", "threads=1")
+        assert cfg.threads == 1 and "train/loss" in train(cfg) and torch.get_num_threads() == 1
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.setattr("matching.inference.threads.free_cores", lambda: 1)
+        cfg = make_cfg("debug=fast")
+        assert training_threads(cfg) == 1
+        assert any(isinstance(c, SharedCores) for c in run_callbacks(cfg)[0])
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        assert not any(isinstance(c, SharedCores) for c in run_callbacks(cfg)[0])
+        with pytest.raises(ConfigError, match="threads must be 0"):
+            training_threads(make_cfg("threads=-2"))
+    finally:
+        torch.set_num_threads(before)

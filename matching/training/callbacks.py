@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -23,6 +25,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from matching.configs import build
+from matching.console import CONSOLE
 from matching.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
@@ -37,9 +40,15 @@ def build_callbacks(cfg: DictConfig) -> dict[str, pl.Callback]:
     """The configured callbacks (`callbacks.<name>`: a `_target_` node, or null to leave it out); a progress bar
     only while `trainer.enable_progress_bar` is on (Lightning refuses one otherwise)."""
     built = {name: build(node) for name, node in (cfg.get("callbacks") or {}).items() if node is not None}
-    if not cfg.get("trainer", {}).get("enable_progress_bar", True):
+    if not progress_bar_shown(cfg):
         built = {name: c for name, c in built.items() if not isinstance(c, ProgressBar)}
     return built
+
+
+def progress_bar_shown(cfg: DictConfig) -> bool:
+    """Whether a run draws a progress bar: `trainer.enable_progress_bar` and stderr a terminal (in a log file or a
+    pipe a bar is a screenful of redraws: `EpochLine` says one line an epoch instead)."""
+    return bool(cfg.get("trainer", {}).get("enable_progress_bar", True)) and sys.stderr.isatty()
 
 
 def run_callbacks(cfg: DictConfig) -> tuple[list[pl.Callback], ModelCheckpoint, EpochTimer]:
@@ -51,7 +60,48 @@ def run_callbacks(cfg: DictConfig) -> tuple[list[pl.Callback], ModelCheckpoint, 
     if not isinstance(checkpoint, ModelCheckpoint):
         raise ConfigError("callbacks.checkpoint must be a ModelCheckpoint: the run directory's best.ckpt comes from it")
     timer = EpochTimer()
-    return [*configured.values(), timer, FiniteLossGuard(), StopCheckpoint(), EpochNumbers()], checkpoint, timer
+    callbacks = [*configured.values(), timer, FiniteLossGuard(), StopCheckpoint(), EpochNumbers()]
+    if threads_follow_free_cores(cfg):
+        callbacks.append(SharedCores())
+    return callbacks, checkpoint, timer
+
+
+def threads_follow_free_cores(cfg: DictConfig) -> bool:
+    """Whether a run's threads follow the free cores (`threads: 0`, and no OMP_NUM_THREADS set by its launcher, as a
+    study's runs and `jobs=2 threads=1` set it; on a GPU the host thread count matters little)."""
+    return not int(cfg.get("threads") or 0) and "OMP_NUM_THREADS" not in os.environ
+
+
+def training_threads(cfg: DictConfig) -> int:
+    """The intra-op threads a run starts with, set: `threads=N` (N > 0) exactly; else OMP_NUM_THREADS's when its
+    launcher set it; else the cores free now (matching.inference.threads.free_cores: idle over the last half second),
+    at least one. More threads than free cores stall every step: beside two single-threaded jobs on two cores, the
+    demo's training ran about 14x slower on torch's default two threads than on a quiet machine."""
+    requested = int(cfg.get("threads") or 0)
+    if requested < 0:
+        raise ConfigError(f"threads must be 0 (the free cores) or a positive number of threads, got {requested}")
+    if requested:
+        torch.set_num_threads(requested)
+    elif threads_follow_free_cores(cfg):
+        from matching.inference.threads import free_cores
+
+        time.sleep(0.5)  # a first half-second sample of the machine's idle time
+        torch.set_num_threads(free_cores())
+    return torch.get_num_threads()
+
+
+class SharedCores(pl.Callback):
+    """With `threads: 0`, each epoch starts on as many threads as cores were free over the last one (the run's own
+    use counted as free): a run that shares the machine gives up the cores others take, and takes them back after."""
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from matching.inference.threads import free_cores
+
+        now, before = free_cores(), torch.get_num_threads()
+        if now != before:
+            torch.set_num_threads(now)
+            log.info("epoch %d: %d thread%s (the cores free over the last epoch; was %d)", trainer.current_epoch + 1,
+                     now, "s" * (now > 1), before)  # fmt: skip
 
 
 class EpochNumbers(pl.Callback):
@@ -86,6 +136,38 @@ class EpochNumbers(pl.Callback):
 
     def on_test_epoch_end(self, trainer, pl_module) -> None:
         self._log(pl_module, trainer, on_step=False)
+
+
+class EpochLine(pl.Callback):
+    """One console line an epoch where no progress bar shows it (`trainer.enable_progress_bar=false`, or stderr is
+    not a terminal): `epoch 3/10: val/acc 0.6120 (best), train/loss 0.8123, 4.1 s`."""
+
+    def __init__(self) -> None:
+        self.started = 0.0
+        self.best: float | None = None
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.started = time.perf_counter()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit" or not trainer.is_global_zero:
+            return
+        if trainer.progress_bar_callback is not None:
+            return
+        checkpoint = trainer.checkpoint_callback
+        monitor = getattr(checkpoint, "monitor", None)
+        metrics = trainer.callback_metrics
+        parts = []
+        if monitor and monitor in metrics:
+            value = float(metrics[monitor])
+            better = self.best is None or (value > self.best if checkpoint.mode == "max" else value < self.best)
+            self.best = value if better else self.best
+            parts.append(f"{monitor} {value:.4f}{' (best)' if better else f', best {self.best:.4f}'}")
+        if "train/loss" in metrics:
+            parts.append(f"train/loss {float(metrics['train/loss']):.4f}")
+        planned = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
+        seconds = time.perf_counter() - self.started if self.started else 0.0
+        log.info("epoch %d%s: %s, %.1f s", trainer.current_epoch + 1, planned, ", ".join(parts), seconds, extra=CONSOLE)
 
 
 class EpochProgressBar(TQDMProgressBar):

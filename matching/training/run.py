@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 # torch.backends.cpu reached as an attribute (a GenericModule).
 from torch.backends.cpu import get_cpu_capability
 
+from matching.console import CONSOLE, lines_once
 from matching.data.vocab import Vocabulary
 from matching.errors import RunError
 from matching.extras import check_installed
@@ -44,7 +45,7 @@ from matching.saved.examples import curated, write_run_examples
 from matching.saved.provenance import write_provenance
 from matching.saved.run_folder import find_run_dir
 from matching.training.build import AtomicCheckpointIO, build_datamodule, build_system, check_writable
-from matching.training.callbacks import EpochNumbers, run_callbacks
+from matching.training.callbacks import EpochNumbers, progress_bar_shown, run_callbacks, training_threads
 from matching.training.config_checks import check_config
 from matching.training.datamodule import PairDataModule, split_prefix
 from matching.training.distillation import teacher_logits
@@ -158,6 +159,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     """Train as configured (or resume the run named by `cfg.resume`); returns the dev (and optionally test)
     metrics of the best checkpoint. A new run that fails before its first checkpoint is set aside (`set_aside`)."""
     fresh = not cfg.get("resume") and not is_sweep_job()
+    lines_once()
     try:
         return _train(cfg)
     except BaseException as err:
@@ -208,11 +210,13 @@ def _train(cfg: DictConfig) -> dict[str, float]:
             check_sweep_processes(cfg)
             prior = prior_run(cfg, run_dir)
             if prior.state == "complete":
-                log.info("sweep run %s: skipped, complete (its metrics.json is for this config)", run_dir)
+                log.info("sweep run %s: skipped, complete (its metrics.json is for this config)", run_dir,
+                         extra=CONSOLE)  # fmt: skip
                 return prior.metrics
             resume_from = prior.checkpoint
             log.info("sweep run %s: %s", run_dir, f"resumed from {resume_from}" if resume_from else "started")
     pl.seed_everything(cfg.seed, workers=True)
+    training_threads(cfg)
     check_writable(run_dir)
     if resume_from is None:
         (run_dir / FAILED).unlink(missing_ok=True)  # a folder used again
@@ -245,7 +249,12 @@ def _train(cfg: DictConfig) -> dict[str, float]:
     callbacks, checkpoint, timer = run_callbacks(cfg)
     logger = build_loggers(cfg)
     trainer: pl.Trainer = instantiate(
-        cfg.trainer, callbacks=callbacks, logger=logger, default_root_dir=run_dir, plugins=[AtomicCheckpointIO()]
+        cfg.trainer,
+        callbacks=callbacks,
+        logger=logger,
+        default_root_dir=run_dir,
+        plugins=[AtomicCheckpointIO()],
+        enable_progress_bar=progress_bar_shown(cfg),
     )
     started = time.perf_counter()
     try:
@@ -284,7 +293,19 @@ def _train(cfg: DictConfig) -> dict[str, float]:
         write_json(run_dir / "metrics.json", metrics)
         shown = {k: round(v, 4) for k, v in metrics.items() if "/" in k}
         log.info("run dir %s; best checkpoint metrics %s", run_dir, shown)
+        log.info("%s", result_line(cfg, metrics, run_dir), extra=CONSOLE)
     return metrics
+
+
+def result_line(cfg: DictConfig, metrics: dict[str, float], run_dir: Path) -> str:
+    """A run's result in one console line: its monitored dev metric at the best epoch, the epochs and minutes, and
+    where the run is (metrics.json holds the rest)."""
+    monitor = str(cfg.task.get("monitor") or "")
+    parts = [f"{monitor} {metrics[monitor]:.4f}" if monitor in metrics else "no dev score"]
+    if "best_epoch" in metrics:
+        parts.append(f"best epoch {int(metrics['best_epoch'])} of {int(metrics.get('epochs', 0))}")
+    parts.append(f"{metrics.get('train_seconds', 0.0):.0f} s")
+    return f"done: {', '.join(parts)}; {run_dir}"
 
 
 def keep_examples(cfg: DictConfig, dm: PairDataModule, run_dir: Path) -> None:
