@@ -159,3 +159,34 @@ def test_the_rerank_benchmark_reads_a_task_split_as_the_runs_do(monkeypatch, tmp
     assert trec and all(len(candidates) == len(labels) and set(labels) <= {0, 1} for _, candidates, labels in trec)
     with pytest.raises(SystemExit, match="ranking task"):
         rerank.ranking_questions("snli", "dev", fixtures)
+
+
+def test_dev_selection_keeps_the_dev_best_epoch_and_its_weights(bench, tmp_path):
+    """--select best: dev is scored after every epoch (sentence-transformers calls the evaluator), each epoch's
+    figures go to epochs.jsonl, and the dev-best epoch's weights and score rows are kept (a tie keeps the earlier)."""
+    import torch
+
+    questions = [(f"q{i}", ["right", "wrong"], [1, 0]) for i in range(4)]
+    ids = [f"Q{i}" for i in range(4)]
+
+    class Model:  # a CrossEncoder as the evaluator sees it: predict() and the module's weights
+        def __init__(self):
+            self.model = torch.nn.Linear(1, 1)
+            self.right = 0
+
+        def predict(self, pairs, **kwargs):  # the first `right` questions rank their answer first
+            question = int(pairs[0][0][1:])
+            return [1.0, 0.0] if question < self.right else [0.0, 1.0]
+
+    model, selection = Model(), bench.DevSelection((ids, questions), tmp_path, started=0.0)
+    for epoch, (right, weight) in enumerate([(1, 1.0), (3, 2.0), (2, 3.0), (3, 4.0)]):
+        model.right = right
+        with torch.no_grad():
+            model.model.weight.fill_(weight)
+        selection(model, epoch=epoch)
+    assert [e["epoch"] for e in selection.epochs] == [1, 2, 3, 4]
+    assert [round(e["val/map"], 3) for e in selection.epochs] == [0.625, 0.875, 0.75, 0.875]
+    assert selection.best["epoch"] == 2 and float(selection.best_state["weight"]) == 2.0
+    assert [r["ap"] for r in selection.best_rows] == [1.0, 1.0, 1.0, 0.5]
+    lines = (tmp_path / "epochs.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [1, 2, 3, 4]
