@@ -9,8 +9,11 @@ For each model (`name=path`, any form `Matcher.load` takes; a name with `+index`
 file's candidates, built first and timed apart; with `+ort`, a contextual model's encoder runs new text on ONNX
 Runtime, `encoder_backend="onnx"`) and each thread count, it prints:
 
-- `rank` pairs/s: `Matcher.rank(question, its candidates)` once per question, the candidates' pairs over the
-  total time (the encoder's index, when used, is built before the clock starts);
+- `rank` pairs/s under two conditions: *indexed* (a fixed corpus whose candidates are indexed in advance: the
+  encoder's index is built before the clock starts, and its build seconds and memory per 1,000 candidates are
+  reported beside) and *new* (texts seen once, as when ranking new candidates: the build counted in the time).
+  `Matcher.rank(question, its candidates)` once per question, the candidates' pairs over the total time; a model
+  without an index has one speed, both;
 - `predict` pairs/s: every pair in one `Matcher.predict` call;
 - MAP and MRR over the questions with both a correct and an incorrect candidate (the filtered protocol of
   WikiQA and TrecQA), from the `rank` answers.
@@ -111,9 +114,12 @@ def bench_matcher(name: str, path: str, questions: Sequence[Question], threads: 
     encoder = "onnx" if "ort" in flags else "torch"
     matcher = Matcher.load(path, backend="torch", threads=threads, encoder_backend=encoder)
     pairs = [(q, c) for q, candidates, _ in questions for c in candidates]
-    built = None
+    built, index_bytes, candidates_indexed = None, None, None
     if "index" in flags:
+        matcher.rank(*questions[0][:2])  # warm before the build is timed: the encoder's first call loads it
+        matcher.use_index(None)
         built, index = timed(lambda: matcher.index(dict.fromkeys(c for _, cs, _ in questions for c in cs)))
+        index_bytes, candidates_indexed = index.states.nbytes + index.offsets.nbytes, len(index)
     matcher.rank(*questions[0][:2])  # warm: the encoder's first call loads it
     seconds, ranked = timed(lambda: [matcher.rank(q, candidates) for q, candidates, _ in questions])
     scores = []
@@ -123,7 +129,18 @@ def bench_matcher(name: str, path: str, questions: Sequence[Question], threads: 
     predict_seconds, _ = timed(lambda: matcher.predict(pairs))
     ap, rr, scored = map_mrr(questions, scores)
     return {"rank": len(pairs) / seconds, "predict": len(pairs) / predict_seconds, "map": ap, "mrr": rr,
-            "questions": scored, "index_seconds": built}  # fmt: skip
+            "questions": scored, **conditions(len(pairs), seconds, built, index_bytes, candidates_indexed)}  # fmt: skip
+
+
+def conditions(pairs: int, seconds: float, built: float | None, index_bytes: int | None,
+               candidates: int | None) -> dict:  # fmt: skip
+    """A model's rank speed under both conditions: `rank_new` ranks texts seen once (an index built for them counted:
+    each candidate belongs to one question), `rank` a fixed corpus indexed in advance (the build not counted, its
+    seconds and the index's memory per 1,000 candidates beside). A model without an index does no work in advance:
+    both are its one speed."""
+    per_1000 = None if index_bytes is None else index_bytes * 1000 / candidates
+    return {"rank_new": pairs / (seconds + (built or 0.0)), "index_seconds": built, "index_candidates": candidates,
+            "index_mb_per_1000": None if per_1000 is None else per_1000 / 2**20}  # fmt: skip
 
 
 def bench_cross_encoder(path: str, questions: Sequence[Question], threads: int) -> dict:
@@ -143,7 +160,7 @@ def bench_cross_encoder(path: str, questions: Sequence[Question], threads: int) 
     predict_seconds, _ = timed(lambda: model.predict(pairs, batch_size=64, show_progress_bar=False))
     ap, rr, scored = map_mrr(questions, scores)
     return {"rank": len(pairs) / seconds, "predict": len(pairs) / predict_seconds, "map": ap, "mrr": rr,
-            "questions": scored, "index_seconds": None}  # fmt: skip
+            "questions": scored, **conditions(len(pairs), seconds, None, None, None)}  # fmt: skip
 
 
 def main() -> None:
@@ -178,7 +195,8 @@ def main() -> None:
         source_name, split = args.pairs.name, split_name(args.pairs)
     pairs = sum(len(c) for _, c, _ in questions)
     print(f"{len(questions)} questions, {pairs} pairs from {source_name}; torch {torch.__version__}")
-    print(f"{'model':<22} {'threads':>7} {'rank pairs/s':>13} {'predict pairs/s':>16} {'MAP':>6} {'MRR':>6}  note")
+    print(f"{'model':<22} {'threads':>7} {'rank new':>9} {'rank indexed':>13} {'predict pairs/s':>16} {'MAP':>6} "
+          f"{'MRR':>6}  note")  # fmt: skip
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
         rows = [(spec.split("=", 1)[0], spec.split("=", 1)[1]) for spec in args.model]
@@ -189,16 +207,22 @@ def main() -> None:
                 result = bench_cross_encoder(path, questions, threads)
             else:
                 result = bench_matcher(name, path, questions, threads)
-            note = (
-                f"index of the candidates built in {result['index_seconds']:.1f} s" if result["index_seconds"] else ""
-            )
-            print(f"{name:<22} {threads:>7} {result['rank']:>13,.0f} {result['predict']:>16,.0f} {result['map']:>6.2f} "
-                  f"{result['mrr']:>6.2f}  {note}", flush=True)  # fmt: skip
+            note = "" if not result["index_seconds"] else (
+                f"index of {result['index_candidates']:,} candidates built in {result['index_seconds']:.1f} s, "
+                f"{result['index_mb_per_1000']:.2f} MB per 1,000")  # fmt: skip
+            print(f"{name:<22} {threads:>7} {result['rank_new']:>9,.0f} {result['rank']:>13,.0f} "
+                  f"{result['predict']:>16,.0f} {result['map']:>6.2f} {result['mrr']:>6.2f}  {note}",
+                  flush=True)  # fmt: skip
             if name == "cross-encoder" and args.cross_encoder_map is not None:
                 result["map_quoted"] = args.cross_encoder_map
             results.append({"model": name, "threads": threads, **result})
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+    if args.json:  # the data file docs/performance.md's frontier and the README quote (with how it was measured)
+        said = ["/path/to/corpora" if arg == str(args.data_dir) else arg for arg in sys.argv[1:]]
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"command": "python benchmarks/bench_rerank.py " + " ".join(said),
+                                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                         "torch": torch.__version__, "questions": len(questions), "pairs": pairs,
+                                         "results": results}, indent=1) + "\n")  # fmt: skip
     if args.chart:
         draw(results, args.chart, args.split or split, source_name)
 
@@ -213,7 +237,9 @@ def split_name(path: Path) -> str:
 
 def draw(results: list[dict], out: Path, split: str, source: str) -> None:
     """MAP against `rank` pairs/s (log scale): each model at 1 thread (labelled, blue) joined to its 2-thread point
-    (orange), a quoted MAP drawn hollow; dashed, the CrossEncoder's MAP and 10x its 1-thread speed."""
+    (orange), a quoted MAP drawn hollow; a model with an index drawn twice, its candidates indexed in advance (a dot)
+    and seen once (a cross, the index's build counted), joined by a dotted line; dashed, the CrossEncoder's MAP and
+    10x its 1-thread speed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -233,6 +259,12 @@ def draw(results: list[dict], out: Path, split: str, source: str) -> None:
             hollow = r.get("map_quoted") is not None
             ax.scatter(r["rank"], y, s=55, edgecolors=colour, facecolors="none" if hollow else colour, zorder=2)
             points.setdefault(name, []).append((r["rank"], y))
+        for r, y in zip(rows, ys, strict=True):  # an indexed model's speed on texts seen once: the build counted
+            if r.get("index_seconds"):
+                colour = "C0" if r["threads"] == 1 else "C1"
+                ax.plot([r["rank_new"], r["rank"]], [y, y], color=colour, ls=":", lw=1, zorder=1)
+                ax.scatter(r["rank_new"], y, s=45, marker="x", color=colour, zorder=2)
+                points.setdefault(name, []).append((r["rank_new"], y))
         first = rows[0]
         labels.append(
             (name, name + (" (MAP quoted)" if first.get("map_quoted") is not None else ""), first["rank"], ys[0])
@@ -245,7 +277,7 @@ def draw(results: list[dict], out: Path, split: str, source: str) -> None:
     low, high = ax.get_ylim()
     ax.set_ylim(low - 0.5, high + 0.12 * (high - low))  # room above the best models for their names
     ax.set_xscale("log")
-    ax.set_xlabel("Matcher.rank per question: pairs/s (log scale; blue: 1 thread, orange: 2 threads)")
+    ax.set_xlabel("rank per question: pairs/s (log; blue: 1 thread, orange: 2; x: new texts, index build counted)")
     ax.set_ylabel(f"{split} MAP (%)")
     ax.set_title(f"{source} ({split}): ranking quality against speed (one sitting)")
     ax.grid(True, which="both", alpha=0.3)

@@ -305,3 +305,19 @@ def test_real_snli_dev():
     counts = Counter(p.label for p in pairs)
     assert set(counts) == NLI_LABELS
     assert pairs[0].a == "Two women are embracing while holding to go packages."
+
+
+def test_scitail_lines_with_an_unbalanced_quote_are_read_line_by_line(tmp_path, caplog):
+    """SciTail 1.1's training file has premises that begin with an unbalanced `"` (499 of them): a quote-aware
+    reader merges such a line with the lines after it (some tools report 23,097 pairs instead of 23,596). Read line by
+    line, each is its own pair, its quote kept as written, and the count says nothing was dropped."""
+    p = tmp_path / "scitail_1.0_train.tsv"
+    p.write_text('"Plants make food. They use light.\tPlants use light to make food.\tentails\n'
+                 "Rocks are made of minerals.\tMinerals make up rocks.\tentails\n"
+                 '"The heart pumps &quot;blood&quot;.\tThe lungs pump blood.\tneutral\n', encoding="utf-8")  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="matching.data.readers"):
+        pairs = list(read_scitail_tsv(p))
+    assert [pair.line for pair in pairs] == [1, 2, 3] and [pair.label for pair in pairs] == ["entails", "entails",
+                                                                                            "neutral"]  # fmt: skip
+    assert pairs[0].a.startswith('"Plants') and pairs[2].a == '"The heart pumps &quot;blood&quot;.'
+    assert "read 3 pairs" in caplog.text and "dropped 0" in caplog.text

@@ -13,12 +13,16 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
+import os
 import sys
 import threading
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+
+# Haystack sends anonymous usage telemetry unless told not to (read when it is imported): nothing leaves a test.
+os.environ["HAYSTACK_TELEMETRY_ENABLED"] = "False"
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "rerank_clients.json"
 QUERY = "how are glacier caves formed?"

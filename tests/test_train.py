@@ -136,12 +136,16 @@ def test_training_logs_the_step_loss_on_logging_steps_and_the_accuracy_once_an_e
     assert all(0.0 <= float(r["train/acc"]) <= 1.0 for r in accuracies)
 
 
-def test_the_progress_bar_is_redrawn_every_few_steps_and_left_out_when_disabled(make_cfg):
+def test_the_progress_bar_is_redrawn_every_few_steps_and_left_out_when_disabled(make_cfg, monkeypatch):
+    """A bar on a terminal only (elsewhere EpochLine's one line an epoch), and never with enable_progress_bar off."""
     from lightning.pytorch.callbacks import TQDMProgressBar
 
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
     shown = build_callbacks(make_cfg("trainer.enable_progress_bar=true"))
     assert isinstance(shown["progress_bar"], TQDMProgressBar) and shown["progress_bar"].refresh_rate == 10
     assert "progress_bar" not in build_callbacks(make_cfg())  # the tests run with trainer.enable_progress_bar=false
+    monkeypatch.setattr("sys.stderr.isatty", lambda: False)
+    assert "progress_bar" not in build_callbacks(make_cfg("trainer.enable_progress_bar=true"))  # a log file, a pipe
 
 
 @pytest.mark.slow
