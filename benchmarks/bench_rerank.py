@@ -216,8 +216,9 @@ def main() -> None:
             if name == "cross-encoder" and args.cross_encoder_map is not None:
                 result["map_quoted"] = args.cross_encoder_map
             results.append({"model": name, "threads": threads, **result})
+    with_ratios(results)
     if args.json:  # the data file docs/performance.md's frontier and the README quote (with how it was measured)
-        said = ["/path/to/corpora" if arg == str(args.data_dir) else arg for arg in sys.argv[1:]]
+        said = [said_argument(arg, args.data_dir) for arg in sys.argv[1:]]  # no folder of this machine
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"command": "python benchmarks/bench_rerank.py " + " ".join(said),
                                          "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -225,6 +226,29 @@ def main() -> None:
                                          "results": results}, indent=1) + "\n")  # fmt: skip
     if args.chart:
         draw(results, args.chart, args.split or split, source_name)
+
+
+def with_ratios(results: list[dict]) -> None:
+    """Each model's rank speed against the CrossEncoder's at the same threads, under both conditions (`x_new`: texts
+    seen once against the CrossEncoder, which indexes nothing; `x_indexed`: a corpus indexed in advance), rounded as
+    published; none without a CrossEncoder in the sitting."""
+    theirs = {r["threads"]: r["rank"] for r in results if r["model"] == "cross-encoder"}
+    for r in results:
+        if r["model"] != "cross-encoder" and r["threads"] in theirs:
+            r["x_new"] = round(r["rank_new"] / theirs[r["threads"]], 1)
+            r["x_indexed"] = round(r["rank"] / theirs[r["threads"]], 1)
+
+
+def said_argument(arg: str, data_dir: Path | None) -> str:
+    """A command-line argument as the data file says it: the corpora folder as /path/to/corpora, a model's run as
+    <its name's run>, the CrossEncoder's folder as <CrossEncoder folder>, so that no path of this machine is
+    published."""
+    if arg == "/path/to/corpora" or (data_dir is not None and arg == str(data_dir)):
+        return "/path/to/corpora"
+    if "=" in arg and "/" in arg.split("=", 1)[1]:
+        name = arg.split("=", 1)[0]
+        return f"{name}=<{name.split('+')[0]} run>"
+    return "<CrossEncoder folder>" if "/" in arg and not arg.startswith("docs/") else arg
 
 
 def split_name(path: Path) -> str:
