@@ -72,7 +72,7 @@ class Run:
 _NOT_VARIANT = {
     "seed", "task", "aligner", "experiment", "aligner.projection", "logger", "trainer.enable_progress_bar",
     "trainer.log_every_n_steps", "callbacks.progress_bar", "callbacks.progress_bar.refresh_rate", "data.num_workers",
-    "data.cache",
+    "data.cache", "threads", "trainer.enable_model_summary", "callbacks.epoch_line",
 }  # fmt: skip
 _NOT_VARIANT_PREFIXES = ("paths.", "hydra")
 _PATH_KEYS = ("path", "dir", "file", "folder")

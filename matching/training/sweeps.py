@@ -40,8 +40,10 @@ from matching.saved.earlier_versions import current_targets
 
 log = logging.getLogger(__name__)
 
-#: Keys that say where files are, not what is trained: a relaunch on another machine may change them.
-_LOCATION_KEYS = ("paths.", "trainer.enable_progress_bar")
+#: Keys that say where files are or how a run uses the machine, not what is trained: a relaunch on another machine
+#: (or beside other jobs) may change them.
+_LOCATION_KEYS = ("paths.", "trainer.enable_progress_bar", "trainer.enable_model_summary", "threads",
+                  "callbacks.epoch_line")  # fmt: skip
 
 
 def is_sweep_job() -> bool:
