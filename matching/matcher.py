@@ -64,6 +64,10 @@ def as_pairs(
     return pairs
 
 
+#: The tasks whose models rank (the rest classify), as the messages that send a user to one name them.
+RANKING_TASKS = ("wikiqa", "trecqa", "ubuntu", "pairs_rank", "pairs_positives")
+
+
 class Matcher:
     """A trained model, ready to score new pairs (see the module docstring). Build one with `Matcher.load(path)`,
     or around a `Predictor` (matching.inference) a command has loaded: `Matcher(predictor)`."""
@@ -229,8 +233,7 @@ class Matcher:
         if self.kind != "rank":
             raise RunError(
                 f"this model classifies pairs into {self.labels} (task {self._predictor.task}); it does not rank. Use "
-                "predict(pairs), or load a model trained on a ranking task (wikiqa, trecqa, ubuntu, pairs_rank, "
-                "pairs_positives)"
+                f"predict(pairs), or load a model trained on a ranking task ({', '.join(RANKING_TASKS)})"
             )
         if isinstance(candidates, str):
             raise DataFormatError("candidates must be a list of texts, not one string; wrap it: [candidate]")

@@ -385,7 +385,7 @@ def test_the_app_on_a_local_ray_serve_answers_as_the_server_does(server, wikiqa_
         requests = [
             ("/classify", {"pairs": [{"a": _text(5, i), "b": _text(12, i + 1)} for i in range(20)]}),
             ("/rank", {"query": _text(5), "candidates": [_text(8, k) for k in range(10)]}),
-            RERANK_CLIENTS["cohere v1"],
+            (RERANK_CLIENTS["cohere v1"]["path"], RERANK_CLIENTS["cohere v1"]["body"]),
             ("/classify", {"pairs": [{"first": "x", "second": "y"}]}),
         ]
         for path, body in requests:

@@ -6,7 +6,9 @@ The front parses and checks what it can without the model (the body's size while
 and nesting, the schema, the number of pairs or candidates, every text's encoding), then hands the request to the
 `Batcher` of the run it names (`?run=<name>`; the first run without it) and awaits the finished answer. What reaches
 a browser is guarded: JSON only (a form post or `text/plain` cannot reach the API without a CORS preflight), a Host
-allow-list (against DNS rebinding), no CORS unless configured, a Content-Security-Policy and frame headers."""
+allow-list (against DNS rebinding), no CORS unless configured, a Content-Security-Policy and frame headers. A /classify
+pair's texts are found by the rule a file of pairs is read by (matching.data.tables.pair_of_mapping); the request and
+answer models are typed, and GET /openapi.json describes them."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from matching.data.tables import pair_of_mapping, text_names
 from matching.errors import DataFormatError
 from matching.files import file_sha256
-from matching.matcher import Matcher
+from matching.matcher import RANKING_TASKS, Matcher
 from matching.saved.examples import page_examples
 from matching.serving.batcher import Batcher, Limits, RerankQuery, error_body
 
@@ -415,8 +417,7 @@ def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guard
         if info["kind"] != "rank":
             raise Refusal(400, f"this model classifies pairs into {info['labels']} (task {info['task']}); it does not "
                                f"rank. POST the pairs to /classify, or serve a model trained on a ranking task "
-                               f"(wikiqa, trecqa, ubuntu, or a table of your own: pairs_rank, "
-                               f"pairs_positives)")  # fmt: skip
+                               f"({', '.join(RANKING_TASKS)})")  # fmt: skip
         return run
 
     @app.post("/classify", **described(ClassifyRequest, ClassifyAnswer))
