@@ -21,7 +21,6 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, open_dict
 
 from matching.configs import build
-from matching.console import CONSOLE
 from matching.data.pairs import Pair
 from matching.data.sources import labels_from_data
 from matching.data.vocab import Vocabulary
@@ -63,7 +62,7 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None, run_dir: 
         with open_dict(cfg):
             cfg.task.labels = list(task.labels)
     if vocab is None:  # a training run: which embeddings, and why (before building them, which may fail)
-        log.info(embeddings_choice(cfg.get("choices") or {}, command_line_overrides()), extra=CONSOLE)
+        log.info(embeddings_choice(cfg.get("choices") or {}, command_line_overrides()))
     vectors = build(cfg.embeddings)
     if vocab is None:
         vectors.check_available()
