@@ -270,9 +270,13 @@ def fine_tuning_headline(folder: Path, primary: dict[str, dict[str, str]] | None
         ce = comparison["cross_encoder"]
         numbers = (f"MAP **{best['map']['mean']:.2f} ± {best['map']['std']:.2f}** against {ce['map']['mean']:.2f} ± "
                    f"{ce['map']['std']:.2f}")  # fmt: skip
-        detail = (f"{best['seeds']} and {ce['seeds']} seeds; {best['difference']:+.2f} [{best['low']:+.2f}, "
-                  f"{best['high']:+.2f}], {best['verdict']}, p = {best['p_holm']:.2g}; {best['train_minutes']:.0f} "
-                  f"against {ce['train_minutes']:.0f} training minutes a run on one thread")  # fmt: skip
+        if best.get("too_few_seeds"):  # no interval yet: a verdict about the method needs 3 seeds a side
+            verdict = f"{best['difference']:+.2f}, no verdict yet: it needs 3 seeds a side"
+        else:
+            verdict = (f"{best['difference']:+.2f} [{best['low']:+.2f}, {best['high']:+.2f}], {best['verdict']}, "
+                       f"p = {best['p_holm']:.2g}")  # fmt: skip
+        detail = (f"{best['seeds']} and {ce['seeds']} seeds; {verdict}; {best['train_minutes']:.0f} against "
+                  f"{ce['train_minutes']:.0f} training minutes a run on one thread")  # fmt: skip
         frozen = rows.get((task, best["name"], "map"))
         if frozen and frozen.get("coda_frozen_diff"):
             detail += (f"; over the frozen encoder {_interval(frozen, 'coda_frozen')}, "
