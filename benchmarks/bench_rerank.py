@@ -117,7 +117,6 @@ def bench_matcher(name: str, path: str, questions: Sequence[Question], threads: 
     built, index_bytes, candidates_indexed = None, None, None
     if "index" in flags:
         matcher.rank(*questions[0][:2])  # warm before the build is timed: the encoder's first call loads it
-        matcher.use_index(None)
         built, index = timed(lambda: matcher.index(dict.fromkeys(c for _, cs, _ in questions for c in cs)))
         index_bytes, candidates_indexed = index.states.nbytes + index.offsets.nbytes, len(index)
     matcher.rank(*questions[0][:2])  # warm: the encoder's first call loads it

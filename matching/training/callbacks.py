@@ -74,9 +74,9 @@ def threads_follow_free_cores(cfg: DictConfig) -> bool:
 
 def training_threads(cfg: DictConfig) -> int:
     """The intra-op threads a run starts with, set: `threads=N` (N > 0) exactly; else OMP_NUM_THREADS's when its
-    launcher set it; else the cores free now (matching.inference.threads.free_cores: idle over the last half second),
-    at least one. More threads than free cores stall every step: beside two single-threaded jobs on two cores, the
-    demo's training ran about 14x slower on torch's default two threads than on a quiet machine."""
+    launcher set it; else the cores free now (matching.inference.threads.free_cores: at a run's start the cores less
+    the load average, no wait; SharedCores re-measures them from the idle time at every epoch), at least one. More
+    threads than free cores stall every step (docs/performance.md, "Training beside other jobs")."""
     requested = int(cfg.get("threads") or 0)
     if requested < 0:
         raise ConfigError(f"threads must be 0 (the free cores) or a positive number of threads, got {requested}")
@@ -85,8 +85,7 @@ def training_threads(cfg: DictConfig) -> int:
     elif threads_follow_free_cores(cfg):
         from matching.inference.threads import free_cores
 
-        time.sleep(0.5)  # a first half-second sample of the machine's idle time
-        torch.set_num_threads(free_cores())
+        torch.set_num_threads(free_cores())  # at the start: its estimate from the load average, no wait
     return torch.get_num_threads()
 
 
