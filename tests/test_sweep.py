@@ -6,6 +6,7 @@ import sys
 import pytest
 import yaml
 from conftest import ROOT, SUBPROCESS_ENV, cli_overrides
+from omegaconf import OmegaConf
 
 
 def test_optuna_sweep_runs_two_trials(tmp_path):
@@ -54,3 +55,26 @@ def test_a_run_saved_before_a_key_existed_is_the_same_run_and_a_changed_value_is
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(earlier | {"optim": {"lr": 1e-3}}))
     with pytest.raises(RunError, match=r"optim.lr: 0.001 -> 0.0003"):
         prior_run(cfg, tmp_path)
+
+
+def test_a_config_groups_choice_does_not_set_the_keys_a_newer_version_added_to_its_file(make_cfg, tmp_path):
+    """study=scitail's runs named `aligner=softmax` before `aligner.output_gate` existed: relaunched, they are the
+    same runs. Naming the new key on the command line is another run."""
+    import json
+
+    from matching.errors import RunError
+    from matching.training.sweeps import prior_run
+
+    def saved_without_the_gate(cfg, folder):
+        saved = OmegaConf.to_container(cfg, resolve=True)
+        del saved["aligner"]["output_gate"]
+        folder.mkdir()
+        (folder / "config.yaml").write_text(yaml.safe_dump(saved))
+        (folder / "metrics.json").write_text(json.dumps({"val/acc": 0.5}))
+        return folder
+
+    chosen = make_cfg("aligner=softmax")
+    assert prior_run(chosen, saved_without_the_gate(chosen, tmp_path / "chosen")).state == "complete"
+    named = make_cfg("aligner=softmax", "aligner.output_gate=true")
+    with pytest.raises(RunError, match=r"aligner.output_gate: '\(absent\)' -> True"):
+        prior_run(named, saved_without_the_gate(chosen, tmp_path / "named"))

@@ -120,11 +120,14 @@ def config_differences(saved: dict, current: dict, ignored: set[str]) -> list[st
 def newer_keys(saved: dict, current: dict, ignored: set[str]) -> set[str]:
     """The keys of the job's config that the saved one lacks and the job's overrides do not name: keys a newer
     version of matching added, at their defaults (which keep the earlier behaviour), so that a sweep or a study
-    resumes across an upgrade. A key the job's command line sets is a difference like any other."""
+    resumes across an upgrade. A key the job's command line sets is a difference like any other; a config group's
+    choice (`aligner=softmax`) picks a file and sets none of its keys, so the keys newly in that file are new keys."""
     old = _flatten(saved)
     given = set()
     if HydraConfig.initialized():
-        given = {o.split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task}
+        groups = set(HydraConfig.get().runtime.choices)
+        names = {o.split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task}
+        given = {name for name in names if name not in groups}
     added = {k for k in _flatten(current) if k not in old and k not in ignored and not k.startswith(_LOCATION_KEYS)}
     return {k for k in added if not any(k == g or k.startswith(g + ".") for g in given)}
 
