@@ -15,7 +15,9 @@ scores dev, and writes into `<out>/seed<N>/` (by default in the fine-tuning stud
 them: `python -m matching.results.publish push fine_tuning`): `scores/val.csv` (each question's AP and RR, the
 columns and filtered protocol of a run's score file), `metrics.json` (MAP, MRR, training minutes, pairs, epochs)
 and `model/` (the fine-tuned CrossEncoder, for benchmarks/bench_rerank.py --cross-encoder). A seed whose folder
-holds metrics.json is read, not trained again.
+holds metrics.json is read, not trained again; one stopped between epochs (a sitting's end: a WikiQA seed of 8
+epochs is about 3.6 hours on one thread) continues from its last finished epoch (`<seed>/resume.pt`), with the
+numbers of an unbroken run.
 
 `--compare NAME=GLOB` (repeatable; a bare glob is named "ours"): run folders of ours (each a training run with
 `scores/val.csv`, e.g. a study's seeds of one family) against the CrossEncoder's seeds by the method-level test of
@@ -45,6 +47,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_rerank import Question, ranking_questions  # noqa: E402
 
+from matching.files import write_atomic  # noqa: E402
 from matching.model.contextual import MINILM, locate_encoder  # noqa: E402
 from matching.results.significance import holm, method_test  # noqa: E402
 from matching.training.metrics import question_scores  # noqa: E402
@@ -65,10 +68,10 @@ def question_rows(ids: list[str], questions: list[Question], scores: list[np.nda
 
 
 class DevSelection:
-    """sentence-transformers' evaluator hook, called after every epoch: scores dev as our runs are scored (each
-    question's AP and RR), appends the epoch's figures to `<seed>/epochs.jsonl` (so a long run shows its progress)
-    and keeps the weights and score rows of the dev-best epoch in memory, as a practitioner keeps the best
-    checkpoint with an evaluator and as our runs keep `best.ckpt`. Its minutes leave dev scoring out."""
+    """Called after every epoch: scores dev as our runs are scored (each question's AP and RR), appends the epoch's
+    figures to `<seed>/epochs.jsonl` (so a long run shows its progress) and keeps the weights and score rows of the
+    dev-best epoch in memory, as a practitioner keeps the best checkpoint with an evaluator and as our runs keep
+    `best.ckpt`. `record` and `restore` carry it over a resumed seed (`fine_tune`)."""
 
     def __init__(self, dev: tuple[list[str], list[Question]], folder: Path, started: float):
         self.ids, self.questions = dev
@@ -79,12 +82,15 @@ class DevSelection:
         self.best_rows: list[dict] = []
         self.best_state: dict | None = None
 
-    def __call__(self, model, output_path=None, epoch: int = -1, steps: int = -1) -> float:
-        minutes = (time.perf_counter() - self.started - self.scoring_seconds) / 60
+    def __call__(self, model, epoch: int, train_minutes: float | None = None) -> float:
+        """Epoch `epoch` (from 0) scored; `train_minutes`: the training minutes so far (by default the time since
+        `started`, dev scoring left out)."""
+        if train_minutes is None:
+            train_minutes = (time.perf_counter() - self.started - self.scoring_seconds) / 60
         scoring = time.perf_counter()
         rows = question_rows(self.ids, self.questions, dev_scores(model, self.questions))
         self.scoring_seconds += time.perf_counter() - scoring
-        figures = {"epoch": epoch + 1, "train_minutes": round(minutes, 2), **filtered_map_mrr(rows)}
+        figures = {"epoch": epoch + 1, "train_minutes": round(train_minutes, 2), **filtered_map_mrr(rows)}
         self.epochs.append(figures)
         with open(self.folder / "epochs.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(figures) + "\n")
@@ -92,8 +98,19 @@ class DevSelection:
             self.best, self.best_rows = figures, rows
             self.best_state = {k: v.detach().clone() for k, v in model.model.state_dict().items()}
         print(f"  epoch {epoch + 1}: dev MAP {100 * figures['val/map']:.2f}, MRR {100 * figures['val/mrr']:.2f} "
-              f"({minutes:.1f} training minutes)", flush=True)  # fmt: skip
+              f"({train_minutes:.1f} training minutes)", flush=True)  # fmt: skip
         return figures["val/map"]
+
+    def record(self) -> dict:
+        return {"epochs": self.epochs, "best": self.best, "best_rows": self.best_rows, "best_state": self.best_state}
+
+    def restore(self, record: dict) -> None:
+        """The selection as `record` left it; epochs.jsonl rewritten to its epochs (an epoch scored after the
+        resume file was written is scored again)."""
+        self.epochs, self.best = record["epochs"], record["best"]
+        self.best_rows, self.best_state = record["best_rows"], record["best_state"]
+        lines = "".join(json.dumps(figures) + "\n" for figures in self.epochs)
+        (self.folder / "epochs.jsonl").write_text(lines, encoding="utf-8")
 
 
 def dev_scores(model, questions: list[Question]) -> list[np.ndarray]:
@@ -111,7 +128,8 @@ def filtered_map_mrr(rows: list[dict]) -> dict:
 def train_seed(seed: int, args: argparse.Namespace, train: list[Question], dev: tuple[list[str], list[Question]]):
     """One seed fine-tuned for `--epochs` epochs (the learning rate's linear decay spans them all). With
     `--select best` (the default) dev is scored after every epoch and the dev-best epoch's weights and scores are
-    kept; with `--select last`, the last epoch's (the recipe of the first comparison)."""
+    kept; with `--select last`, the last epoch's (the recipe of the first comparison). A seed stopped between two
+    epochs continues from the last one finished (`<seed>/resume.pt`, see `fine_tune`)."""
     from sentence_transformers import CrossEncoder, InputExample
     from torch.utils.data import DataLoader
 
@@ -119,21 +137,17 @@ def train_seed(seed: int, args: argparse.Namespace, train: list[Question], dev: 
     if (folder / "metrics.json").is_file():
         return json.loads((folder / "metrics.json").read_text())
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "epochs.jsonl").unlink(missing_ok=True)  # an unfinished seed starts again from its first epoch
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     examples = [InputExample(texts=[q, c], label=float(y)) for q, cs, ys in train for c, y in zip(cs, ys, strict=True)]
     if args.train_pairs:
         examples = examples[: args.train_pairs]
-    model = CrossEncoder(str(locate_encoder(MINILM[0])), num_labels=1, device="cpu", max_length=256)
+    model = CrossEncoder(str(args.encoder or locate_encoder(MINILM[0])), num_labels=1, device="cpu", max_length=256)
     loader = DataLoader(examples, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(seed))
-    steps = len(loader) * args.epochs
-    started = time.perf_counter()
-    selection = DevSelection(dev, folder, started) if args.select == "best" else None
-    model.old_fit(loader, evaluator=selection, epochs=args.epochs, warmup_steps=int(0.1 * steps),
-                  optimizer_params={"lr": 2e-5}, save_best_model=False, show_progress_bar=False)  # fmt: skip
-    minutes = (time.perf_counter() - started - (selection.scoring_seconds if selection else 0)) / 60
+    selection = DevSelection(dev, folder, time.perf_counter()) if args.select == "best" else None
+    recipe = {"task": args.task, "epochs": args.epochs, "select": args.select, "train_pairs": len(examples)}
+    minutes = fine_tune(model, loader, args.epochs, selection, folder / "resume.pt", recipe)
     if selection is not None:
         model.model.load_state_dict(selection.best_state)
         rows, best_epoch, epochs = selection.best_rows, selection.best["epoch"], selection.epochs
@@ -152,7 +166,67 @@ def train_seed(seed: int, args: argparse.Namespace, train: list[Question], dev: 
         metrics["train_minutes_to_best"] = selection.best["train_minutes"]
     model.save(str(folder / "model"))
     (folder / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    (folder / "resume.pt").unlink(missing_ok=True)
     return metrics
+
+
+def fine_tune(model, loader, epochs: int, selection: DevSelection | None, resume_file: Path, recipe: dict) -> float:
+    """sentence-transformers' CrossEncoder fit (its `old_fit`, the recipe of every seed so far, step for step: binary
+    cross-entropy on the logit, AdamW at lr 2e-5 with weight decay 0.01 off biases and LayerNorm, linear warm-up over
+    the first 10 % of the steps then linear decay to 0, gradients clipped at 1, `selection` called after every
+    epoch), which also writes, after every epoch, all that the next epoch depends on to `resume_file`: the weights,
+    the optimiser's and the schedule's state, the random generators (dropout's, the shuffle's) and the selection's
+    record. A seed stopped (a sitting's end) continues there with the numbers an unbroken run gives; WikiQA's seed
+    is longer than a sitting. A resume file of another recipe (task, epochs, selection, pairs) is not used. Returns
+    the training minutes (dev scoring and the time between sittings left out)."""
+    from sentence_transformers import SentenceTransformer
+
+    loader.collate_fn = model.smart_batching_collate
+    parameters = list(model.model.named_parameters())
+    no_decay = ("bias", "LayerNorm.bias", "LayerNorm.weight")
+    decayed = [p for n, p in parameters if not any(nd in n for nd in no_decay)]
+    undecayed = [p for n, p in parameters if any(nd in n for nd in no_decay)]
+    optimizer = torch.optim.AdamW([{"params": decayed, "weight_decay": 0.01},
+                                   {"params": undecayed, "weight_decay": 0.0}], lr=2e-5)  # fmt: skip
+    total = len(loader) * epochs
+    schedule = SentenceTransformer._get_scheduler(optimizer, scheduler="WarmupLinear", warmup_steps=int(0.1 * total),
+                                                  t_total=total)  # fmt: skip
+    loss_function = torch.nn.BCEWithLogitsLoss()
+    first, trained_seconds = 0, 0.0
+    state = torch.load(resume_file, weights_only=False) if resume_file.is_file() else None
+    if state is not None and state["recipe"] == recipe:
+        model.model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        torch.set_rng_state(state["torch_rng"])
+        loader.generator.set_state(state["shuffle_rng"])
+        first, trained_seconds = state["epoch"], state["trained_seconds"]
+        if selection is not None:
+            selection.restore(state["selection"])
+        print(f"  resumed after epoch {first} ({trained_seconds / 60:.1f} training minutes)", flush=True)
+    elif selection is not None:
+        (selection.folder / "epochs.jsonl").unlink(missing_ok=True)  # an unfinished seed starts from its first epoch
+    for epoch in range(first, epochs):
+        started = time.perf_counter()
+        model.model.zero_grad()
+        model.model.train()
+        for features, labels in loader:
+            loss = loss_function(model.model(**features, return_dict=True).logits.view(-1), labels)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
+            schedule.step()
+        trained_seconds += time.perf_counter() - started
+        if selection is not None:
+            selection(model, epoch=epoch, train_minutes=trained_seconds / 60)
+        state = {"recipe": recipe, "epoch": epoch + 1, "trained_seconds": trained_seconds,
+                 "model": model.model.state_dict(), "optimizer": optimizer.state_dict(),
+                 "schedule": schedule.state_dict(), "torch_rng": torch.get_rng_state(),
+                 "shuffle_rng": loader.generator.get_state(),
+                 "selection": selection.record() if selection is not None else None}  # fmt: skip
+        write_atomic(resume_file, lambda tmp, state=state: torch.save(state, tmp))
+    return trained_seconds / 60
 
 
 def named_glob(spec: str) -> tuple[str, str]:
@@ -240,6 +314,8 @@ def main() -> None:
                         help="our run folders (each with scores/val.csv), one name a family; repeatable")  # fmt: skip
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--train-pairs", type=int, default=0, help="only the first N training pairs (a smoke run)")
+    parser.add_argument("--encoder", type=Path, default=None,
+                        help="the starting model's folder (default: the minilm extra's all-MiniLM-L6-v2)")  # fmt: skip
     args = parser.parse_args()
     try:
         import sentence_transformers  # noqa: F401

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "cross_encoder.py"
 
@@ -190,3 +191,115 @@ def test_dev_selection_keeps_the_dev_best_epoch_and_its_weights(bench, tmp_path)
     assert [r["ap"] for r in selection.best_rows] == [1.0, 1.0, 1.0, 0.5]
     lines = (tmp_path / "epochs.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == [1, 2, 3, 4]
+
+
+def _tiny_cross_encoder(folder: Path):
+    """A CrossEncoder over a two-layer BERT of width 16 with a 40-word vocabulary, built from a config (nothing
+    downloaded)."""
+    from sentence_transformers import CrossEncoder
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    if not (folder / "config.json").is_file():
+        words = "a man dog cat plays runs sleeps on the guitar sofa park what who is does where music".split()
+        folder.mkdir(parents=True)
+        (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+        BertTokenizerFast(str(folder / "vocab.txt")).save_pretrained(folder)
+        config = BertConfig(vocab_size=5 + len(words), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=32, max_position_embeddings=64, num_labels=1)  # fmt: skip
+        torch.manual_seed(0)
+        BertForSequenceClassification(config).save_pretrained(folder)
+    return CrossEncoder(str(folder), num_labels=1, device="cpu", max_length=32)
+
+
+def _fine_tuning_setup(bench, folder: Path, seed: int = 1):
+    """What train_seed builds before fine-tuning: the seeds, the model, the shuffled loader."""
+    from sentence_transformers import InputExample
+    from torch.utils.data import DataLoader
+
+    _tiny_cross_encoder(folder / "start")  # written once, before the seeds (building it draws random numbers)
+    torch.manual_seed(seed)
+    questions = ["what plays music", "who runs in the park", "where does the cat sleep"]
+    answers = ["a man plays the guitar", "the dog runs", "the cat sleeps on the sofa", "a man is in the park"]
+    examples = [InputExample(texts=[q, a], label=float((i + j) % 3 == 0)) for i, q in enumerate(questions)
+                for j, a in enumerate(answers)]  # fmt: skip
+    model = _tiny_cross_encoder(folder / "start")
+    loader = DataLoader(examples, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(seed))
+    return model, loader
+
+
+def test_fine_tune_is_sentence_transformers_fit_step_for_step(bench, tmp_path):
+    """The seeds trained with sentence-transformers' own fit and those trained by fine_tune are the same recipe:
+    from one seed, the same weights to the bit."""
+    pytest.importorskip("sentence_transformers")
+    theirs, loader = _fine_tuning_setup(bench, tmp_path)
+    theirs.old_fit(loader, epochs=3, warmup_steps=int(0.1 * 3 * len(loader)), optimizer_params={"lr": 2e-5},
+                   save_best_model=False, show_progress_bar=False)  # fmt: skip
+    ours, loader = _fine_tuning_setup(bench, tmp_path)
+    recipe = {"epochs": 3}
+    bench.fine_tune(ours, loader, 3, None, tmp_path / "resume.pt", recipe)
+    start = _tiny_cross_encoder(tmp_path / "start").model.state_dict()
+    for name, weight in theirs.model.state_dict().items():
+        assert torch.equal(weight, ours.model.state_dict()[name]), name
+    assert any(not torch.equal(w, start[n]) for n, w in ours.model.state_dict().items())
+
+
+def test_a_seed_stopped_between_epochs_continues_with_the_numbers_of_an_unbroken_run(bench, tmp_path):
+    """A sitting ends during epoch 2 (here: the selection is interrupted while scoring it, after epoch 1's resume
+    file): the same command continues from epoch 1 and ends with the weights, the per-epoch record and the kept
+    epoch of a run never stopped; a resume file of another recipe is not used."""
+    pytest.importorskip("sentence_transformers")
+    ids, dev = ["Q0", "Q1"], [("what plays music", ["a man plays the guitar", "the dog runs"], [1, 0]),
+                              ("who runs", ["the cat sleeps", "the dog runs in the park"], [0, 1])]  # fmt: skip
+    recipe = {"epochs": 3}
+
+    def run(folder: Path, stop_at: int | None = None):
+        folder.mkdir(exist_ok=True)
+        model, loader = _fine_tuning_setup(bench, tmp_path)
+        selection = bench.DevSelection((ids, dev), folder, started=0.0)
+        if stop_at is not None:
+            score = selection.__call__
+
+            def stopping(model, epoch, train_minutes=None):
+                if epoch == stop_at:
+                    raise KeyboardInterrupt
+                return score(model, epoch, train_minutes)
+
+            selection.__call__ = stopping
+            with pytest.raises(KeyboardInterrupt):
+                bench.fine_tune(model, loader, 3, _Calling(selection), folder / "resume.pt", recipe)
+            return None
+        bench.fine_tune(model, loader, 3, selection, folder / "resume.pt", recipe)
+        return model, selection
+
+    unbroken_model, unbroken = run(tmp_path / "unbroken")
+    run(tmp_path / "stopped", stop_at=1)
+    assert torch.load(tmp_path / "stopped" / "resume.pt", weights_only=False)["epoch"] == 1
+    resumed_model, resumed = run(tmp_path / "stopped")
+    for name, weight in unbroken_model.model.state_dict().items():
+        assert torch.equal(weight, resumed_model.model.state_dict()[name]), name
+    assert [e["val/map"] for e in resumed.epochs] == [e["val/map"] for e in unbroken.epochs]
+    assert resumed.best["epoch"] == unbroken.best["epoch"]
+    assert (tmp_path / "stopped" / "epochs.jsonl").read_text().count("\n") == 3
+
+    other = tmp_path / "other"
+    run(other, stop_at=2)
+    bench.fine_tune(*_fine_tuning_setup(bench, tmp_path), 4, bench.DevSelection((ids, dev), other, 0.0),
+                    other / "resume.pt", {"epochs": 4})  # fmt: skip
+    assert (other / "epochs.jsonl").read_text().count("\n") == 4  # started again: its 2 epochs were not reused
+
+
+class _Calling:
+    """A selection whose instance-level __call__ replacement is honoured (Python looks __call__ up on the type)."""
+
+    def __init__(self, selection):
+        self.selection = selection
+        self.folder = selection.folder
+
+    def __call__(self, *args, **kwargs):
+        return self.selection.__call__(*args, **kwargs)
+
+    def record(self):
+        return self.selection.record()
+
+    def restore(self, record):
+        self.selection.restore(record)
