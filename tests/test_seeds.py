@@ -118,3 +118,7 @@ def test_the_page_of_an_adaptive_study_shows_each_familys_seeds_and_why_it_stopp
     assert "### Seeds: how many each family needed" in page and "| better | 3 | vs softmax: resolved |" in page
     assert "resolved at 3 seeds a side" in page and "3 to 9 a family" in page
     assert "Holm" in page and "alpha-spending" in page
+    # One adjusted p a comparison: the p cell of a sequentially decided row is the p its verdict was decided with
+    decided = next(line for line in page.splitlines() if "resolved at 3 seeds a side (Holm-adjusted p = " in line)
+    used = decided.split("Holm-adjusted p = ")[1].split(" ")[0]
+    assert f"| {used} (raw " in decided and "Holm over look 1's comparisons" in decided and "m = " not in decided

@@ -574,7 +574,13 @@ def _copy_runs(source: Path, target: Path, files: tuple[str, ...], only_missing:
 
 def pull(study: str, root: Path = ROOT) -> int:
     """The committed runs' small files into outputs/studies/<study>/runs, where a run is not there yet: the study
-    then counts them finished and trains only the rest."""
+    then counts them finished and trains only the rest. The page's heat-maps come too (where none is there), as
+    the page written again from runs without weights keeps them."""
+    target = root / "outputs" / "studies" / study
+    target.mkdir(parents=True, exist_ok=True)
+    for figure in (root / "docs" / "studies" / study).glob("alignments_*.png"):
+        if not (target / figure.name).exists():
+            shutil.copy2(figure, target / figure.name)
     return _copy_runs(root / "docs" / "studies" / study / "runs", root / "outputs" / "studies" / study / "runs",
                       RUN_FILES, only_missing=True)  # fmt: skip
 

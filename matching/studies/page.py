@@ -107,6 +107,13 @@ def draw_alignments(spec: StudySpec, task: str, firsts: list[RunResult], out: Pa
 
     if not firsts:
         return None
+    unloadable = [r.folder for r in firsts if not (r.folder / "checkpoints" / "best.ckpt").is_file()]
+    if unloadable:  # runs pulled from their published small files (matching.results.publish pull): no weights
+        if out.is_file():
+            log.warning("%s: kept as published; %s has no checkpoint to draw it again from", out, unloadable[0])
+            return out
+        log.warning("no heat-maps for %s: %s has no checkpoint (its small files alone)", task, unloadable[0])
+        return None
     pair = pick_pair(spec, task, firsts[0])
     if pair is None:
         log.warning("%s: no short dev pair to draw; name one with study.heatmaps.%s={a: ..., b: ...}", task, task)
@@ -189,7 +196,9 @@ def write_page(
         *(
             [
                 f"- Seeds: {SEEDS_RULE}. The verdicts on the monitored metric are these sequential decisions (section "
-                "'Seeds'); the other metrics' verdicts test every seed a family took and are descriptive."
+                "'Seeds'), and their p is the one each decision used (its last look's Holm over that look's "
+                "comparisons, not the page-wide one above); the other metrics' verdicts test every seed a family took "
+                "and are descriptive."
             ]
             if spec.adaptive
             else []
@@ -285,7 +294,7 @@ def _twins_table(
         decided = sequential.get((row.aligner, twin, row.metric)) or sequential.get((twin, row.aligner, row.metric))
         decided = decided if row.split == "dev" else None
         if decided:
-            cells[2] = decided.text
+            cells[1:3] = decided.p_text, decided.text
         lines.append(f"| {spec.families[row.aligner].label} | {spec.families[twin].label} | {row.split} | "
                      f"{row.metric} | {' | '.join(cells)} |")  # fmt: skip
         c = row.comparison
@@ -316,6 +325,7 @@ class Decided(NamedTuple):
     text: str
     verdict: str
     p_holm: float | None
+    p_text: str  # the page's p cell: the p its decision used (its last look's Holm), not a second adjustment
 
 
 def _sequential(seeds: SeedPlan | None, task: str) -> dict[tuple[str, str, str], Decided]:
@@ -324,8 +334,17 @@ def _sequential(seeds: SeedPlan | None, task: str) -> dict[tuple[str, str, str],
     if seeds is None:
         return {}
     return {(d.family, d.baseline, d.metric): Decided(d.text(seeds.schedule[-1]), d.verdict,
-                                                      d.looks[-1].p_adjusted if d.looks else None)
+                                                      d.looks[-1].p_adjusted if d.looks else None, _look_p(d))
             for d in seeds.decisions if d.task == task}  # fmt: skip
+
+
+def _look_p(decision) -> str:
+    """The p cell of a sequentially decided comparison: its last look's Holm-adjusted p (the one its verdict is
+    about), with the raw p, so that one comparison shows one adjusted p on its page."""
+    if not decision.looks:
+        return "–"
+    last = decision.looks[-1]
+    return f"{last.p_adjusted:.3g} (raw {last.p_value:.3g}; Holm over look {len(decision.looks)}'s comparisons)"
 
 
 def _seeds_section(spec: StudySpec, task: str, seeds: SeedPlan) -> list[str]:
@@ -446,7 +465,7 @@ def _confirmed_table(
                 cells = list(versus_cells(mine.comparison or Comparison()))
                 decided = (sequential or {}).get((row.aligner, b, metric))
                 if decided:
-                    cells[2] = decided.text
+                    cells[1:3] = decided.p_text, decided.text
                 line += "".join(f" {cell} |" for cell in cells)
                 c = mine.comparison
                 record |= {
