@@ -1,11 +1,12 @@
 """The model side of `matching-serve`: a loaded run answering jobs (`Worker`) and its micro-batcher (`Batcher`), both in
 the serving process.
 
-The HTTP front (matching/serving/http.py) hands each checked request to the run's `Batcher` and awaits its answer. The
-batcher is an asyncio task: it waits for a job, takes every job already queued (those that arrived while its previous
-batch ran) and, for `batch_timeout` seconds, more, up to `max_batch_size` jobs, and runs the batch in the run's one
-model thread (PyTorch and ONNX Runtime release the GIL while they compute, so the event loop goes on reading and
-answering requests meanwhile). Each job's pairs are prepared once by the run's text pipeline (matching.model.pipeline),
+The HTTP front (matching/serving/http.py) hands each checked request to the run's `Batcher`, as a typed query
+(`ClassifyQuery`, `RankQuery`, `RerankQuery`, `AlignQuery`), and awaits its answer. The batcher is an asyncio task:
+it waits for a job, takes every job already queued (those that arrived while its previous batch ran) and, for
+`batch_timeout` seconds, more, up to `max_batch_size` jobs, and runs the batch in the run's one model thread
+(PyTorch and ONNX Runtime release the GIL while they compute, so the event loop goes on reading and answering requests
+meanwhile). Each job's pairs are prepared once by the run's text pipeline (matching.model.pipeline),
 which gives both the checks (an empty text, a text over `limits.max_text_tokens`, counted by the run's own tokenizer)
 and the model's inputs. The pairs of a batch's /classify and /rank jobs run through one `Predictor.logits_of` call
 (matching.inference), which cuts them into model batches within the run's memory budget (`data.batch_tokens`,
@@ -54,6 +55,30 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class ClassifyQuery:
+    """A /classify request as the worker answers it: each pair's two texts, read by the pair rule of files
+    (matching.data.tables.pair_of_mapping)."""
+
+    pairs: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class RankQuery:
+    """A /rank request as the worker answers it: the query and its candidates, in the order given."""
+
+    query: str
+    candidates: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AlignQuery:
+    """An /align request as the worker answers it: the one pair whose alignment matrices are asked for."""
+
+    a: str
+    b: str
+
+
+@dataclass(frozen=True)
 class RerankQuery:
     """A /rerank request as the worker answers it: the query, each document's text as scored (its `rank_fields`
     joined), what `return_documents` repeats of each (None: not asked), the best `top_n`, the model name to echo,
@@ -71,14 +96,23 @@ class RerankQuery:
     raw_scores: bool = False
 
 
+#: What a job may ask, each kind of query with the endpoint's name it answers (the logs' and the messages' word).
+Query = ClassifyQuery | RankQuery | RerankQuery | AlignQuery
+KINDS: dict[type, str] = {ClassifyQuery: "classify", RankQuery: "rank", RerankQuery: "rerank", AlignQuery: "align"}
+
+
 class Job(NamedTuple):
-    """One request, as the front hands it to the worker. `texts`: /classify ((a, b), ...); /rank (query,
-    (candidate, ...)); /rerank a `RerankQuery`; /align (a, b). `received`: time.monotonic() when the front took it."""
+    """One request, as the front hands it to the worker: its typed `query` (which says what kind of request it is)
+    and `received`, time.monotonic() when the front took it."""
 
     id: int
-    kind: str  # "classify", "rank", "rerank" or "align"
-    texts: tuple | RerankQuery
+    query: Query
     received: float
+
+    @property
+    def kind(self) -> str:
+        """ "classify", "rank", "rerank" or "align"."""
+        return KINDS[type(self.query)]
 
 
 @dataclass(frozen=True)
@@ -165,29 +199,29 @@ class Worker:
         job is refused."""
         from matching.data.pairs import Pair
 
-        if job.kind == "classify":
-            pairs = [Pair(a, b, "", None, i + 1) for i, (a, b) in enumerate(job.texts)]
+        query = job.query
+        if isinstance(query, ClassifyQuery):
+            pairs = [Pair(a, b, "", None, i + 1) for i, (a, b) in enumerate(query.pairs)]
             fields = [f"pairs[{i}].{side}" for i in range(len(pairs)) for side in "ab"]
-        elif job.kind in ("rank", "rerank"):
-            query, candidates = (job.texts.query, job.texts.documents) if job.kind == "rerank" else job.texts
-            pairs = [Pair(query, c, "", None, i) for i, c in enumerate(candidates)]
-            listed = "candidates" if job.kind == "rank" else "documents"
+        elif isinstance(query, (RankQuery, RerankQuery)):
+            candidates = query.candidates if isinstance(query, RankQuery) else query.documents
+            pairs = [Pair(query.query, c, "", None, i) for i, c in enumerate(candidates)]
+            listed = "candidates" if isinstance(query, RankQuery) else "documents"
             fields = ["query", *(f"{listed}[{i}]" for i in range(len(pairs)))]
         else:
             if not self.matcher.can_align:
                 return Rejected(501, f"this server runs the model on {self.matcher.backend}, whose graph "
                                      "returns the logits only: /align needs the PyTorch model (serve with "
                                      "backend=torch)")  # fmt: skip
-            pairs, fields = [Pair(*job.texts, "", None, 1)], ["a", "b"]
+            pairs, fields = [Pair(query.a, query.b, "", None, 1)], ["a", "b"]
         prepared = self.matcher.prepare(pairs)
         counts = prepared.tokens.ravel().tolist()  # a0, b0, a1, b1, ...
-        if job.kind in ("rank", "rerank"):  # the query once, then each candidate
+        if isinstance(query, (RankQuery, RerankQuery)):  # the query once, then each candidate
             counts = [counts[0], *counts[1::2]]
-        if job.kind != "rerank":
+        if not isinstance(query, RerankQuery):
             return self.check_texts(fields, counts) or prepared
-        rerank = job.texts
-        return self.check_texts(fields, counts, cut_from=1 if rerank.truncate else None) or prepared.with_second_cut(
-            self.document_tokens(rerank)
+        return self.check_texts(fields, counts, cut_from=1 if query.truncate else None) or prepared.with_second_cut(
+            self.document_tokens(query)
         )
 
     def document_tokens(self, rerank: RerankQuery) -> int:
@@ -213,7 +247,7 @@ class Worker:
                 log.exception("preparing a %s request failed", job.kind)
                 work.append(_bug(err))
         batched = [i for i, (job, w) in enumerate(zip(jobs, work, strict=True))
-                   if job.kind != "align" and not isinstance(w, Rejected)]  # fmt: skip
+                   if not isinstance(job.query, AlignQuery) and not isinstance(w, Rejected)]  # fmt: skip
         scored = iter(self._score([work[i] for i in batched]))  # type: ignore[misc]
         out = []
         for job, w in zip(jobs, work, strict=True):
@@ -226,7 +260,7 @@ class Worker:
 
     def _result(self, job: Job, prepared: PreparedPairs, scored: Iterator[list[dict] | Rejected]) -> bytes | Rejected:
         """One prepared job's JSON body (its answers the next of `scored`, unless it aligns), or why it failed."""
-        answers = None if job.kind == "align" else next(scored)
+        answers = None if isinstance(job.query, AlignQuery) else next(scored)
         if isinstance(answers, Rejected):
             return answers
         try:
@@ -261,11 +295,11 @@ class Worker:
         with each document)."""
         from matching.inference.predictor import ranking
 
-        if job.kind == "classify":
+        if isinstance(job.query, ClassifyQuery):
             return {"predictions": answers}
-        if job.kind == "rank":
-            return {"ranking": ranking(job.texts[1], answers)}
-        rerank: RerankQuery = job.texts
+        if isinstance(job.query, RankQuery):
+            return {"ranking": ranking(job.query.candidates, answers)}
+        rerank: RerankQuery = job.query
         score = "score" if rerank.raw_scores else "p_match"
         results = [{"index": r["index"], "relevance_score": r[score],
                     **({"document": rerank.shown[r["index"]]} if rerank.shown is not None else {})}
@@ -347,10 +381,11 @@ class Batcher:
     def alive(self) -> bool:
         return self.task is not None and not self.task.done()
 
-    async def ask(self, kind: str, texts: tuple) -> tuple[int, bytes]:
+    async def ask(self, query: Query) -> tuple[int, bytes]:
+        """The (HTTP status, JSON body) of `query`, once its batch has run."""
         assert self.queue is not None, "the batcher was not started"
         future = asyncio.get_running_loop().create_future()
-        self.queue.put_nowait((Job(next(self.ids), kind, texts, time.monotonic()), future))
+        self.queue.put_nowait((Job(next(self.ids), query, time.monotonic()), future))
         return await future
 
     async def _take(self) -> list:

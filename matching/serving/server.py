@@ -180,7 +180,7 @@ def build_served_app(cfg: DictConfig, workers: int = 1, settings: dict | None = 
     require("fastapi", "serve", "serving a model over HTTP")
     require("uvicorn", "serve", "serving a model over HTTP")
     from matching.serving.batcher import Batcher, Worker, WorkerSpec
-    from matching.serving.http import Guards, ServedRun, build_app, model_info
+    from matching.serving.http import Guards, ServedRun, build_app, served_info
 
     settings = settings or check_settings(cfg)
     limits, compare, threads = settings["limits"], settings["compare"], settings["threads"]
@@ -208,7 +208,7 @@ def build_served_app(cfg: DictConfig, workers: int = 1, settings: dict | None = 
     if index is not None:  # a missing or stale index is refused before anything listens
         if compare:
             raise RunError("index= serves one contextual run against its candidates' states; drop compare=")
-    infos = [model_info(matcher, limits) for matcher in matchers]
+    infos = [served_info(matcher.description, matcher.can_align, limits) for matcher in matchers]  # hashed once
     kinds = {info["kind"] for info in infos}
     if len(kinds) > 1:
         listed = ", ".join(
