@@ -77,7 +77,8 @@ def test_a_glob_that_finds_nothing_is_named(bench, tmp_path):
 
 
 def test_the_study_page_publishes_the_cross_encoders_small_files_and_its_table_says_what_is_missing(bench, tmp_path):
-    from matching.results.publish import fine_tuning_table, page_data, push
+    from matching.results.publish import page_data, push
+    from matching.studies.published.fine_tuning import table as fine_tuning_table
 
     source = tmp_path / "outputs" / "studies" / "fine_tuning"
     out = source / "cross_encoder" / "wikiqa"
@@ -96,7 +97,7 @@ def test_the_study_page_publishes_the_cross_encoders_small_files_and_its_table_s
 
 
 def test_the_headline_gives_each_compared_task_its_best_fine_tuned_family(tmp_path):
-    from matching.results.publish import fine_tuning_headline
+    from matching.studies.published.fine_tuning import headline as fine_tuning_headline
 
     def row(name, mean, low, high):
         return {"name": name, "map": {"mean": mean, "std": 0.5}, "seeds": 3, "difference": mean - 70.0, "low": low,
