@@ -439,7 +439,7 @@ def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guard
                                f"({', '.join(RANKING_TASKS)})")  # fmt: skip
         return run
 
-    @app.post("/classify", **described(ClassifyRequest, ClassifyAnswer))
+    @app.post("/classify", **openapi_of_route(ClassifyRequest, ClassifyAnswer))
     async def classify(request: Request) -> Response:
         run = run_of(request)
         body = await _read(request, ClassifyRequest, limits)
@@ -447,7 +447,7 @@ def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guard
         pairs = tuple(read_pair(i, p, run.info["columns"]) for i, p in enumerate(body.pairs))
         return await run.ask(ClassifyQuery(pairs))
 
-    @app.post("/rank", **described(RankRequest, RankAnswer))
+    @app.post("/rank", **openapi_of_route(RankRequest, RankAnswer))
     async def rank(request: Request) -> Response:
         run = ranking_run(request)
         body = await _read(request, RankRequest, limits)
@@ -462,9 +462,9 @@ def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guard
         return await run.ask(rerank_query(body, run.name))
 
     for path in ("/rerank", "/v1/rerank", "/v2/rerank"):  # the paths Cohere's, Jina's and Infinity's clients post to
-        app.post(path, **described(RerankRequest, RerankAnswer))(rerank)
+        app.post(path, **openapi_of_route(RerankRequest, RerankAnswer))(rerank)
 
-    @app.post("/align", **described(AlignRequest, None))
+    @app.post("/align", **openapi_of_route(AlignRequest, None))
     async def align(request: Request) -> Response:
         run = run_of(request)
         body = await _read(request, AlignRequest, limits)
@@ -524,7 +524,7 @@ def openapi_schemas() -> dict:
     return top.get("$defs", {})
 
 
-def described(request: type[BaseModel], answer: type[BaseModel] | None) -> dict:
+def openapi_of_route(request: type[BaseModel], answer: type[BaseModel] | None) -> dict:
     """A route's OpenAPI description: its JSON body, its answer and the error answer every endpoint gives."""
     error = {"description": "what was wrong and what to do", "content": {"application/json": {
         "schema": {"$ref": _REF.format(model="ErrorAnswer")}}}}  # fmt: skip
