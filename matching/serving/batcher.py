@@ -32,10 +32,13 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from matching.data.preparation import PreparedPairs
 from matching.errors import RunError
+
+if TYPE_CHECKING:
+    from matching.matcher import Matcher
 
 
 @dataclass(frozen=True)
@@ -116,22 +119,15 @@ class Job(NamedTuple):
 
 
 @dataclass(frozen=True)
-class WorkerSpec:
-    """What a worker process needs to load its run and batch its requests (all picklable)."""
+class WorkerSettings:
+    """How a worker answers with its loaded run: what a request may hold, its share of the cores, how long a job may
+    wait, and the candidates' states its run reads."""
 
-    ckpt: str
-    config: dict  # the run's config, resolved (the saved one with the command line's overrides)
     limits: Limits
     threads: int  # intra-op threads of every forward pass (0: chosen per call, at most `cap`)
-    cap: int  # threads a call may use at most: the cores shared among the workers
-    max_batch_size: int  # jobs per batch
-    batch_timeout: float  # seconds a batch waits for more jobs
+    cap: int  # threads a call may use at most: the cores shared among the runs and server processes
     timeout: float  # seconds a job may wait in the queue before it is answered 504
-    device: str  # cpu or cuda
-    backend: str = "auto"  # torch | onnx | auto (matching.inference.load)
-    quantize: str | None = None  # int8 (ONNX Runtime)
     index: str | None = None  # a folder of candidates' states (Matcher.index) that /rank and /classify read
-    encoder_backend: str = "torch"  # onnx: a contextual model's encoder on ONNX Runtime for new text
 
 
 class Rejected(NamedTuple):
@@ -153,27 +149,15 @@ BUG = "the model failed on this request ({}); this is a bug in matching: please 
 
 
 class Worker:
-    """A loaded run answering jobs, in the thread its `Batcher` runs it in (tests may call it directly). `matcher`:
-    the run already loaded (else it is loaded from `spec`)."""
+    """A loaded run (`matcher`, loaded once by the server) answering jobs with its `settings`, in the thread its
+    `Batcher` runs it in (tests may call it directly)."""
 
-    def __init__(self, spec: WorkerSpec, matcher: Any = None):
-        from matching.matcher import Matcher
-
-        self.spec, self.limits = spec, spec.limits
-        if matcher is None:
-            from matching.inference import load
-
-            config = spec.config if "task" in spec.config else None  # an exported ONNX folder has none to apply
-            if config is not None:
-                from omegaconf import OmegaConf
-
-                config = OmegaConf.create(config)
-            matcher = Matcher(load(spec.ckpt, backend=spec.backend, quantize=spec.quantize, device=spec.device,
-                                   config=config, encoder_backend=spec.encoder_backend))  # fmt: skip
+    def __init__(self, matcher: Matcher, settings: WorkerSettings):
+        self.settings, self.limits = settings, settings.limits
         self.matcher = matcher
-        matcher.set_threads(spec.threads, spec.cap)  # the worker's share of the cores
-        if spec.index:
-            self.matcher.use_index(spec.index)
+        matcher.set_threads(settings.threads, settings.cap)  # the worker's share of the cores
+        if settings.index:
+            matcher.use_index(settings.index)  # a missing or stale index is refused here, before anything listens
         # A word outside the vocabulary has no trained vector: it hashes to one of the OOV buckets' random vectors
         # (unless the model reads every word, as an encoder does: then none is marked).
         self.marks_unknown = not matcher.reads_every_word
@@ -236,10 +220,10 @@ class Worker:
         work: list[PreparedPairs | Rejected] = []
         for job in jobs:
             waited = now - job.received
-            if waited > self.spec.timeout:
+            if waited > self.settings.timeout:
                 work.append(Rejected(504, f"the request waited {waited:.1f} s in the queue, over this server's "
-                                          f"timeout of {self.spec.timeout:g} s (timeout=); the server is overloaded: "
-                                          f"retry later, or serve with a larger timeout"))  # fmt: skip
+                                          f"timeout of {self.settings.timeout:g} s (timeout=); the server is "
+                                          f"overloaded: retry later, or serve with a larger timeout"))  # fmt: skip
                 continue
             try:
                 work.append(self.prepare(job))
