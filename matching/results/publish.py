@@ -71,21 +71,6 @@ def verdict_cell(row: dict[str, str], prefix: str) -> str:
     return f"{verdict}, p = {float(p):.2g}" if p else verdict
 
 
-def declared_primary(study: str, root: Path | None = None) -> dict[str, dict[str, str]]:
-    """The primary comparison conf/study/<study>.yaml declares, per task: {family, against, declared} (the spec's
-    `primary`, one mapping for every task or one per task; `matching.studies.spec.read_spec` checks its names, and this
-    room may not import that one). Empty when the study declares none."""
-    import yaml
-
-    path = (root or clone_root()) / "conf" / "study" / f"{study}.yaml"
-    spec = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    node = (spec or {}).get("primary") or {}
-    tasks = list((spec or {}).get("tasks") or {})
-    per_task = dict.fromkeys(tasks, node) if {"family", "against"} <= set(node) else node
-    return {task: {"family": one["family"], "against": one["against"], "declared": one.get("declared") or ""}
-            for task, one in per_task.items()}  # fmt: skip
-
-
 #: Figures measured outside this repository's data files (held-out test splits, benchmark sittings that wrote no
 #: file), each with what it is, its source and its date (matching.studies.published.measured_elsewhere renders them).
 FIGURES = Path("docs") / "figures" / "measured_elsewhere.yaml"

@@ -7,7 +7,9 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from matching.results.publish import declared_primary, interval_cell, study_rows, verdict_cell
+from matching.results.publish import interval_cell, study_rows, verdict_cell
+from matching.studies.published import declared_primary
+from matching.studies.spec import Primary
 
 #: The study's tasks as its tables show them, in order: (task, what its row says).
 TASKS = {
@@ -94,10 +96,10 @@ def seed_counts(rows: list[dict[str, str]], labels: dict[str, str]) -> str:
     return said + " (as the study's rule took them)."
 
 
-def headline(folder: Path, primary: dict[str, dict[str, str]] | None = None) -> str:
+def headline(folder: Path, primary: dict[str, Primary] | None = None) -> str:
     """One sentence per task of the study's declared primary comparison (conf/study/centring.yaml's `primary`: how
     much of CoDA's gain survives when softmax is centred too), beside the same two aligners uncentred."""
-    primary = declared_primary("centring", folder.parents[2]) if primary is None else primary
+    primary = declared_primary(folder) if primary is None else primary
     found = study_rows(folder)
     rows = {(r["task"], r["family"]): r for r in found if r["split"] == "dev" and r["metric"] in MONITORED}
     labels = {r["family"]: r["label"] for r in found}
@@ -105,7 +107,7 @@ def headline(folder: Path, primary: dict[str, dict[str, str]] | None = None) -> 
     for task, title in TASKS.items():
         if task not in primary:
             continue
-        family, against = primary[task]["family"], primary[task]["against"]
+        family, against = primary[task].family, primary[task].against
         coda = rows.get((task, family))
         uncentred = rows.get((task, family.removesuffix("_centred")))
         if coda is None or not coda.get(f"{against}_diff"):
@@ -116,7 +118,7 @@ def headline(folder: Path, primary: dict[str, dict[str, str]] | None = None) -> 
         if family.endswith("_centred") and uncentred is not None and uncentred.get(f"{plain}_diff"):
             text += f", against {interval_cell(uncentred, plain)} for both uncentred"
         said.append(text)
-    missing = [t for t in TASKS if t in primary and (t, primary[t]["family"]) not in rows]
+    missing = [t for t in TASKS if t in primary and (t, primary[t].family) not in rows]
     out = "; ".join(said) + "." if said else "The controlled comparison has no finished task yet."
     if missing:
         out += f" Not run yet: {', '.join(missing)} (`make results` runs them)."

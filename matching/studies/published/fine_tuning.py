@@ -10,7 +10,9 @@ import json
 import statistics
 from pathlib import Path
 
-from matching.results.publish import OUTSIDE_BASELINE, declared_primary, interval_cell, study_rows, verdict_cell
+from matching.results.publish import OUTSIDE_BASELINE, interval_cell, study_rows, verdict_cell
+from matching.studies.published import declared_primary
+from matching.studies.spec import Primary
 
 #: The study's tasks and families as its table shows them, in order.
 TASKS = {"wikiqa": "WikiQA dev (122 questions)", "trecqa": "TrecQA clean-dev (65 questions)"}
@@ -72,14 +74,14 @@ def table(folder: Path) -> str:
     return "\n".join(lines)
 
 
-def headline(folder: Path, primary: dict[str, dict[str, str]] | None = None, study: str = "fine_tuning") -> str:
+def headline(folder: Path, primary: dict[str, Primary] | None = None, study: str = "fine_tuning") -> str:
     """A sentence for the README per task compared (WikiQA's first): the study's primary comparison, a fine-tuned
     family's dev MAP against the CrossEncoder fine-tuned as long, with the interval and verdict that count both sides'
     seeds, and the family's Δ over the frozen encoder; `primary` as `declared_primary` gives it (the study's spec by
     default). A study that declares none gets the fine-tuned family with the best dev MAP, and the sentence says that
     it was selected on the dev questions it reports. `study`: fine_tuning (2 epochs each side) or
     fine_tuning_selected (both sides' epochs chosen on dev)."""
-    primary = declared_primary(study, folder.parents[2]) if primary is None else primary
+    primary = declared_primary(folder) if primary is None else primary
     rows = {(r["task"], r["family"], r["metric"]): r for r in study_rows(folder) if r["split"] == "dev"}
     labels = {r["family"]: r["label"] for r in study_rows(folder)}
     sentences = []
@@ -90,7 +92,7 @@ def headline(folder: Path, primary: dict[str, dict[str, str]] | None = None, stu
         if not tuned:
             continue
         declared = primary.get(task)
-        chosen = [row for row in tuned if declared and row["name"] == declared["family"]]
+        chosen = [row for row in tuned if declared and row["name"] == declared.family]
         best = chosen[0] if chosen else max(tuned, key=lambda row: row["map"]["mean"])
         ce = comparison["cross_encoder"]
         numbers = (f"MAP **{best['map']['mean']:.2f} ± {best['map']['std']:.2f}** against {ce['map']['mean']:.2f} ± "
@@ -108,8 +110,8 @@ def headline(folder: Path, primary: dict[str, dict[str, str]] | None = None, stu
                        f"{verdict_cell(frozen, 'coda_frozen')}")  # fmt: skip
         label = labels.get(best["name"], best["name"])
         if not sentences:
-            if chosen and declared["declared"]:
-                said = f"the study's primary comparison, declared {declared['declared']}"
+            if chosen and declared.declared:
+                said = f"the study's primary comparison, declared {declared.declared}"
             elif chosen:
                 said = "the study's primary comparison, declared before its runs"
             else:
