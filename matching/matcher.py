@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from matching.data.tables import pair_of_mapping
 from matching.data.vocab import NULL
 from matching.errors import DataFormatError, RunError
 from matching.inference import Predictor, load
+from matching.inference.description import run_description
 from matching.inference.predictor import label_probabilities, ranking
 from matching.inference.state_index import StateIndex
 
@@ -157,6 +159,13 @@ class Matcher:
     def about(self) -> dict:
         """What the model is, for people: aligner, embeddings, its run folder, the checkpoint's sha256, ..."""
         return self._predictor.about
+
+    @cached_property
+    def description(self) -> dict[str, Any]:
+        """What the model is, as the server's GET /info and its page say it (matching.inference.description): its
+        task, labels, aligner, embeddings, training data, weights by name and sha256, backend, arithmetic and example
+        inputs. Computed once, on first use (it hashes the weights), and kept."""
+        return run_description(self._predictor)
 
     @property
     def origin(self) -> Path:

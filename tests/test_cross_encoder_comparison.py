@@ -78,7 +78,8 @@ def test_a_glob_that_finds_nothing_is_named(bench, tmp_path):
 
 
 def test_the_study_page_publishes_the_cross_encoders_small_files_and_its_table_says_what_is_missing(bench, tmp_path):
-    from matching.results.publish import fine_tuning_table, page_data, push
+    from matching.results.publish import page_data, push
+    from matching.studies.published.fine_tuning import table as fine_tuning_table
 
     source = tmp_path / "outputs" / "studies" / "fine_tuning"
     out = source / "cross_encoder" / "wikiqa"
@@ -97,7 +98,8 @@ def test_the_study_page_publishes_the_cross_encoders_small_files_and_its_table_s
 
 
 def test_the_headline_gives_each_compared_task_its_best_fine_tuned_family(tmp_path):
-    from matching.results.publish import fine_tuning_headline
+    from matching.studies.published.fine_tuning import headline as fine_tuning_headline
+    from matching.studies.spec import Primary
 
     def row(name, mean, low, high):
         return {"name": name, "map": {"mean": mean, "std": 0.5}, "seeds": 3, "difference": mean - 70.0, "low": low,
@@ -124,9 +126,7 @@ def test_the_headline_gives_each_compared_task_its_best_fine_tuned_family(tmp_pa
     assert (
         trecqa.startswith("coda_n2, MAP **73.00 ± 0.50**") and "+3.00 [+1.00, +5.00], resolved" in trecqa
     )  # frozen: not a fine-tuned family
-    declared = {
-        task: {"family": "coda_n2", "against": "cross_encoder", "declared": ""} for task in ("wikiqa", "trecqa")
-    }
+    declared = {task: Primary("coda_n2", "cross_encoder") for task in ("wikiqa", "trecqa")}
     headline = fine_tuning_headline(tmp_path, primary=declared)  # the declared family, whatever its dev score
     assert headline.startswith("coda_n2 (the study's primary comparison, declared before its runs): WikiQA dev MAP "
                                "**71.00 ± 0.50**")  # fmt: skip

@@ -510,25 +510,53 @@ def test_the_published_tables_are_rendered_from_the_study_pages():
     """The README's and docs' result blocks are what `make results-render` writes from the committed study pages
     (docs/studies/<study>/study.csv, and an outside baseline's comparison.json): a number typed by hand, or left
     stale when a page changed, fails."""
-    from matching.results.publish import BLOCKS, block_pattern, page_data, rendered
+    from matching.results.publish import block_pattern, page_data, published_blocks, rendered
 
+    blocks = published_blocks(ROOT)
     for (name, block), content in rendered(ROOT).items():
         found = block_pattern(block).search((ROOT / name).read_text(encoding="utf-8"))
         assert found, f"{name} has no block {block}"
         assert found.group(2).rstrip("\n") == content, f"{name}'s block {block} differs from make results-render's"
         # 1 or 2 decimals (p = 0.098 is its own), each found in the block's files at the precision printed
         numbers = {(float(n), len(n.split(".")[1])) for n in re.findall(r"[-+]?\d+\.\d\d?(?!\d)", content)}
-        page = " ".join(path.read_text() for path in page_data(ROOT / BLOCKS[(name, block)][0]))
+        page = " ".join(path.read_text() for path in page_data(ROOT / blocks[(name, block)][0]))
         recorded = {(round(float(n), d), d) for n in re.findall(r"[-+]?\d+\.\d+", page) for d in (1, 2)}
         assert numbers or "not run yet" in content, f"{name} {block}: neither a number nor 'not run yet'"
         assert numbers <= recorded, f"{name} {block}: {sorted(numbers - recorded)} not in its page"
+
+
+def test_each_published_block_is_declared_beside_its_data_and_the_clone_is_found_from_any_folder_in_it(tmp_path):
+    """The blocks come from the studies' specs and the figures file (`published`), never from a list in the package;
+    a declaration naming no function, or a second declaration of a block, is one ConfigError naming its key; the
+    commands find the clone's root from a folder inside it and refuse a folder outside any clone."""
+    from matching.errors import ConfigError
+    from matching.results.publish import clone_root, published_blocks
+
+    blocks = published_blocks(ROOT)
+    assert blocks[("README.md", "centring-headline")][0] == "docs/studies/centring"
+    assert blocks[("README.md", "speed")][0] == "docs/figures"
+    assert clone_root(ROOT / "docs" / "studies") == ROOT
+    with pytest.raises(ConfigError, match="not inside a clone of matching"):
+        clone_root(tmp_path)
+
+    (tmp_path / "conf" / "study").mkdir(parents=True)
+    (tmp_path / "docs" / "studies").mkdir(parents=True)
+    (tmp_path / "README.md").write_text("")
+    spec = tmp_path / "conf" / "study" / "mine.yaml"
+    spec.write_text("name: mine\npublished:\n  README.md#mine: matching.studies.published.centring.no_such\n")
+    with pytest.raises(ConfigError, match=r"conf/study/mine.yaml: published.README.md#mine: .* is no function"):
+        published_blocks(tmp_path)
+    spec.write_text("name: mine\npublished:\n  README.md#mine: matching.studies.published.centring.headline\n")
+    (tmp_path / "conf" / "study" / "other.yaml").write_text(spec.read_text().replace("mine\n", "other\n", 1))
+    with pytest.raises(ConfigError, match="already rendered from docs/studies/mine"):
+        published_blocks(tmp_path)
 
 
 def test_the_centring_tables_note_names_every_cell_whose_seeds_differ(tmp_path):
     """A study that adds seeds until decided gives some families more seeds: the note under the table says which."""
     import csv
 
-    from matching.results.publish import centring_table
+    from matching.studies.published.centring import table as centring_table
 
     fields = ["task", "family", "label", "split", "metric", "mean", "std", "n", "twin_diff", "twin_ci", "twin_verdict"]
     rows = [("snli_check", "softmax", "softmax", "5"), ("snli_check", "softmax_centred", "softmax, centred", "5"),
@@ -550,7 +578,7 @@ def test_the_centring_tables_note_names_every_cell_whose_seeds_differ(tmp_path):
 
 
 def test_seed_counts_group_a_task_whose_cells_all_took_more():
-    from matching.results.publish import _seed_counts
+    from matching.studies.published.centring import seed_counts
 
     labels = {
         "softmax": "softmax",
@@ -561,6 +589,6 @@ def test_seed_counts_group_a_task_whose_cells_all_took_more():
     rows = [{"task": "wikiqa", "family": f, "n": "3"} for f in labels]
     rows += [{"task": "trecqa", "family": f, "n": "5"} for f in labels]
     rows += [{"task": "snli_check", "family": f, "n": n} for f, n in zip(labels, "3373", strict=True)]
-    said = _seed_counts(rows, labels)
+    said = seed_counts(rows, labels)
     assert said == ("Seeds per cell: 3, except TrecQA clean-dev MAP (65 questions): 5 in every cell; SNLI check acc "
                     "(842 dev pairs): CoDA 7 (as the study's rule took them).")  # fmt: skip

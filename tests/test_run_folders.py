@@ -100,8 +100,6 @@ def test_the_model_card_and_info_of_a_run_trained_from_absolute_paths_name_none_
     from matching.export import main as export_main
     from matching.inference import load
     from matching.matcher import Matcher
-    from matching.serving.batcher import Limits
-    from matching.serving.http import model_info
 
     cfg = compose_train(tmp_path, "task=pairs", *CLAIMS, "trainer.max_epochs=1")
     train(cfg)
@@ -125,7 +123,7 @@ def test_the_model_card_and_info_of_a_run_trained_from_absolute_paths_name_none_
         assert words in card, words  # the last: the examples' table, headed with the run's own column names
     assert json.loads((out / "examples.json").read_text()) == json.loads((run / "examples.json").read_text())
 
-    info = model_info(Matcher(load(run / "checkpoints" / "best.ckpt")), Limits())
+    info = Matcher(load(run / "checkpoints" / "best.ckpt")).description
     assert _paths_in(json.dumps(info), *places) == []
     assert info["embeddings"] == "glove.fixture.20d.txt" and info["data"] == {"train": "claims_train.tsv",
                                                                                "dev": "claims_dev.tsv"}  # fmt: skip

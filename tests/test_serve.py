@@ -198,8 +198,9 @@ def test_a_served_answer_is_matchers_within_the_tolerance_of_its_dtype(wide_run,
     from omegaconf import OmegaConf
 
     from matching.cli import compose_config
+    from matching.inference import load
     from matching.model import precision
-    from matching.serving.batcher import Job, Limits, Worker, WorkerSpec
+    from matching.serving.batcher import ClassifyQuery, Job, Limits, Worker, WorkerSettings
 
     checkpoint = wide_run / "checkpoints" / "best.ckpt"
     matcher = Matcher.load(wide_run, dtype=dtype)
@@ -212,9 +213,11 @@ def test_a_served_answer_is_matchers_within_the_tolerance_of_its_dtype(wide_run,
     served = compose_config("serve", [f"ckpt={checkpoint}", f"dtype={dtype}"])
     threads = torch.get_num_threads()
     try:  # one torch thread, as the server's worker has by default (one thread on a 2-core machine)
-        worker = Worker(WorkerSpec(str(checkpoint), OmegaConf.to_container(served, resolve=True), Limits(), 1, 1, 32,
-                                   0.0, 60.0, "cpu"))  # fmt: skip
-        jobs = [Job(i, "classify", (pair,), time.monotonic()) for i, pair in enumerate(pairs)]
+        served_run = Matcher(
+            load(str(checkpoint), config=OmegaConf.create(OmegaConf.to_container(served, resolve=True)))
+        )
+        worker = Worker(served_run, WorkerSettings(Limits(), 1, 1, 60.0))  # loaded as the server loads it
+        jobs = [Job(i, ClassifyQuery((pair,)), time.monotonic()) for i, pair in enumerate(pairs)]
         alone = [answer for job in jobs for answer in worker.answer([job])]
         in_eights = [answer for start in range(0, len(jobs), 8) for answer in worker.answer(jobs[start : start + 8])]
     finally:

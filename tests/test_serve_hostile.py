@@ -229,7 +229,7 @@ def test_headers_hosts_and_the_browser(server, tmp_path):
 
 
 def test_a_run_label_is_never_a_whole_path(tmp_path, monkeypatch):
-    from matching.serving.http import run_label
+    from matching.inference.description import run_label
 
     monkeypatch.chdir(tmp_path)
     assert run_label(tmp_path.parent) == tmp_path.parent.name

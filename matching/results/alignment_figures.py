@@ -105,7 +105,7 @@ def prediction_text(matcher: Matcher, aligned: dict, a: str, b: str) -> str:
     return f"predicted: {aligned['label']} ({others})"
 
 
-def run_label(cfg: Mapping) -> str:
+def aligner_and_seed(cfg: Mapping) -> str:
     """A run's name in a figure: its aligner, its score function F where it has one (attention from parts: its
     distribution, score and heads), its seed."""
     node = cfg.get("aligner") or {}
@@ -142,7 +142,7 @@ def heatmap(
         predictions.append(prediction_text(each, aligned, a, b))
         if others:
             first = next(iter(captions))
-            name = labels[i] if labels else run_label(each.config)
+            name = labels[i] if labels else aligner_and_seed(each.config)
             captions[first] = f"{name}: {predictions[-1]}\n{captions[first]}"
         rows.append((aligned["a_tokens"], aligned["b_tokens"], matrices, captions))
     width = max(60, 45 * max(len(row[2]) for row in rows))

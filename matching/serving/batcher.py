@@ -1,11 +1,12 @@
 """The model side of `matching-serve`: a loaded run answering jobs (`Worker`) and its micro-batcher (`Batcher`), both in
 the serving process.
 
-The HTTP front (matching/serving/http.py) hands each checked request to the run's `Batcher` and awaits its answer. The
-batcher is an asyncio task: it waits for a job, takes every job already queued (those that arrived while its previous
-batch ran) and, for `batch_timeout` seconds, more, up to `max_batch_size` jobs, and runs the batch in the run's one
-model thread (PyTorch and ONNX Runtime release the GIL while they compute, so the event loop goes on reading and
-answering requests meanwhile). Each job's pairs are prepared once by the run's text pipeline (matching.model.pipeline),
+The HTTP front (matching/serving/http.py) hands each checked request to the run's `Batcher`, as a typed query
+(`ClassifyQuery`, `RankQuery`, `RerankQuery`, `AlignQuery`), and awaits its answer. The batcher is an asyncio task:
+it waits for a job, takes every job already queued (those that arrived while its previous batch ran) and, for
+`batch_timeout` seconds, more, up to `max_batch_size` jobs, and runs the batch in the run's one model thread
+(PyTorch and ONNX Runtime release the GIL while they compute, so the event loop goes on reading and answering requests
+meanwhile). Each job's pairs are prepared once by the run's text pipeline (matching.model.pipeline),
 which gives both the checks (an empty text, a text over `limits.max_text_tokens`, counted by the run's own tokenizer)
 and the model's inputs. The pairs of a batch's /classify and /rank jobs run through one `Predictor.logits_of` call
 (matching.inference), which cuts them into model batches within the run's memory budget (`data.batch_tokens`,
@@ -31,10 +32,13 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from matching.data.preparation import PreparedPairs
 from matching.errors import RunError
+
+if TYPE_CHECKING:
+    from matching.matcher import Matcher
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,30 @@ class Limits:
         for name, value in asdict(self).items():
             if not isinstance(value, int) or value < 1:
                 raise RunError(f"limits.{name} must be a positive whole number, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ClassifyQuery:
+    """A /classify request as the worker answers it: each pair's two texts, read by the pair rule of files
+    (matching.data.tables.pair_of_mapping)."""
+
+    pairs: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class RankQuery:
+    """A /rank request as the worker answers it: the query and its candidates, in the order given."""
+
+    query: str
+    candidates: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AlignQuery:
+    """An /align request as the worker answers it: the one pair whose alignment matrices are asked for."""
+
+    a: str
+    b: str
 
 
 @dataclass(frozen=True)
@@ -71,33 +99,35 @@ class RerankQuery:
     raw_scores: bool = False
 
 
+#: What a job may ask, each kind of query with the endpoint's name it answers (the logs' and the messages' word).
+Query = ClassifyQuery | RankQuery | RerankQuery | AlignQuery
+KINDS: dict[type, str] = {ClassifyQuery: "classify", RankQuery: "rank", RerankQuery: "rerank", AlignQuery: "align"}
+
+
 class Job(NamedTuple):
-    """One request, as the front hands it to the worker. `texts`: /classify ((a, b), ...); /rank (query,
-    (candidate, ...)); /rerank a `RerankQuery`; /align (a, b). `received`: time.monotonic() when the front took it."""
+    """One request, as the front hands it to the worker: its typed `query` (which says what kind of request it is)
+    and `received`, time.monotonic() when the front took it."""
 
     id: int
-    kind: str  # "classify", "rank", "rerank" or "align"
-    texts: tuple | RerankQuery
+    query: Query
     received: float
+
+    @property
+    def kind(self) -> str:
+        """ "classify", "rank", "rerank" or "align"."""
+        return KINDS[type(self.query)]
 
 
 @dataclass(frozen=True)
-class WorkerSpec:
-    """What a worker process needs to load its run and batch its requests (all picklable)."""
+class WorkerSettings:
+    """How a worker answers with its loaded run: what a request may hold, its share of the cores, how long a job may
+    wait, and the candidates' states its run reads."""
 
-    ckpt: str
-    config: dict  # the run's config, resolved (the saved one with the command line's overrides)
     limits: Limits
     threads: int  # intra-op threads of every forward pass (0: chosen per call, at most `cap`)
-    cap: int  # threads a call may use at most: the cores shared among the workers
-    max_batch_size: int  # jobs per batch
-    batch_timeout: float  # seconds a batch waits for more jobs
+    cap: int  # threads a call may use at most: the cores shared among the runs and server processes
     timeout: float  # seconds a job may wait in the queue before it is answered 504
-    device: str  # cpu or cuda
-    backend: str = "auto"  # torch | onnx | auto (matching.inference.load)
-    quantize: str | None = None  # int8 (ONNX Runtime)
     index: str | None = None  # a folder of candidates' states (Matcher.index) that /rank and /classify read
-    encoder_backend: str = "torch"  # onnx: a contextual model's encoder on ONNX Runtime for new text
 
 
 class Rejected(NamedTuple):
@@ -119,27 +149,15 @@ BUG = "the model failed on this request ({}); this is a bug in matching: please 
 
 
 class Worker:
-    """A loaded run answering jobs, in the thread its `Batcher` runs it in (tests may call it directly). `matcher`:
-    the run already loaded (else it is loaded from `spec`)."""
+    """A loaded run (`matcher`, loaded once by the server) answering jobs with its `settings`, in the thread its
+    `Batcher` runs it in (tests may call it directly)."""
 
-    def __init__(self, spec: WorkerSpec, matcher: Any = None):
-        from matching.matcher import Matcher
-
-        self.spec, self.limits = spec, spec.limits
-        if matcher is None:
-            from matching.inference import load
-
-            config = spec.config if "task" in spec.config else None  # an exported ONNX folder has none to apply
-            if config is not None:
-                from omegaconf import OmegaConf
-
-                config = OmegaConf.create(config)
-            matcher = Matcher(load(spec.ckpt, backend=spec.backend, quantize=spec.quantize, device=spec.device,
-                                   config=config, encoder_backend=spec.encoder_backend))  # fmt: skip
+    def __init__(self, matcher: Matcher, settings: WorkerSettings):
+        self.settings, self.limits = settings, settings.limits
         self.matcher = matcher
-        matcher.set_threads(spec.threads, spec.cap)  # the worker's share of the cores
-        if spec.index:
-            self.matcher.use_index(spec.index)
+        matcher.set_threads(settings.threads, settings.cap)  # the worker's share of the cores
+        if settings.index:
+            matcher.use_index(settings.index)  # a missing or stale index is refused here, before anything listens
         # A word outside the vocabulary has no trained vector: it hashes to one of the OOV buckets' random vectors
         # (unless the model reads every word, as an encoder does: then none is marked).
         self.marks_unknown = not matcher.reads_every_word
@@ -165,29 +183,29 @@ class Worker:
         job is refused."""
         from matching.data.pairs import Pair
 
-        if job.kind == "classify":
-            pairs = [Pair(a, b, "", None, i + 1) for i, (a, b) in enumerate(job.texts)]
+        query = job.query
+        if isinstance(query, ClassifyQuery):
+            pairs = [Pair(a, b, "", None, i + 1) for i, (a, b) in enumerate(query.pairs)]
             fields = [f"pairs[{i}].{side}" for i in range(len(pairs)) for side in "ab"]
-        elif job.kind in ("rank", "rerank"):
-            query, candidates = (job.texts.query, job.texts.documents) if job.kind == "rerank" else job.texts
-            pairs = [Pair(query, c, "", None, i) for i, c in enumerate(candidates)]
-            listed = "candidates" if job.kind == "rank" else "documents"
+        elif isinstance(query, (RankQuery, RerankQuery)):
+            candidates = query.candidates if isinstance(query, RankQuery) else query.documents
+            pairs = [Pair(query.query, c, "", None, i) for i, c in enumerate(candidates)]
+            listed = "candidates" if isinstance(query, RankQuery) else "documents"
             fields = ["query", *(f"{listed}[{i}]" for i in range(len(pairs)))]
         else:
             if not self.matcher.can_align:
                 return Rejected(501, f"this server runs the model on {self.matcher.backend}, whose graph "
                                      "returns the logits only: /align needs the PyTorch model (serve with "
                                      "backend=torch)")  # fmt: skip
-            pairs, fields = [Pair(*job.texts, "", None, 1)], ["a", "b"]
+            pairs, fields = [Pair(query.a, query.b, "", None, 1)], ["a", "b"]
         prepared = self.matcher.prepare(pairs)
         counts = prepared.tokens.ravel().tolist()  # a0, b0, a1, b1, ...
-        if job.kind in ("rank", "rerank"):  # the query once, then each candidate
+        if isinstance(query, (RankQuery, RerankQuery)):  # the query once, then each candidate
             counts = [counts[0], *counts[1::2]]
-        if job.kind != "rerank":
+        if not isinstance(query, RerankQuery):
             return self.check_texts(fields, counts) or prepared
-        rerank = job.texts
-        return self.check_texts(fields, counts, cut_from=1 if rerank.truncate else None) or prepared.with_second_cut(
-            self.document_tokens(rerank)
+        return self.check_texts(fields, counts, cut_from=1 if query.truncate else None) or prepared.with_second_cut(
+            self.document_tokens(query)
         )
 
     def document_tokens(self, rerank: RerankQuery) -> int:
@@ -202,10 +220,10 @@ class Worker:
         work: list[PreparedPairs | Rejected] = []
         for job in jobs:
             waited = now - job.received
-            if waited > self.spec.timeout:
+            if waited > self.settings.timeout:
                 work.append(Rejected(504, f"the request waited {waited:.1f} s in the queue, over this server's "
-                                          f"timeout of {self.spec.timeout:g} s (timeout=); the server is overloaded: "
-                                          f"retry later, or serve with a larger timeout"))  # fmt: skip
+                                          f"timeout of {self.settings.timeout:g} s (timeout=); the server is "
+                                          f"overloaded: retry later, or serve with a larger timeout"))  # fmt: skip
                 continue
             try:
                 work.append(self.prepare(job))
@@ -213,7 +231,7 @@ class Worker:
                 log.exception("preparing a %s request failed", job.kind)
                 work.append(_bug(err))
         batched = [i for i, (job, w) in enumerate(zip(jobs, work, strict=True))
-                   if job.kind != "align" and not isinstance(w, Rejected)]  # fmt: skip
+                   if not isinstance(job.query, AlignQuery) and not isinstance(w, Rejected)]  # fmt: skip
         scored = iter(self._score([work[i] for i in batched]))  # type: ignore[misc]
         out = []
         for job, w in zip(jobs, work, strict=True):
@@ -226,7 +244,7 @@ class Worker:
 
     def _result(self, job: Job, prepared: PreparedPairs, scored: Iterator[list[dict] | Rejected]) -> bytes | Rejected:
         """One prepared job's JSON body (its answers the next of `scored`, unless it aligns), or why it failed."""
-        answers = None if job.kind == "align" else next(scored)
+        answers = None if isinstance(job.query, AlignQuery) else next(scored)
         if isinstance(answers, Rejected):
             return answers
         try:
@@ -261,11 +279,11 @@ class Worker:
         with each document)."""
         from matching.inference.predictor import ranking
 
-        if job.kind == "classify":
+        if isinstance(job.query, ClassifyQuery):
             return {"predictions": answers}
-        if job.kind == "rank":
-            return {"ranking": ranking(job.texts[1], answers)}
-        rerank: RerankQuery = job.texts
+        if isinstance(job.query, RankQuery):
+            return {"ranking": ranking(job.query.candidates, answers)}
+        rerank: RerankQuery = job.query
         score = "score" if rerank.raw_scores else "p_match"
         results = [{"index": r["index"], "relevance_score": r[score],
                     **({"document": rerank.shown[r["index"]]} if rerank.shown is not None else {})}
@@ -347,10 +365,11 @@ class Batcher:
     def alive(self) -> bool:
         return self.task is not None and not self.task.done()
 
-    async def ask(self, kind: str, texts: tuple) -> tuple[int, bytes]:
+    async def ask(self, query: Query) -> tuple[int, bytes]:
+        """The (HTTP status, JSON body) of `query`, once its batch has run."""
         assert self.queue is not None, "the batcher was not started"
         future = asyncio.get_running_loop().create_future()
-        self.queue.put_nowait((Job(next(self.ids), kind, texts, time.monotonic()), future))
+        self.queue.put_nowait((Job(next(self.ids), query, time.monotonic()), future))
         return await future
 
     async def _take(self) -> list:

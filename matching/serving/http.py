@@ -6,9 +6,13 @@ The front parses and checks what it can without the model (the body's size while
 and nesting, the schema, the number of pairs or candidates, every text's encoding), then hands the request to the
 `Batcher` of the run it names (`?run=<name>`; the first run without it) and awaits the finished answer. What reaches
 a browser is guarded: JSON only (a form post or `text/plain` cannot reach the API without a CORS preflight), a Host
-allow-list (against DNS rebinding), no CORS unless configured, a Content-Security-Policy and frame headers. A /classify
-pair's texts are found by the rule a file of pairs is read by (matching.data.tables.pair_of_mapping); the request and
-answer models are typed, and GET /openapi.json describes them."""
+allow-list (against DNS rebinding), no CORS unless configured, a Content-Security-Policy and frame headers.
+
+Every body is validated into its typed request model (GET /openapi.json describes them), then made the typed query
+the worker answers (matching.serving.batcher: `ClassifyQuery`, `RankQuery`, `RerankQuery`, `AlignQuery`). A /classify
+pair's texts are found by the rule a file of pairs is read by (matching.data.tables.pair_of_mapping, as `Matcher`
+reads a dict). GET /info serves each run's description, computed once when the run was loaded (`Matcher.description`,
+matching.inference.description), with its endpoints and the limits: nothing is read or hashed here per request."""
 
 from __future__ import annotations
 
@@ -16,7 +20,6 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,10 +30,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from matching.data.tables import pair_of_mapping, text_names
 from matching.errors import DataFormatError
-from matching.files import file_sha256
-from matching.matcher import RANKING_TASKS, Matcher
-from matching.saved.examples import page_examples
-from matching.serving.batcher import Batcher, Limits, RerankQuery, error_body
+from matching.matcher import RANKING_TASKS
+from matching.serving.batcher import (
+    AlignQuery,
+    Batcher,
+    ClassifyQuery,
+    Limits,
+    Query,
+    RankQuery,
+    RerankQuery,
+    error_body,
+)
 
 #: What each endpoint expects, quoted by the error messages.
 EXPECTED = {
@@ -251,15 +261,24 @@ def _count(field: str, n: int, limit: int, key: str) -> None:
 
 @dataclass
 class ServedRun:
-    """A run the app serves: its name in `?run=` and on the page, what /info says about it, and its batcher."""
+    """A run the app serves: its name in `?run=` and on the page, what /info says about it (`served_info`), and its
+    batcher."""
 
     name: str
     info: dict
     batcher: Batcher
 
-    async def ask(self, kind: str, texts: tuple) -> Response:
-        status, body = await self.batcher.ask(kind, texts)
+    async def ask(self, query: Query) -> Response:
+        status, body = await self.batcher.ask(query)
         return Response(body, status_code=status, media_type="application/json")
+
+
+def served_info(description: dict, can_align: bool, limits: Limits) -> dict:
+    """What GET /info says about a served run (and the page shows): the model's description, computed once when it
+    was loaded (`Matcher.description`: task, labels, aligner, embeddings, weights, examples, ...), with the endpoints
+    that answer for it and the server's limits."""
+    endpoints = ["/classify", "/rank", "/rerank"] if description["kind"] == "rank" else ["/classify"]
+    return {**description, "endpoints": endpoints + (["/align"] if can_align else []), "limits": asdict(limits)}
 
 
 @dataclass(frozen=True)
@@ -420,36 +439,36 @@ def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guard
                                f"({', '.join(RANKING_TASKS)})")  # fmt: skip
         return run
 
-    @app.post("/classify", **described(ClassifyRequest, ClassifyAnswer))
+    @app.post("/classify", **openapi_of_route(ClassifyRequest, ClassifyAnswer))
     async def classify(request: Request) -> Response:
         run = run_of(request)
         body = await _read(request, ClassifyRequest, limits)
         _count("pairs", len(body.pairs), limits.max_pairs, "limits.max_pairs")
         pairs = tuple(read_pair(i, p, run.info["columns"]) for i, p in enumerate(body.pairs))
-        return await run.ask("classify", pairs)
+        return await run.ask(ClassifyQuery(pairs))
 
-    @app.post("/rank", **described(RankRequest, RankAnswer))
+    @app.post("/rank", **openapi_of_route(RankRequest, RankAnswer))
     async def rank(request: Request) -> Response:
         run = ranking_run(request)
         body = await _read(request, RankRequest, limits)
         _count("candidates", len(body.candidates), limits.max_candidates, "limits.max_candidates")
         candidates = tuple(checked_text(f"candidates[{i}]", c) for i, c in enumerate(body.candidates))
-        return await run.ask("rank", (checked_text("query", body.query), candidates))
+        return await run.ask(RankQuery(checked_text("query", body.query), candidates))
 
     async def rerank(request: Request) -> Response:
         run = ranking_run(request)
         body = await _read(request, RerankRequest, limits)
         _count("documents", len(body.documents), limits.max_candidates, "limits.max_candidates")
-        return await run.ask("rerank", rerank_query(body, run.name))
+        return await run.ask(rerank_query(body, run.name))
 
     for path in ("/rerank", "/v1/rerank", "/v2/rerank"):  # the paths Cohere's, Jina's and Infinity's clients post to
-        app.post(path, **described(RerankRequest, RerankAnswer))(rerank)
+        app.post(path, **openapi_of_route(RerankRequest, RerankAnswer))(rerank)
 
-    @app.post("/align", **described(AlignRequest, None))
+    @app.post("/align", **openapi_of_route(AlignRequest, None))
     async def align(request: Request) -> Response:
         run = run_of(request)
         body = await _read(request, AlignRequest, limits)
-        return await run.ask("align", (checked_text("a", body.a), checked_text("b", body.b)))
+        return await run.ask(AlignQuery(checked_text("a", body.a), checked_text("b", body.b)))
 
     @app.get("/health")
     async def health() -> Response:
@@ -505,7 +524,7 @@ def openapi_schemas() -> dict:
     return top.get("$defs", {})
 
 
-def described(request: type[BaseModel], answer: type[BaseModel] | None) -> dict:
+def openapi_of_route(request: type[BaseModel], answer: type[BaseModel] | None) -> dict:
     """A route's OpenAPI description: its JSON body, its answer and the error answer every endpoint gives."""
     error = {"description": "what was wrong and what to do", "content": {"application/json": {
         "schema": {"$ref": _REF.format(model="ErrorAnswer")}}}}  # fmt: skip
@@ -522,80 +541,3 @@ def described(request: type[BaseModel], answer: type[BaseModel] | None) -> dict:
 
 #: The endpoints, for the 404 and 405 answers.
 ENDPOINTS = "GET / /health /info /openapi.json; POST /classify /rank /rerank /align"
-
-
-def model_info(matcher: Matcher, limits: Limits, examples: list | None = None) -> dict:
-    """What GET /info says about a served model (and the page shows): its task, labels, aligner, embeddings, the
-    data it was trained on, its weights, backend and arithmetic, the limits and example inputs (`examples`: see
-    `page_examples`). It names no path of the machine: files by name and sha256 (provenance.json, hashed at
-    training; the weights, hashed here, once per server start), the run by `run_label`."""
-    cfg, about = matcher.config, matcher.about
-    if cfg is None:  # an exported ONNX folder: what its serving.json recorded at export
-        exported = about.get("exported") or {}
-        folder = matcher.origin
-        info = {"aligner": exported.get("aligner"), "intra": exported.get("intra"),
-                "embeddings": exported.get("embeddings"), "data": {}, "provenance": {},
-                "checkpoint": f"{run_label(folder)}/{Path(about.get('graph') or 'model.onnx').name}",
-                "exported_from": about.get("checkpoint"),
-                "checkpoint_sha256": about.get("checkpoint_sha256"), "run_dir": run_label(folder)}  # fmt: skip
-        run_dir = folder
-    else:  # a run or a shared folder (torch is here: what reads its provenance and options may use it)
-        from matching.saved.provenance import embeddings_name, read_provenance
-        from matching.saved.run_folder import option_name
-
-        run_dir = Path(about["run_dir"])
-        provenance = read_provenance(run_dir)
-        data = provenance.get("data") or {}
-        weights = Path(about["weights"])
-        info = {
-            "aligner": option_name(cfg, "aligner"),
-            "intra": option_name(cfg, "intra") if cfg.get("intra") is not None else None,
-            "embeddings": embeddings_name(cfg, provenance),
-            "data": {split: record.get("file") or record.get("hub") for split, record in data.items()},
-            "provenance": provenance,
-            "checkpoint": weights_label(run_dir, weights),
-            "checkpoint_sha256": file_sha256(weights),
-            "run_dir": run_label(run_dir),
-        }
-    info = {
-        "task": matcher.task,
-        "kind": matcher.kind,
-        "labels": matcher.labels,
-        "columns": {k: v for k, v in matcher.columns.items() if k in ("a", "b") and v},  # /classify's names
-        **info,
-        "backend": matcher.backend,
-        "dtype": matcher.dtype,
-        "null_token": matcher.null_token,
-        "vocabulary_size": len(matcher.vocab),
-        "max_length": matcher.max_length,
-        "endpoints": (["/classify", "/rank", "/rerank"] if matcher.kind == "rank" else ["/classify"])
-        + (["/align"] if matcher.can_align else []),
-        "limits": asdict(limits),
-    }
-    if examples is None:
-        info["examples"], info["examples_from"] = page_examples(cfg, run_dir, matcher.task, matcher.kind)
-    else:
-        info["examples"], info["examples_from"] = examples, "given"
-    return info
-
-
-def weights_label(run_dir: Path, weights: Path) -> str:
-    """The weights' file as /info names it: under its run's label (`<run>/checkpoints/best.ckpt`, a shared
-    folder's `<folder>/model.safetensors`)."""
-    try:
-        inside = weights.resolve().relative_to(run_dir.resolve()).as_posix()
-    except ValueError:
-        inside = weights.name
-    return f"{run_label(run_dir)}/{inside}"
-
-
-def run_label(folder: Path) -> str:
-    """A run directory as /info and the page name it: relative to the working directory when it lies under it
-    (`outputs/runs/claims/coda/<time>`), else its last three parts (`claims/coda/<time>`; a shared folder: its
-    name) and never its first one, so that no label is a path from the root of the machine (`/tmp/run`: `run`)."""
-    resolved = folder.resolve()
-    if resolved.is_relative_to(Path.cwd()) and resolved != Path.cwd():
-        return resolved.relative_to(Path.cwd()).as_posix()
-    parts = resolved.parts[1:]
-    keep = 3 if (folder / "checkpoints").is_dir() else 1
-    return "/".join(parts[-min(keep, len(parts) - 1) :] if len(parts) > 1 else parts)

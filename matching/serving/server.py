@@ -179,8 +179,8 @@ def build_served_app(cfg: DictConfig, workers: int = 1, settings: dict | None = 
     caller has them already."""
     require("fastapi", "serve", "serving a model over HTTP")
     require("uvicorn", "serve", "serving a model over HTTP")
-    from matching.serving.batcher import Batcher, Worker, WorkerSpec
-    from matching.serving.http import Guards, ServedRun, build_app, model_info
+    from matching.serving.batcher import Batcher, Worker, WorkerSettings
+    from matching.serving.http import Guards, ServedRun, build_app, served_info
 
     settings = settings or check_settings(cfg)
     limits, compare, threads = settings["limits"], settings["compare"], settings["threads"]
@@ -205,10 +205,10 @@ def build_served_app(cfg: DictConfig, workers: int = 1, settings: dict | None = 
         for ckpt, config in configs
     ]  # fmt: skip
     index = str(cfg.index) if cfg.get("index") else None
-    if index is not None:  # a missing or stale index is refused before anything listens
-        if compare:
-            raise RunError("index= serves one contextual run against its candidates' states; drop compare=")
-    infos = [model_info(matcher, limits) for matcher in matchers]
+    if index is not None and compare:
+        raise RunError("index= serves one contextual run against its candidates' states; drop compare=")
+    # Each run described once, here: its weights are hashed at the start, not per request.
+    infos = [served_info(matcher.description, matcher.can_align, limits) for matcher in matchers]
     kinds = {info["kind"] for info in infos}
     if len(kinds) > 1:
         listed = ", ".join(
@@ -223,13 +223,11 @@ def build_served_app(cfg: DictConfig, workers: int = 1, settings: dict | None = 
         print(f"threads={threads} per run x {len(configs)} runs x {workers} processes is more than this machine's "
               f"{cores()} cores: each run uses {cap}", file=sys.stderr)  # fmt: skip
         threads = cap
-    runs = []
-    for name, (ckpt, config), info, matcher in zip(_run_names([i["aligner"] for i in infos]), configs, infos,
-                                                   matchers, strict=True):  # fmt: skip
-        spec = WorkerSpec(ckpt, config, limits, threads, cap, settings["max_batch_size"], float(cfg.batch_timeout),
-                          float(cfg.timeout), device, backend, quantize, index, encoder_backend)  # fmt: skip
-        worker = Worker(spec, matcher)
-        runs.append(ServedRun(name, info, Batcher(worker, name, settings["max_batch_size"], float(cfg.batch_timeout))))
+    answering = WorkerSettings(limits, threads, cap, float(cfg.timeout), index)  # a stale index is refused here
+    runs = [ServedRun(name, info, Batcher(Worker(matcher, answering), name, settings["max_batch_size"],
+                                          float(cfg.batch_timeout)))
+            for name, info, matcher in zip(_run_names([i["aligner"] for i in infos]), infos, matchers,
+                                           strict=True)]  # fmt: skip
     server_info = {"max_batch_size": settings["max_batch_size"], "batch_timeout": float(cfg.batch_timeout),
                    "timeout": float(cfg.timeout), "threads": threads, "threads_cap": cap, "accelerator": device,
                    "workers": workers, "max_request_bytes": limits.max_request_bytes}  # fmt: skip

@@ -1,0 +1,134 @@
+"""What the README and docs/ranking.md publish of the fine-tuning studies (conf/study/fine_tuning.yaml and
+fine_tuning_selected.yaml, whose `published` names these renderers): the table of each fine-tuned family against the
+frozen encoder and the CrossEncoder trained outside the study (benchmarks/cross_encoder.py), and the README's headline
+of the declared primary comparison, each rendered from the study's page in docs/studies/<study>
+(matching.results.publish)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from matching.results.publish import OUTSIDE_BASELINE, interval_cell, study_rows, verdict_cell
+from matching.studies.published import declared_primary
+from matching.studies.spec import Primary
+
+#: The study's tasks and families as its table shows them, in order.
+TASKS = {"wikiqa": "WikiQA dev (122 questions)", "trecqa": "TrecQA clean-dev (65 questions)"}
+FAMILIES = ("coda_frozen", "coda_n1", "coda_n2", "coda_n3", "softmax_n2")
+
+
+def training_minutes(folder: Path, task: str, family: str) -> str:
+    """Training minutes a run (the mean over the family's published seeds, from each run's metrics.json)."""
+    seconds = [json.loads(m.read_text()).get("train_seconds") for m in (folder / "runs" / task / family).glob(
+        "*/seed*/metrics.json")]  # fmt: skip
+    seconds = [s for s in seconds if s]
+    return f"{statistics.mean(seconds) / 60:.1f}" if seconds else "–"
+
+
+def table(folder: Path) -> str:
+    """The fine-tuning study's table: per task, each family's dev MAP and MRR (mean ± std over seeds), training
+    minutes a run, Δ MAP against the frozen encoder and against the CrossEncoder fine-tuned as long (each with its
+    interval and verdict, Holm), then the CrossEncoder's own row (benchmarks/cross_encoder.py's comparison.json)."""
+    rows = {(r["task"], r["family"], r["metric"]): r for r in study_rows(folder) if r["split"] == "dev"}
+    lines = ["| | seeds | dev MAP | MRR | training minutes a run | Δ MAP vs frozen [95 % CI] (verdict) | Δ MAP vs "
+             "the CrossEncoder [95 % CI] (verdict, Holm) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+
+    def spread(row: dict[str, str] | None) -> str:
+        if row is None:
+            return "–"
+        return (
+            f"{float(row['mean']):.2f} ± {float(row['std']):.2f}" if int(row["n"]) > 1 else f"{float(row['mean']):.2f}"
+        )
+
+    for task, title in TASKS.items():
+        side = folder / OUTSIDE_BASELINE / task / "comparison.json"
+        comparison = json.loads(side.read_text()) if side.is_file() else None
+        against = {row["name"]: row for row in (comparison or {}).get("compared", [])}
+        found = [f for f in FAMILIES if (task, f, "map") in rows]
+        if not found:
+            lines.append(f"| **{title}**: not run yet | – | – | – | – | – | – |")
+            continue
+        lines.append(f"| **{title}** | | | | | | |")
+        missing = [f for f in FAMILIES if f not in found]
+        for family in found:
+            r = rows[(task, family, "map")]
+            ce = against.get(family)
+            versus = (f"{ce['difference']:+.2f} [{ce['low']:+.2f}, {ce['high']:+.2f}] ({ce['verdict']}, p = "
+                      f"{ce['p_holm']:.2g})" if ce else "–")  # fmt: skip
+            frozen = (
+                "–"
+                if family == "coda_frozen"
+                else f"{interval_cell(r, 'coda_frozen')} ({verdict_cell(r, 'coda_frozen')})"
+            )
+            lines.append(f"| {r['label']} | {r['n']} | {spread(r)} | {spread(rows.get((task, family, 'mrr')))} | "
+                         f"{training_minutes(folder, task, family)} | {frozen} | {versus} |")  # fmt: skip
+        for family in missing:
+            lines.append(f"| `{family}`: not run yet | – | – | – | – | – | – |")
+        if comparison:
+            ce = comparison["cross_encoder"]
+            lines.append(f"| CrossEncoder MiniLM-L6, fine-tuned as long | {ce['seeds']} | {ce['map']['mean']:.2f} ± "
+                         f"{ce['map']['std']:.2f} | {ce['mrr']['mean']:.2f} ± {ce['mrr']['std']:.2f} | "
+                         f"{ce['train_minutes']:.1f} | – | – |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def headline(folder: Path, primary: dict[str, Primary] | None = None, study: str = "fine_tuning") -> str:
+    """A sentence for the README per task compared (WikiQA's first): the study's primary comparison, a fine-tuned
+    family's dev MAP against the CrossEncoder fine-tuned as long, with the interval and verdict that count both sides'
+    seeds, and the family's Δ over the frozen encoder; `primary` as `declared_primary` gives it (the study's spec by
+    default). A study that declares none gets the fine-tuned family with the best dev MAP, and the sentence says that
+    it was selected on the dev questions it reports. `study`: fine_tuning (2 epochs each side) or
+    fine_tuning_selected (both sides' epochs chosen on dev)."""
+    primary = declared_primary(folder) if primary is None else primary
+    rows = {(r["task"], r["family"], r["metric"]): r for r in study_rows(folder) if r["split"] == "dev"}
+    labels = {r["family"]: r["label"] for r in study_rows(folder)}
+    sentences = []
+    for task, split in (("wikiqa", "WikiQA dev"), ("trecqa", "TrecQA clean-dev")):
+        side = folder / OUTSIDE_BASELINE / task / "comparison.json"
+        comparison = json.loads(side.read_text()) if side.is_file() else {"compared": []}
+        tuned = [row for row in comparison["compared"] if row["name"] != "coda_frozen"]
+        if not tuned:
+            continue
+        declared = primary.get(task)
+        chosen = [row for row in tuned if declared and row["name"] == declared.family]
+        best = chosen[0] if chosen else max(tuned, key=lambda row: row["map"]["mean"])
+        ce = comparison["cross_encoder"]
+        numbers = (f"MAP **{best['map']['mean']:.2f} ± {best['map']['std']:.2f}** against {ce['map']['mean']:.2f} ± "
+                   f"{ce['map']['std']:.2f}")  # fmt: skip
+        if best.get("too_few_seeds"):  # no interval yet: a verdict about the method needs 3 seeds a side
+            verdict = f"{best['difference']:+.2f}, no verdict yet: it needs 3 seeds a side"
+        else:
+            verdict = (f"{best['difference']:+.2f} [{best['low']:+.2f}, {best['high']:+.2f}], {best['verdict']}, "
+                       f"p = {best['p_holm']:.2g}")  # fmt: skip
+        detail = (f"{best['seeds']} and {ce['seeds']} seeds; {verdict}; {best['train_minutes']:.0f} against "
+                  f"{ce['train_minutes']:.0f} training minutes a run on one thread")  # fmt: skip
+        frozen = rows.get((task, best["name"], "map"))
+        if frozen and frozen.get("coda_frozen_diff"):
+            detail += (f"; over the frozen encoder {interval_cell(frozen, 'coda_frozen')}, "
+                       f"{verdict_cell(frozen, 'coda_frozen')}")  # fmt: skip
+        label = labels.get(best["name"], best["name"])
+        if not sentences:
+            if chosen and declared.declared:
+                said = f"the study's primary comparison, declared {declared.declared}"
+            elif chosen:
+                said = "the study's primary comparison, declared before its runs"
+            else:
+                said = "selected: the fine-tuned family with the best dev MAP, reported on the same dev questions"
+            how_long = (
+                "fine-tuned from the same weights, each side's epochs chosen on dev (up to 8)"
+                if study == "fine_tuning_selected"
+                else "fine-tuned as long from the same weights"
+            )
+            sentences.append(f"{label} ({said}): {split} {numbers} for a MiniLM-L6 CrossEncoder {how_long} "
+                             f"({detail}).")  # fmt: skip
+        else:
+            sentences.append(f"{split}: {label}, {numbers} ({detail}).")
+    not_yet = f"Fine-tuned against a CrossEncoder: not run yet (`study={study}`)."
+    return " ".join(sentences) or not_yet
+
+
+def selected_headline(folder: Path) -> str:
+    """The README's sentence of the fine-tuning comparison with both sides' epochs chosen on dev."""
+    return headline(folder, study="fine_tuning_selected")
