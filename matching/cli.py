@@ -35,6 +35,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandat
 
 from matching.errors import UsageError, UserError, environment_error, report_bug, report_error
 from matching.files import config_dir
+from matching.saved.earlier_versions import current_overrides
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ def register_trained_run(argv: Sequence[str], required: bool) -> None:
 def compose_config(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
     """The command's config as its command line would compose it: for use from Python and tests, e.g.
     `evaluate(compose_config("evaluate", ["ckpt=...", "split=test"]))`. A bad override raises OverrideError."""
-    overrides = list(overrides)
+    overrides = current_overrides(overrides)
     register_trained_run(overrides, required=False)
     try:
         return _compose(config_name, overrides)
@@ -322,6 +323,7 @@ def command(
         argv = quote_verbatim(sys.argv[1:] if argv is None else argv, verbatim)
         quiet_libraries()
         try:
+            argv = current_overrides(argv)
             check_plugins(argv)
             register_trained_run(argv, required=uses_run)
             if not any(arg.startswith("-") for arg in argv):
