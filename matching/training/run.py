@@ -45,7 +45,7 @@ from matching.saved.examples import curated, write_run_examples
 from matching.saved.provenance import write_provenance
 from matching.saved.run_folder import find_run_dir
 from matching.training.build import AtomicCheckpointIO, build_datamodule, build_systems, check_writable
-from matching.training.callbacks import EpochNumbers, progress_bar_shown, run_callbacks, training_threads
+from matching.training.callbacks import progress_bar_shown, run_callbacks, training_threads
 from matching.training.config_checks import check_config
 from matching.training.datamodule import PairDataModule, split_prefix
 from matching.training.metrics import chance_warnings, check_monitor, positive_index
@@ -274,9 +274,6 @@ def _train(cfg: DictConfig) -> dict[str, float]:
         metrics["best_epoch"] = 1 + int(
             torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=False)["epoch"]
         )
-        for callback in callbacks:  # the best checkpoint's evaluations are logged under its epoch
-            if isinstance(callback, EpochNumbers):
-                callback.evaluated = metrics["best_epoch"]
         # The best checkpoint evaluated by a system that keeps each pair's prediction, for scores/
         # (matching.training.scores).
         for result in trainer.validate(evaluation, datamodule=dm, ckpt_path="best", verbose=False):
