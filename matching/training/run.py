@@ -223,13 +223,13 @@ def _train(cfg: DictConfig) -> dict[str, float]:
         check_metrics(cfg, dm)
         write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
         dm.setup("fit")
+        keep_examples(cfg, dm, run_dir)
         dm.vocab.save(run_dir / "vocab.txt")
         vectors = dm.vectors.matrix(dm.vocab, cfg.seed, cfg.paths.cache_dir)
         gpu = cfg.trainer.get("accelerator") in ("gpu", "cuda") and torch.cuda.is_available()
         write_provenance(
             cfg, dm.task, dm.vectors, run_dir, describe(cfg.get("dtype", "fp32"), "cuda" if gpu else "cpu")
         )
-        keep_examples(cfg, dm, run_dir)
     else:  # the same vocabulary; the checkpoint restores every weight, the vectors file is not needed
         dm = build_datamodule(cfg, vocab=Vocabulary.load(run_dir / "vocab.txt"))
         check_metrics(cfg, dm)
