@@ -144,3 +144,31 @@ def test_a_run_saved_before_the_loss_group_loads_resumes_and_a_sweep_finds_it(sn
     # The resumed run builds today's loss and system from the old form: the same config as a run saved today.
     resumed = upgraded(OmegaConf.load(earlier / "config.yaml"))
     assert resumed.loss == today.loss and resumed.system == today.system
+
+
+def test_runs_saved_before_and_after_the_loss_group_share_their_rows_in_a_report(tmp_path):
+    """A sweep over `loss.kind=pairwise,listwise` finished by a later version (`loss=...`): each loss is one row,
+    named as today's command line names it, whichever spelling its runs were trained with."""
+    from matching.results.discovery import find_runs
+    from matching.results.tables import summarise
+
+    old = {"pairwise": "matching.training.losses.pairwise.PairwiseHinge",
+           "listwise": "matching.training.losses.listwise.ListwiseSoftmax"}  # fmt: skip
+    for seed, (form, kind, value) in enumerate(
+        [("old", "pairwise", 0.70), ("new", "pairwise", 0.72), ("old", "listwise", 0.60), ("new", "listwise", 0.62)], 1
+    ):
+        run = tmp_path / f"{form}_{kind}"
+        (run / ".hydra").mkdir(parents=True)
+        choices = {"task": "wikiqa", "aligner": "coda"}
+        if form == "old":
+            loss, override = {"kind": kind, "margin": 1.0, "class_weights": None}, f"loss.kind={kind}"
+        else:
+            loss, override = {"_target_": old[kind]} | ({"margin": 1.0} if kind == "pairwise" else {}), f"loss={kind}"
+            choices["loss"] = kind
+        config = {"task": {"name": "wikiqa", "report_metrics": ["map"]}, "seed": seed, "loss": loss,
+                  "aligner": {"_target_": "matching.model.aligners.CoDAAligner"}, "choices": choices}  # fmt: skip
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+        (run / "metrics.json").write_text(json.dumps({"val/map": value}))
+        (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["task=wikiqa", override, f"seed={seed}"]))
+    rows = [r for r in summarise(find_runs([tmp_path])) if r.metric == "map"]
+    assert {r.variant: r.n for r in rows} == {"loss=pairwise": 2, "loss=listwise": 2}

@@ -92,6 +92,8 @@ def current_loss(node: dict) -> bool:
     target, reads = LOSS_KINDS[kind]
     defaults = {"class_weights": None, "margin": 1.0}
     node["loss"] = {"_target_": target, **{key: loss.get(key, defaults[key]) for key in reads}}
+    if isinstance(node.get("choices"), dict):  # the options a run chose, by group: the loss is one now
+        node["choices"].setdefault("loss", kind)
     return True
 
 
@@ -127,10 +129,11 @@ OLD_OVERRIDE_KEYS = {"loss.kind": "loss"}
 _warned: set[str] = set()
 
 
-def current_overrides(overrides: Sequence[str]) -> list[str]:
-    """`overrides` (command-line arguments, a sweep job's overrides) with every old spelling of a key
-    (`OLD_OVERRIDE_KEYS`) in today's, each said once a process as a warning; other arguments as they are. An option
-    that the group does not have is a ConfigError naming the options, as the old key's check said."""
+def current_overrides(overrides: Sequence[str], warn: bool = True) -> list[str]:
+    """`overrides` (command-line arguments, a sweep job's overrides, a saved run's `.hydra/overrides.yaml`) with every
+    old spelling of a key (`OLD_OVERRIDE_KEYS`) in today's, each said once a process as a warning unless `warn` is
+    false (reading saved runs); other arguments as they are. An option that the group does not have is a ConfigError
+    naming the options, as the old key's check said."""
     current = []
     for override in overrides:
         key, equals, value = override.partition("=")
@@ -144,7 +147,7 @@ def current_overrides(overrides: Sequence[str]) -> list[str]:
         if unknown:
             raise ConfigError(f"{key.lstrip('+~')} must be one of {options}, got {unknown[0]!r} (it is now spelled "
                               f"{group}=<option>)")  # fmt: skip
-        if override not in _warned:
+        if warn and override not in _warned:
             _warned.add(override)
             log.warning("%s is now spelled %s=%s (the %s config group, conf/%s/); read as that", override, group,
                         value, group, group)  # fmt: skip

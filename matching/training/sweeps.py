@@ -36,7 +36,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from matching.saved.earlier_versions import current_form
+from matching.saved.earlier_versions import current_form, current_overrides
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ def planned_jobs(sweep_dir: Path) -> list[tuple[str, ...]] | None:
     except (HydraException, yaml.YAMLError, AttributeError, ValueError) as err:
         log.warning("cannot tell which runs %s was meant to hold (%s); only the runs found are reported", multirun, err)
         return None
-    return [tuple(job) for job in jobs]
+    return [tuple(current_overrides(job, warn=False)) for job in jobs]  # a sweep's old spellings read as today's
 
 
 def grid(overrides: list) -> list[tuple[str, ...]]:
