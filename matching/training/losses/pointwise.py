@@ -12,15 +12,15 @@ import torch
 import torch.nn.functional as F
 
 from matching.errors import ConfigError
-from matching.training.losses.queries import TrainingLoss, check_positive
+from matching.training.losses.queries import TrainingLoss
 
 log = logging.getLogger(__name__)
 
 
 class PointwiseCrossEntropy(TrainingLoss):
     """Cross-entropy of each pair's logits against its label. `class_weights`: null (plain cross-entropy),
-    "balanced" (n / (classes · count of the class) over the training split, as in scikit-learn) or one positive
-    weight per label. `label_counts` (the training split's pairs per label, in the task's label order) is given when
+    "balanced" (n / (classes · count of the class) over the training split, as in scikit-learn) or one weight per
+    label. `label_counts` (the training split's pairs per label, in the task's label order) is given when
     the run's loss is built: "balanced" is computed from it and a list of weights is checked against its labels.
     Evaluation losses stay unweighted (matching.training.system), so that they compare across settings."""
 
@@ -43,12 +43,9 @@ class PointwiseCrossEntropy(TrainingLoss):
             raise ConfigError(f"loss.class_weights must be null, 'balanced' or a list of {len(labels) or 'label'} "
                               f"numbers, got {class_weights!r}")  # fmt: skip
         else:
-            weights = list(class_weights)
+            weights = [float(w) for w in class_weights]
             if label_counts is not None and len(weights) != len(labels):
                 raise ConfigError(f"loss.class_weights needs one weight per label {labels}, got {weights}")
-            for weight in weights:
-                check_positive("each of loss.class_weights", weight)
-            weights = [float(w) for w in weights]
         self.register_buffer("class_weights", None if weights is None else torch.tensor(weights), persistent=False)
 
     def forward(self, logits: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
