@@ -81,7 +81,7 @@ def test_a_bf16_step_keeps_float32_weights_and_gradients_close_to_fp32(make_cfg,
     grads = {}
     for dtype in ("fp32", "bf16"):
         torch.manual_seed(0)
-        cfg.dtype = dtype  # the system's compute_dtype (conf/train.yaml: system.compute_dtype=${dtype})
+        cfg.dtype = dtype  # the system's compute_dtype
         system, _ = build_systems(cfg, build_model(cfg, vectors, len(dm.labels)), dm, tmp_path)
         system.eval()  # no dropout: the two passes see the same network
         logits = system.predict_step(batch).logits

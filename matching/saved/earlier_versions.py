@@ -8,8 +8,8 @@ move still loads, evaluates, exports, resumes and is recognised by a relaunched 
 before the `dtype` key computed in fp32 and is given that key. A run saved before the `loss` config group chose its
 training loss by name (`loss: {kind: pairwise, margin: 1.0, class_weights: null}`, or no `loss` node at all before
 the ranking losses: pointwise); it is read as the node of that group that builds the same loss (`loss: {_target_:
-...PairwiseHinge, margin: 1.0}`), the settings the chosen loss did not read left out. A run saved before the `system`
-node is given it, computing in its own `dtype`. Nothing else is changed: the same classes with the same arguments.
+...PairwiseHinge, margin: 1.0}`), the settings the chosen loss did not read left out. A run folder's config saved before
+the `system` node is given it. Nothing else is changed: the same classes with the same arguments.
 
 The same holds for what users type: `loss.kind=<option>`, the old spelling of `loss=<option>`, is read as the new one
 with a warning (`current_overrides`), so that commands in notes, study specs (conf/study/) and saved sweeps still run.
@@ -119,7 +119,7 @@ def upgraded(cfg: DictConfig) -> DictConfig:
         if "loss" not in cfg:  # saved before the ranking losses: it trained with the pointwise cross-entropy
             cfg.loss = {"_target_": LOSS_KINDS["pointwise"][0], "class_weights": None}
         if "system" not in cfg:
-            cfg.system = {"_target_": "matching.training.system.MatchingSystem", "compute_dtype": cfg.dtype}
+            cfg.system = {"_target_": "matching.training.system.MatchingSystem"}
     return cfg
 
 

@@ -112,16 +112,19 @@ def task_metrics(dm: PairDataModule) -> TaskMetrics:
 
 def build_systems(cfg: DictConfig, model: DecomposableAttention, dm: PairDataModule,
                   run_dir: Path) -> tuple[MatchingSystem, MatchingSystem]:  # fmt: skip
-    """The run's two LightningModules around `model`, both from its `system` node: the one that trains it (the
-    run's loss, `build_loss`, and the `optim` optimiser; with `capture=true` its steps replayed on the training split,
-    set up before) and the one that evaluates its best checkpoint at the end, keeping every pair's prediction (no
-    loss, no optimiser), both evaluating on `dm`'s task."""
-    metrics = task_metrics(dm)
+    """The run's two LightningModules around `model`, both from its `system` node and computing in its `dtype`: the
+    one that trains it (the run's loss, `build_loss`, and the `optim` optimiser; with `capture=true` its steps
+    replayed on the training split, set up before) and the one that evaluates its best checkpoint at the end, keeping
+    every pair's prediction (no loss, no optimiser), both evaluating on `dm`'s task."""
+    metrics, dtype = task_metrics(dm), str(cfg.get("dtype", "fp32"))
     replay = StepReplay(dm.splits["train"], dm.batch_size) if cfg.get("capture") else None
     optimizer = instantiate(cfg.optim)
     loss = build_loss(cfg, dm, run_dir)
-    training = build(cfg.system, model=model, loss=loss, optimizer=optimizer, metrics=metrics, replay=replay)
-    return training, build(cfg.system, model=model, loss=None, optimizer=None, metrics=metrics, record_predictions=True)
+    training = build(cfg.system, model=model, loss=loss, optimizer=optimizer, metrics=metrics, compute_dtype=dtype,
+                     replay=replay)  # fmt: skip
+    evaluation = build(cfg.system, model=model, loss=None, optimizer=None, metrics=metrics, compute_dtype=dtype,
+                       record_predictions=True)  # fmt: skip
+    return training, evaluation
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
