@@ -172,8 +172,11 @@ def test_a_ranking_loss_trains_and_evaluates_as_pointwise_does(make_cfg, kind):
 def test_class_weights_belong_to_the_pointwise_loss():
     from matching.cli import OverrideError, compose_config
 
-    with pytest.raises(OverrideError, match="unknown config key 'loss.class_weights'; valid keys at loss: "):
+    with pytest.raises(OverrideError, match=r"unknown config key 'loss.class_weights'; valid keys at loss: "
+                       r"\['_target_'\]; it is a key of loss=pointwise\."):  # fmt: skip
         compose_config("train", ["task=wikiqa", "loss=listwise", "loss.class_weights=balanced"])
+    with pytest.raises(OverrideError, match="it is a key of loss=pairwise"):
+        compose_config("train", ["task=wikiqa", "loss.margin=2"])
 
 
 def test_a_loss_setting_that_cannot_train_is_refused_before_training(make_cfg):
