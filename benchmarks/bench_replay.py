@@ -41,13 +41,12 @@ def measure(work: Path, aligner: str, trainer: str, pairs: int, rounds: int, com
 
     from matching.model.assembly import build_model
     from matching.training.batching import IndexCollator
-    from matching.training.build import build_system
+    from matching.training.build import build_loss
     from matching.training.replay import StepReplay, make_capturable
 
     cfg, dm, vectors = tiny_setup(work, aligner, trainer, pairs, [*REAL, *fp32_unless_asked(extra), *extra])
     device = torch.device("cuda" if trainer == "gpu" else "cpu")
     split = dm.splits["train"]
-    packed = split.packed(device)
     sampler = dm.loader("train", train=True).batch_sampler
     collate = IndexCollator(split, device if device.type == "cuda" else None, dm.pad_to)
     batches = [collate(indices) for indices in sampler]
@@ -60,12 +59,13 @@ def measure(work: Path, aligner: str, trainer: str, pairs: int, rounds: int, com
         model = build_model(cfg, vectors, len(dm.labels), source=dm.vectors).to(device)
         if compile_model:
             model.compile()
-        system = build_system(cfg, model, dm).to(device)
-        system.train()
-        optimizer = instantiate(cfg.optim)([p for p in system.parameters() if p.requires_grad])
+        loss = build_loss(cfg, dm, work).to(device)
+        model.train()
+        optimizer = instantiate(cfg.optim)([p for p in model.parameters() if p.requires_grad])
         if device.type == "cuda":
             make_capturable(optimizer)
-        replay = StepReplay(system, optimizer, packed, dm.batch_size, capturable=capturable)
+        replay = StepReplay(split, dm.batch_size, capture_graphs=capturable)
+        replay.start(model, loss, optimizer, str(cfg.get("dtype", "fp32")), device)
 
         def epoch() -> float:
             if device.type == "cuda":
@@ -73,11 +73,11 @@ def measure(work: Path, aligner: str, trainer: str, pairs: int, rounds: int, com
             start = time.perf_counter()
             with autocast:
                 for b in batches:
-                    loss = replay.step(b["index"], b["widths"])
-            float(loss)  # waits for the last step
+                    step_loss, _ = replay.step(b["index"], b["widths"])
+            float(step_loss)  # waits for the last step
             return (time.perf_counter() - start) / len(batches) * 1000
 
-        return epoch, replay, system
+        return epoch, replay, model
 
     # The first epoch of each from the same seed (built, then run, in turn): the weights they reach are compared
     eager, _, eager_system = runner(capturable=False)

@@ -132,7 +132,7 @@ def decompose(work: Path, aligner: str, trainer: str, pairs: int, extra: list[st
     from hydra.utils import instantiate
 
     from matching.model.assembly import build_model
-    from matching.training.build import build_system
+    from matching.training.build import build_systems
     from matching.training.callbacks import EpochTimer, run_callbacks
 
     cfg, dm, vectors = tiny_setup(work, aligner, trainer, pairs, extra)
@@ -172,7 +172,10 @@ def decompose(work: Path, aligner: str, trainer: str, pairs: int, extra: list[st
         options = {"enable_checkpointing": stage == "command", "enable_model_summary": False, "logger": False}
         trainer_ = instantiate(cfg.trainer, callbacks=callbacks, max_epochs=1, limit_val_batches=2,
                                default_root_dir=cfg.paths.output_dir, **options)  # fmt: skip
-        system = BareModule(model) if stage == "Lightning" else build_system(cfg, model, dm)
+        if stage == "Lightning":
+            system = BareModule(model)
+        else:
+            system, _ = build_systems(cfg, model, dm, Path(cfg.paths.output_dir))
         if stage in ("Lightning", "MatchingSystem"):
             trainer_.fit(system, train_dataloaders=Batches())
         else:

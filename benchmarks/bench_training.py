@@ -36,6 +36,8 @@ from matching.data.encoding import EncodedSplit
 from matching.model.aligners import CoDAAligner, ConflictAligner, SoftmaxAligner, SoftmaxConflictAligner
 from matching.model.decomposable import DecomposableAttention
 from matching.training.batching import BucketBatchSampler, PadCollator
+from matching.training.losses import PointwiseCrossEntropy
+from matching.training.metrics import TaskMetrics
 from matching.training.system import MatchingSystem
 
 ALIGNERS = {
@@ -173,7 +175,8 @@ class StepTimer(pl.Callback):
 
 def framework_training(aligner: str, split: EncodedSplit, batch: int, steps: int) -> tuple[float, float, float]:
     """(pairs/s, median compute seconds per step, median wall seconds per step including data loading)."""
-    system = MatchingSystem(build_model(aligner), partial(torch.optim.Adam, lr=3e-4), ["0", "1", "2"])
+    system = MatchingSystem(build_model(aligner), PointwiseCrossEntropy(), partial(torch.optim.Adam, lr=3e-4),
+                            TaskMetrics(("0", "1", "2")))  # fmt: skip
     sampler = BucketBatchSampler(split.lengths(), batch, shuffle=True, seed=0)
     loader = torch.utils.data.DataLoader(split, batch_sampler=sampler, collate_fn=PadCollator(split))
     timer = StepTimer()

@@ -35,6 +35,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandat
 
 from matching.errors import UsageError, UserError, environment_error, report_bug, report_error
 from matching.files import config_dir
+from matching.saved.earlier_versions import current_overrides
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ def register_trained_run(argv: Sequence[str], required: bool) -> None:
 def compose_config(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
     """The command's config as its command line would compose it: for use from Python and tests, e.g.
     `evaluate(compose_config("evaluate", ["ckpt=...", "split=test"]))`. A bad override raises OverrideError."""
-    overrides = list(overrides)
+    overrides = current_overrides(overrides)
     register_trained_run(overrides, required=False)
     try:
         return _compose(config_name, overrides)
@@ -212,8 +213,10 @@ def _override_message(config_name: str, overrides: list[str], err: HydraExceptio
         except HydraException:
             node = None
         if isinstance(node, DictConfig):
-            return (f"unknown config key {key!r}; valid keys at {parent or 'the top level'}: {sorted(node.keys())}. "
-                    f"To add a key that is not in the config, write +{key}=...")  # fmt: skip
+            having = _options_with(parent, key.rpartition(".")[2])
+            belongs = f"; it is a key of {parent}={'|'.join(having)}" if having else ""
+            return (f"unknown config key {key!r}; valid keys at {parent or 'the top level'}: {sorted(node.keys())}"
+                    f"{belongs}. To add a key that is not in the config, write +{key}=...")  # fmt: skip
     bare = next((o for o in overrides if "=" not in o and not o.startswith("~")), None)
     if isinstance(err, OverrideParseException) and bare is not None:
         return _bare_argument_message(config_name, overrides, bare)
@@ -222,6 +225,17 @@ def _override_message(config_name: str, overrides: list[str], err: HydraExceptio
         bad = next((o for o in overrides if o == getattr(err, "override", None)), None) or _unparsable(overrides)
         lines.insert(0, f"cannot parse the override {bad!r}:")
     return f"{' '.join(lines)} (`--cfg job` prints every key of the composed config; --help lists the options)"
+
+
+def _options_with(group: str, name: str) -> list[str]:
+    """The options of the config group `group` (conf/<group>/*.yaml) whose file has the key `name` (`margin` is a key
+    of loss=pairwise): what a key that the chosen option lacks belongs to. None for a node that is no group."""
+    import yaml
+
+    folder = config_dir() / group
+    if not group or not folder.is_dir():
+        return []
+    return [path.stem for path in sorted(folder.glob("*.yaml")) if name in (yaml.safe_load(path.read_text()) or {})]
 
 
 def _bare_argument_message(config_name: str, overrides: list[str], bare: str) -> str:
@@ -322,6 +336,7 @@ def command(
         argv = quote_verbatim(sys.argv[1:] if argv is None else argv, verbatim)
         quiet_libraries()
         try:
+            argv = current_overrides(argv)
             check_plugins(argv)
             register_trained_run(argv, required=uses_run)
             if not any(arg.startswith("-") for arg in argv):

@@ -65,7 +65,7 @@ def evaluate_run(run: TrainedModel, split: str = "dev", out: str | None = None, 
     its data module and an evaluation-only LightningModule around the trained model."""
     from matching.training.build import evaluation_data
     from matching.training.datamodule import split_prefix
-    from matching.training.metrics import chance_warnings
+    from matching.training.metrics import TaskMetrics, chance_warnings
     from matching.training.scores import write_recorded
     from matching.training.system import MatchingSystem
 
@@ -74,11 +74,9 @@ def evaluate_run(run: TrainedModel, split: str = "dev", out: str | None = None, 
     scorer = onnx_scorer(run, quantize) if backend == "onnx" or quantize else None  # before the splits are read
     data.prepare_splits(names)
     prefixes = [split_prefix(s) for s in names]
-    system = MatchingSystem(run.model, None, run.labels, kind=run.kind, val_prefixes=prefixes, test_prefixes=(),
-                            compute_dtype=str(run.cfg.get("dtype", "fp32")),
-                            positive_label=data.task.positive_label)  # fmt: skip
-    system.record_predictions = True
-    system.score_batch = scorer
+    evaluated = TaskMetrics(tuple(run.labels), run.kind, tuple(prefixes), (), positive_label=data.task.positive_label)
+    system = MatchingSystem(run.model, None, None, evaluated, compute_dtype=str(run.cfg.get("dtype", "fp32")),
+                            scorer=scorer, record_predictions=True)  # fmt: skip
     metrics: dict[str, float] = {}
     loaders = [data.loader(s) for s in names]
     for result in evaluation_trainer(run.cfg).validate(system, dataloaders=loaders, verbose=False):

@@ -17,6 +17,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
+from matching.saved.earlier_versions import current_overrides
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -73,7 +75,7 @@ def compose_train(tmp_path: Path, *overrides: str, small: bool = True) -> DictCo
     if small:
         base += ["model.hidden=16", "data.batch_size=4", "data.eval_batch_size=8"]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("train", overrides=[*base, *overrides], return_hydra_config=True)
+        cfg = compose("train", overrides=current_overrides([*base, *overrides]), return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)  # as under `python -m matching.train`: the run records its choices
     with open_dict(cfg):
         del cfg["hydra"]

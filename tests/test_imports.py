@@ -237,6 +237,80 @@ def test_no_module_reads_a_private_attribute_of_another_object(package):
     assert not found, "private attributes read from outside their object:\n" + "\n".join(found)
 
 
+#: Receivers whose attributes are data or a library's documented way in, by the first name of the receiver: config
+#: nodes (`cfg`, `config`, `node`: OmegaConf, set under open_dict), the interpreter's `sys.argv`/`sys.stderr`,
+#: torch.autograd.Function's `ctx`, a logging `logger`, FastAPI's `app.openapi` and a command's own `main.__doc__`.
+SETTABLE_RECEIVERS = {"cfg", "config", "node", "sys", "ctx", "logger", "app", "main"}
+
+
+def outside_assignments(source: str, filename: str = "<source>") -> list[str]:
+    """`file: target` of every assignment to an attribute of another object than `self`/`cls` (`x.y = ...`,
+    `x.y += ...`, `self.x.y = ...`, `setattr(x, ...)`), except on a receiver of SETTABLE_RECEIVERS and on an object
+    the same function made (`x = Thing(...)` then `x.y = ...`: a function may finish what it makes; what it was
+    given, or what an object owns, it asks through a method or passes to a constructor)."""
+    tree = ast.parse(source, filename)
+    made: dict[int, set[str]] = {}  # each node of a function: the names that function binds to a call's result
+    for function in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+        calls = [n for n in ast.walk(function) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)]
+        bound = [e for n in calls for t in n.targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+        names = {e.id for e in bound if isinstance(e, ast.Name)}
+        for n in ast.walk(function):
+            made.setdefault(id(n), set()).update(names)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) == "setattr" and node.args:
+            targets = [ast.Attribute(node.args[0], "(setattr)", ast.Store())]
+        else:
+            continue
+        for target in targets:
+            for attribute in ast.walk(target):
+                if not (isinstance(attribute, ast.Attribute) and isinstance(attribute.ctx, ast.Store)):
+                    continue
+                base = ast.unparse(attribute.value)
+                root = base.split(".")[0].split("[")[0]
+                if base in ("self", "cls") or root in SETTABLE_RECEIVERS or root in made.get(id(node), ()):
+                    continue
+                found.append(f"{filename}: {base}.{attribute.attr}")
+    return found
+
+
+def test_the_assignment_check_finds_each_form():
+    source = "\n".join([
+        "def run(system, trainer):", "    system.teacher_logits = 1", "    trainer.callback.x += 1",
+        "    setattr(system, 'record', True)", "    made = Thing()", "    made.x = 1", "    cfg.task.labels = []",
+        "class A:", "    def f(self):", "        self.x = 1", "        self.part.y = 2",
+    ])  # fmt: skip
+    assert sorted(hit.split(": ", 1)[1] for hit in outside_assignments(source)) == [
+        "self.part.y", "system.(setattr)", "system.teacher_logits", "trainer.callback.x",
+    ]  # fmt: skip
+
+
+#: Assignments from outside an object that issue 80's other parts remove (the data module's and the encoder's
+#: splits; Lightning's checkpoint callback told where StopCheckpoint wrote last.ckpt). A new one is a failure.
+KNOWN_OUTSIDE_ASSIGNMENTS = {
+    "matching/model/contextual.py: p.long_texts", "matching/model/contextual.py: p.empty_words",
+    "matching/model/contextual.py: split.words", "matching/model/contextual.py: split.source_data",
+    "matching/model/embeddings.py: split.words", "matching/saved/shared_folder.py: split.path",
+    "matching/training/callbacks.py: trainer.checkpoint_callback.last_model_path",
+    "matching/training/datamodule.py: self.text.vocab", "matching/training/datamodule.py: split.words",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("package", OURS)
+def test_no_attribute_of_a_built_object_is_assigned_from_another_module(package):
+    """A built object is given what it uses when it is made (its constructor's arguments, or objects it owns) and
+    is asked through its methods: the training system's teacher logits, prediction recording and ONNX scorer were
+    once assigned by run.py, replay.py and evaluate.py, so that what it did depended on who had set what."""
+    found = {hit for path in sorted((ROOT / package).rglob("*.py"))
+             for hit in outside_assignments(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))}  # fmt: skip
+    new = sorted(found - KNOWN_OUTSIDE_ASSIGNMENTS)
+    assert not new, "attributes assigned from outside their object:\n" + "\n".join(new)
+
+
 def test_export_inference_and_the_saved_forms_run_without_lightning(snli_run, tmp_path):
     """Exporting a run (hub and ONNX), loading it back and answering import no Lightning: the model assembly and the
     inference object are the whole path (training's LightningModule is for training and `evaluate`)."""

@@ -104,7 +104,7 @@ def positives_run(tmp_path_factory):
     from matching.training.run import train
 
     cfg = compose_train(
-        tmp_path_factory.mktemp("positives"), "task=pairs_positives", "trainer.max_epochs=2", "loss.kind=listwise",
+        tmp_path_factory.mktemp("positives"), "task=pairs_positives", "trainer.max_epochs=2", "loss=listwise",
         f"task.splits.train.path={POSITIVES / 'train.jsonl'}", f"task.splits.dev.path={POSITIVES / 'dev.jsonl'}",
     )  # fmt: skip
     return cfg.paths.output_dir, train(cfg)

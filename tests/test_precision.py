@@ -12,7 +12,7 @@ from matching.data.pairs import Pair
 from matching.model import precision
 from matching.model.assembly import build_model
 from matching.saved.run_folder import load_run
-from matching.training.build import build_datamodule, build_system
+from matching.training.build import build_datamodule, build_systems
 from matching.training.run import train
 from tests.conftest import evaluate
 
@@ -68,7 +68,7 @@ def test_the_commands_take_dtype_and_an_old_run_is_fp32(wikiqa_run, tmp_path):
     "aligner",
     ["softmax", "coda", "conflict", "softmax_conflict", "differential", "cog", "softpick", "sigmoid", "ssmax"],
 )
-def test_a_bf16_step_keeps_float32_weights_and_gradients_close_to_fp32(make_cfg, aligner):
+def test_a_bf16_step_keeps_float32_weights_and_gradients_close_to_fp32(make_cfg, aligner, tmp_path):
     """Every aligner: conflict's L1 scores once stopped a bf16 run on a CPU (cdist has no bf16 kernel there).
     Cog's weights jump at E = 0 (sign(E)·softmax(|E|) goes from +w to −w), so a score near 0 that bf16's rounded
     activations carry across 0 flips its weight: on this batch 2 of its 171 cells, and the gradients' cosine is 0.982
@@ -81,8 +81,8 @@ def test_a_bf16_step_keeps_float32_weights_and_gradients_close_to_fp32(make_cfg,
     grads = {}
     for dtype in ("fp32", "bf16"):
         torch.manual_seed(0)
-        system = build_system(cfg, build_model(cfg, vectors, len(dm.labels)), dm)
-        system.compute_dtype = dtype
+        cfg.dtype = dtype  # the system's compute_dtype
+        system, _ = build_systems(cfg, build_model(cfg, vectors, len(dm.labels)), dm, tmp_path)
         system.eval()  # no dropout: the two passes see the same network
         logits = system.predict_step(batch).logits
         assert logits.dtype == torch.float32

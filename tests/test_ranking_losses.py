@@ -11,7 +11,13 @@ import torch
 from matching.data.preparation import Budget
 from matching.errors import ConfigError
 from matching.training.batching import QueryBatchSampler
-from matching.training.losses import listwise_softmax, pairwise_hinge
+from matching.training.losses import (
+    ListwiseSoftmax,
+    PairwiseHinge,
+    PointwiseCrossEntropy,
+    listwise_softmax,
+    pairwise_hinge,
+)
 
 
 def test_pairwise_hinge_by_hand():
@@ -62,13 +68,30 @@ def test_listwise_is_stable_for_large_scores():
     assert loss.item() == pytest.approx(0.0, abs=1e-6)
 
 
-def test_a_ranking_loss_needs_a_ranking_task():
-    from matching.training.system import MatchingSystem
+def test_each_loss_object_computes_its_function_on_the_match_margins_and_checks_its_settings():
+    logits = torch.tensor([[0.0, 2.0], [0.5, 2.0], [1.0, 0.0], [0.0, 0.0], [0.0, 0.5]])
+    batch = {"label": torch.tensor([1, 0, 0, 1, 0]), "group": torch.tensor([0, 0, 0, 1, 1])}
+    margins = logits[:, 1] - logits[:, 0]
+    assert PairwiseHinge(2.0)(logits, batch) == pairwise_hinge(margins, batch["label"], batch["group"], 2.0)
+    assert ListwiseSoftmax()(logits, batch) == listwise_softmax(margins, batch["label"], batch["group"])
+    assert PairwiseHinge.compares_candidates and ListwiseSoftmax.compares_candidates
+    assert not PointwiseCrossEntropy.compares_candidates
+    with pytest.raises(ConfigError, match="loss.margin must be a positive number, got 0"):
+        PairwiseHinge(margin=0)
 
-    with pytest.raises(ConfigError, match="needs a ranking task"):
-        MatchingSystem(torch.nn.Linear(1, 1), None, ["a", "b", "c"], kind="classify", loss_kind="pairwise")
-    with pytest.raises(ConfigError, match="loss.kind must be one of"):
-        MatchingSystem(torch.nn.Linear(1, 1), None, ["0", "1"], kind="rank", loss_kind="hinge")
+
+def test_balanced_class_weights_come_from_the_training_split_label_counts():
+    logits, labels = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 1.0]]), torch.tensor([0, 1, 1])
+    loss = PointwiseCrossEntropy("balanced", label_counts={"no": 90, "yes": 10})
+    torch.testing.assert_close(loss.class_weights, torch.tensor([100 / 180, 100 / 20]))
+    weighted = torch.nn.functional.cross_entropy(logits, labels, weight=loss.class_weights)
+    assert loss(logits, {"label": labels}) == weighted
+    assert PointwiseCrossEntropy()(logits, {"label": labels}) == torch.nn.functional.cross_entropy(logits, labels)
+    with pytest.raises(ConfigError, match=r"one weight per label \['no', 'yes'\], got \[1.0\]"):
+        PointwiseCrossEntropy([1.0], label_counts={"no": 90, "yes": 10})
+    with pytest.raises(ConfigError, match="null, 'balanced' or a list of 2 numbers, got 'inverse'"):
+        PointwiseCrossEntropy("inverse", label_counts={"no": 90, "yes": 10})
+    assert "class_weights" not in dict(loss.state_dict())  # a loss adds nothing to a checkpoint
 
 
 def _queries(sizes, positives=1):
@@ -140,24 +163,43 @@ def test_queries_without_a_positive_and_a_negative_are_counted(caplog):
 def test_a_ranking_loss_trains_and_evaluates_as_pointwise_does(make_cfg, kind):
     from matching.training.run import train
 
-    cfg = make_cfg("task=wikiqa", "trainer.max_epochs=2", f"loss.kind={kind}")
+    cfg = make_cfg("task=wikiqa", "trainer.max_epochs=2", f"loss={kind}")
     metrics = train(cfg)
     assert 0 < metrics["val/map"] <= 1 and metrics["val/questions"] > 0
     assert np.isfinite(metrics["val/loss"])  # the pointwise dev loss is logged whatever the training loss
 
 
-def test_class_weights_belong_to_the_pointwise_loss(make_cfg):
+def test_class_weights_belong_to_the_pointwise_loss():
+    from matching.cli import OverrideError, compose_config
+
+    with pytest.raises(OverrideError, match=r"unknown config key 'loss.class_weights'; valid keys at loss: "
+                       r"\['_target_'\]; it is a key of loss=pointwise\."):  # fmt: skip
+        compose_config("train", ["task=wikiqa", "loss=listwise", "loss.class_weights=balanced"])
+    with pytest.raises(OverrideError, match="it is a key of loss=pairwise"):
+        compose_config("train", ["task=wikiqa", "loss.margin=2"])
+
+
+def test_a_loss_setting_that_cannot_train_is_refused_before_training(make_cfg):
     from matching.training.run import train
 
-    with pytest.raises(ConfigError, match="loss.class_weights weighs the pointwise"):
-        train(make_cfg("task=wikiqa", "trainer.max_epochs=1", "loss.kind=listwise", "loss.class_weights=balanced"))
+    with pytest.raises(ConfigError, match="loss.margin must be a positive number, got 0"):
+        train(make_cfg("task=wikiqa", "loss=pairwise", "loss.margin=0"))
+
+
+def test_the_old_spelling_of_the_loss_still_chooses_it(make_cfg, caplog):
+    """`loss.kind=<option>` (study specs, notes, saved sweeps) is read as `loss=<option>`, with a warning."""
+    from matching.cli import compose_config
+
+    with caplog.at_level(logging.WARNING):
+        cfg = compose_config("train", ["task=wikiqa", "loss.kind=pairwise", "loss.margin=2"])
+    assert cfg.loss == {"_target_": "matching.training.losses.pairwise.PairwiseHinge", "margin": 2}
+    assert "loss.kind=pairwise is now spelled loss=pairwise" in caplog.text
+    assert make_cfg("task=wikiqa", "loss.kind=listwise").loss == compose_config("train", ["loss=listwise"]).loss
 
 
 @pytest.mark.parametrize(("overrides", "said"), [
-    (["loss.kind=hinge"], "loss.kind must be one of ['pointwise', 'pairwise', 'listwise'], got 'hinge'"),
-    (["loss.kind=pairwise"], "loss.kind=pairwise compares the candidates of one query: it needs a ranking task"),
-    (["task=wikiqa", "loss.kind=listwise", "loss.class_weights=balanced"], "leave loss.class_weights=null"),
-    (["task=wikiqa", "loss.kind=pairwise", "loss.margin=0"], "loss.margin must be a positive number, got 0"),
+    (["loss.kind=hinge"], "loss.kind must be one of ['listwise', 'pairwise', 'pointwise'], got 'hinge'"),
+    (["loss=pairwise"], "compares the candidates of one query: it needs a ranking task"),
 ])  # fmt: skip
 def test_a_loss_that_cannot_train_is_refused_before_any_data_is_read(make_cfg, tmp_path, overrides, said):
     """The loss's settings are checked with the config: with a data folder that does not exist, the error is the

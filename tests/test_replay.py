@@ -15,7 +15,7 @@ from matching.errors import ConfigError
 from matching.training.batching import IndexCollator, PadCollator
 from matching.training.build import build_datamodule
 from matching.training.config_checks import check_config
-from matching.training.replay import capturable_loss
+from matching.training.losses import Distillation, DistilledLoss, ListwiseSoftmax, PointwiseCrossEntropy
 from matching.training.run import train
 
 
@@ -109,10 +109,15 @@ def test_an_encoders_inputs_cannot_be_replayed(tmp_path, tiny_encoder):
 
 
 def test_only_losses_with_the_same_operations_for_every_batch_are_captured():
-    assert capturable_loss("pointwise", None)
-    assert capturable_loss("pointwise", {"loss": "kl"})
-    assert not capturable_loss("listwise", None)
-    assert not capturable_loss("pointwise", {"loss": "margin_mse"})
+    """StepReplay captures a loss unless it compares a query's candidates (its operations follow each batch's
+    queries): pointwise, and distillation's per-pair KL, are captured; the ranking losses and distillation's
+    margin_mse and listwise_kl are not."""
+    teacher = torch.zeros(4, 2)
+    kl = DistilledLoss(PointwiseCrossEntropy(), teacher, Distillation(("teacher",), "kl"))
+    mse = DistilledLoss(PointwiseCrossEntropy(), teacher, Distillation(("teacher",), "margin_mse"))
+    listwise = DistilledLoss(ListwiseSoftmax(), teacher, Distillation(("teacher",), "kl"))
+    assert not PointwiseCrossEntropy().compares_candidates and not kl.compares_candidates
+    assert ListwiseSoftmax().compares_candidates and mse.compares_candidates and listwise.compares_candidates
 
 
 def test_a_ranking_loss_trains_through_the_same_step(tmp_path):
@@ -120,7 +125,7 @@ def test_a_ranking_loss_trains_through_the_same_step(tmp_path):
     the same weights as Lightning's step."""
     weights = {}
     for capture in (False, True):
-        cfg = compose_train(tmp_path / str(capture), "task=wikiqa", "loss.kind=listwise", "trainer.max_epochs=1",
+        cfg = compose_train(tmp_path / str(capture), "task=wikiqa", "loss=listwise", "trainer.max_epochs=1",
                             "data.pad_to=8", f"capture={str(capture).lower()}")  # fmt: skip
         train(cfg)
         weights[capture] = checkpoint_weights(tmp_path / str(capture) / "run")

@@ -46,12 +46,12 @@ def test_a_run_saved_before_a_key_existed_is_the_same_run_and_a_changed_value_is
     from matching.errors import RunError
     from matching.training.sweeps import prior_run
 
-    cfg = OmegaConf.create({"seed": 1, "loss": {"class_weights": None, "kind": "pointwise"}, "optim": {"lr": 3e-4}})
-    earlier = {"seed": 1, "loss": {"class_weights": None}, "optim": {"lr": 3e-4}}
+    cfg = OmegaConf.create({"seed": 1, "data": {"cache": True, "on_bad_example": "error"}, "optim": {"lr": 3e-4}})
+    earlier = {"seed": 1, "data": {"cache": True}, "optim": {"lr": 3e-4}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(earlier))
     (tmp_path / "metrics.json").write_text(json.dumps({"val/acc": 0.5}))
     assert prior_run(cfg, tmp_path).state == "complete"
-    assert "without loss.kind" in caplog.text
+    assert "without data.on_bad_example" in caplog.text
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(earlier | {"optim": {"lr": 1e-3}}))
     with pytest.raises(RunError, match=r"optim.lr: 0.001 -> 0.0003"):
         prior_run(cfg, tmp_path)

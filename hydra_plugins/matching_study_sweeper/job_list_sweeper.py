@@ -27,6 +27,8 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from matching.saved.earlier_versions import current_overrides
+
 log = logging.getLogger(__name__)
 
 
@@ -60,7 +62,8 @@ class JobListSweeper(Sweeper):
 
     def sweep(self, arguments: list[str]) -> Sequence[JobReturn]:
         assert self.config is not None and self.launcher is not None
-        jobs = [[*arguments, *job] for job in read_jobs(self.jobs_file)]
+        # A job list written before a key was respelled (a study spec's `loss.kind=listwise`) runs as today's.
+        jobs = [current_overrides([*arguments, *job]) for job in read_jobs(self.jobs_file)]
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")

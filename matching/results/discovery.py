@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from matching.errors import MissingFileError
+from matching.saved.earlier_versions import current_form, current_overrides
 from matching.saved.run_folder import option_name
 from matching.training.sweeps import planned_jobs
 
@@ -165,12 +166,14 @@ def wiring_reason(config: Mapping) -> str | None:
 
 def _read_run(run_dir: Path, missing: str | None = None) -> Run:
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    current_form(cfg)  # a run saved before the loss group (loss.kind) is reported as today's runs are
     aligner = option_name(cfg, "aligner")
     if cfg.get("intra"):
         aligner += "+intra_" + option_name(cfg, "intra")
     metrics = {} if missing else json.loads((run_dir / "metrics.json").read_text())
     overrides_file = run_dir / ".hydra" / "overrides.yaml"
     overrides = tuple(yaml.safe_load(overrides_file.read_text()) or ()) if overrides_file.exists() else ()
+    overrides = tuple(current_overrides(overrides, warn=False))
     hydra_file = run_dir / ".hydra" / "hydra.yaml"
     cwd = None
     if hydra_file.exists():

@@ -5,8 +5,14 @@ A run folder's or a shared folder's `config.yaml` names the classes it builds by
 trained (`_target_: matching.aligners.CoDAAligner`). Those modules have since moved into the package's rooms
 (`matching.model.aligners`); `upgraded` reads such a config with today's names, so that every run trained before the
 move still loads, evaluates, exports, resumes and is recognised by a relaunched sweep as the same run. A run saved
-before the `dtype` key computed in fp32 and is given that key. Nothing else is changed: the same classes with the
-same arguments.
+before the `dtype` key computed in fp32 and is given that key. A run saved before the `loss` config group chose its
+training loss by name (`loss: {kind: pairwise, margin: 1.0, class_weights: null}`, or no `loss` node at all before
+the ranking losses: pointwise); it is read as the node of that group that builds the same loss (`loss: {_target_:
+...PairwiseHinge, margin: 1.0}`), the settings the chosen loss did not read left out. A run folder's config saved before
+the `system` node is given it. Nothing else is changed: the same classes with the same arguments.
+
+The same holds for what users type: `loss.kind=<option>`, the old spelling of `loss=<option>`, is read as the new one
+with a warning (`current_overrides`), so that commands in notes, study specs (conf/study/) and saved sweeps still run.
 """
 
 from __future__ import annotations
@@ -17,9 +23,13 @@ import importlib.util
 import logging
 import sys
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from matching.errors import ConfigError
+from matching.files import config_dir
 
 log = logging.getLogger(__name__)
 
@@ -61,17 +71,88 @@ def current_targets(node: Any) -> list[tuple[str, str]]:
     return renamed
 
 
+#: The loss each `loss.kind` of an earlier version chose, and the settings of that node it read: the node of the
+#: `loss` group (conf/loss/<kind>.yaml) that builds the same loss.
+LOSS_KINDS = {
+    "pointwise": ("matching.training.losses.pointwise.PointwiseCrossEntropy", ("class_weights",)),
+    "pairwise": ("matching.training.losses.pairwise.PairwiseHinge", ("margin",)),
+    "listwise": ("matching.training.losses.listwise.ListwiseSoftmax", ()),
+}
+
+
+def current_loss(node: dict) -> bool:
+    """Rewrite, in place, a plain config's `loss` node of the form before the `loss` group (`kind`, `margin`,
+    `class_weights`) as that group's node for the same loss; whether it did."""
+    loss = node.get("loss")
+    if not isinstance(loss, dict) or "_target_" in loss:
+        return False
+    kind = str(loss.get("kind") or "pointwise")
+    if kind not in LOSS_KINDS:  # a saved config never held another kind (the version that wrote it refused it)
+        raise ConfigError(f"a saved config's loss.kind={kind!r} is none of {sorted(LOSS_KINDS)}")
+    target, reads = LOSS_KINDS[kind]
+    defaults = {"class_weights": None, "margin": 1.0}
+    node["loss"] = {"_target_": target, **{key: loss.get(key, defaults[key]) for key in reads}}
+    if isinstance(node.get("choices"), dict):  # the options a run chose, by group: the loss is one now
+        node["choices"].setdefault("loss", kind)
+    return True
+
+
+def current_form(container: dict) -> list[str]:
+    """Rewrite, in place, a saved config (plain dicts and lists, as YAML or `OmegaConf.to_container` gives them) in
+    today's form: its moved `_target_`s and its loss (see the module docstring); what was changed, in words."""
+    changes = [f"{old} -> {new}" for old, new in current_targets(container)]
+    if current_loss(container):
+        changes.append(f"loss -> {container['loss']['_target_']}")
+    return changes
+
+
 def upgraded(cfg: DictConfig) -> DictConfig:
     """`cfg`, a config read from a saved model, as today's version reads it (see the module docstring)."""
     container = OmegaConf.to_container(cfg, resolve=False)
-    renamed = current_targets(container)
-    if renamed:
+    changes = current_form(container)
+    if changes:
         cfg = OmegaConf.create(container)
-        log.debug("a config saved by an earlier version, read with today's module names: %s",
-                  ", ".join(f"{old} -> {new}" for old, new in renamed))  # fmt: skip
+        log.debug("a config saved by an earlier version, read in today's form: %s", ", ".join(changes))
     if "dtype" not in cfg:
         cfg.dtype = "fp32"
+    if "optim" in cfg:  # a run folder's config, which a resumed run trains from (a shared folder's has no training)
+        if "loss" not in cfg:  # saved before the ranking losses: it trained with the pointwise cross-entropy
+            cfg.loss = {"_target_": LOSS_KINDS["pointwise"][0], "class_weights": None}
+        if "system" not in cfg:
+            cfg.system = {"_target_": "matching.training.system.MatchingSystem"}
     return cfg
+
+
+#: The overrides whose spelling changed: `loss.kind=<option>` is now the config group's `loss=<option>`.
+OLD_OVERRIDE_KEYS = {"loss.kind": "loss"}
+
+_warned: set[str] = set()
+
+
+def current_overrides(overrides: Sequence[str], warn: bool = True) -> list[str]:
+    """`overrides` (command-line arguments, a sweep job's overrides, a saved run's `.hydra/overrides.yaml`) with every
+    old spelling of a key (`OLD_OVERRIDE_KEYS`) in today's, each said once a process as a warning unless `warn` is
+    false (reading saved runs); other arguments as they are. An option that the group does not have is a ConfigError
+    naming the options, as the old key's check said."""
+    current = []
+    for override in overrides:
+        key, equals, value = override.partition("=")
+        if not equals or key.lstrip("+~") not in OLD_OVERRIDE_KEYS:
+            current.append(override)
+            continue
+        group = OLD_OVERRIDE_KEYS[key.lstrip("+~")]
+        options = sorted(path.stem for path in (config_dir() / group).glob("*.yaml"))
+        chosen = [v.strip() for v in value.split(",")] if value.replace(",", "").isidentifier() else []
+        unknown = [v for v in chosen if v not in options]
+        if unknown:
+            raise ConfigError(f"{key.lstrip('+~')} must be one of {options}, got {unknown[0]!r} (it is now spelled "
+                              f"{group}=<option>)")  # fmt: skip
+        if warn and override not in _warned:
+            _warned.add(override)
+            log.warning("%s is now spelled %s=%s (the %s config group, conf/%s/); read as that", override, group,
+                        value, group, group)  # fmt: skip
+        current.append(f"{group}={value}")
+    return current
 
 
 #: The modules that a user's own code imports to extend matching (docs/extending.md before the package's rooms:

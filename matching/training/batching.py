@@ -144,7 +144,7 @@ class BucketBatchSampler(Sampler[list[int]]):
 
 
 class QueryBatchSampler(BucketBatchSampler):
-    """Training batches of whole queries, for the losses that compare a query's candidates (`loss.kind=pairwise` or
+    """Training batches of whole queries, for the losses that compare a query's candidates (`loss=pairwise` or
     `listwise`, matching.training.losses): every query's candidates come in one batch, never spread over several.
 
     The queries (`groups`; a pair without one is a query of its own) are sorted by their longest text and packed in

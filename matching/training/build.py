@@ -1,11 +1,13 @@
-"""A training run's parts built from its config: the data module (and the vocabulary it builds), the
-LightningModule with its optimiser, losses and class weights, and the checkpoint writer; and the data module of a
-trained run, which `evaluate` and `visualize` read a split through. The model itself is assembled by
+"""A training run's parts built from its config: the data module (and the vocabulary it builds), the training loss
+(given the training split's label counts and, to distil, its teacher's logits), the LightningModule instantiated
+from the `system` node with the model, loss, optimiser and metrics, and the checkpoint writer; and the data module
+of a trained run, which `evaluate` and `visualize` read a split through. The model itself is assembled by
 matching.model.assembly, for training and every use of a trained model alike.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import platform
@@ -16,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, open_dict
 
@@ -38,7 +40,10 @@ from matching.model.decomposable import DecomposableAttention
 from matching.model.embeddings import embeddings_choice
 from matching.saved.run_folder import find_checkpoint
 from matching.training.datamodule import PairDataModule, split_prefix
-from matching.training.losses import compares_candidates, distill_settings
+from matching.training.distillation import teacher_logits
+from matching.training.losses import Distillation, DistilledLoss, TrainingLoss, compares_candidates
+from matching.training.metrics import TaskMetrics
+from matching.training.replay import StepReplay
 from matching.training.system import MatchingSystem
 
 log = logging.getLogger(__name__)
@@ -67,8 +72,7 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None, run_dir: 
     if vocab is None:
         vectors.check_available()
     pad_to = cfg.data.get("pad_to") or (8 if cfg.get("compile") or cfg.get("capture") else 1)
-    distill = distill_settings(cfg, task.kind)
-    whole_queries = compares_candidates(loss_kind(cfg), distill)
+    whole_queries = compares_candidates(cfg, task.kind)
     run_dir = run_dir or cfg.paths.get("output_dir")
     return build(cfg.data, task=task, vocab=vocab, vectors=vectors, pad_to=pad_to, whole_queries=whole_queries,
                  capture=bool(cfg.get("capture")), run_dir=run_dir, trained_logits=trained_logits)  # fmt: skip
@@ -85,45 +89,42 @@ def trained_logits(path: str) -> Callable[[list[Pair]], np.ndarray]:
     return lambda pairs: predictor.logits(pairs, "mining candidates")
 
 
-def class_weights(cfg: DictConfig, dm: PairDataModule) -> list[float] | None:
-    """`loss.class_weights`: null (plain cross-entropy), "balanced" (n / (classes · count of the class) over the
-    training split, as in scikit-learn) or one weight per label."""
-    choice = cfg.get("loss", {}).get("class_weights")
-    if choice is None:
-        return None
-    if choice == "balanced":
-        counts = np.bincount(dm.splits["train"].labels, minlength=len(dm.labels)).astype(float)
-        weights = (counts.sum() / (len(counts) * np.maximum(counts, 1))).tolist()
-        log.info("class weights (balanced over the training split): %s", dict(zip(dm.labels, weights, strict=True)))
-        return weights
-    if isinstance(choice, str):
-        raise ConfigError(f"loss.class_weights must be null, 'balanced' or a list of {len(dm.labels)} numbers")
-    return [float(w) for w in choice]
+def build_loss(cfg: DictConfig, dm: PairDataModule, run_dir: Path) -> TrainingLoss:
+    """The run's training loss, built from its `loss` node (conf/loss/) with what it needs from the data (a loss that
+    takes `label_counts` is given the training split's pairs per label: `loss.class_weights=balanced`); with a
+    teacher (`distill.teacher`), wrapped in DistilledLoss with the teacher's logits of the training pairs (computed
+    once, cached: matching.training.distillation), written into `run_dir`."""
+    given = {}
+    if "label_counts" in inspect.signature(get_class(str(cfg.loss._target_))).parameters:
+        counts = np.bincount(dm.splits["train"].labels, minlength=len(dm.labels))
+        given["label_counts"] = dict(zip(dm.labels, counts.tolist(), strict=True))
+    distillation = Distillation.of(cfg, dm.task.kind)
+    teacher = None if distillation is None else teacher_logits(cfg, dm, run_dir, list(distillation.teachers))
+    loss = build(cfg.loss, **given)
+    return loss if distillation is None else DistilledLoss(loss, torch.from_numpy(teacher), distillation)
 
 
-def build_system(cfg: DictConfig, model: DecomposableAttention, dm: PairDataModule) -> MatchingSystem:
-    return MatchingSystem(
-        model,
-        optimizer=instantiate(cfg.optim),
-        labels=dm.labels,
-        kind=dm.task.kind,
-        val_prefixes=[split_prefix(s) for s in dm.eval_splits],
-        test_prefixes=[split_prefix(s) for s in dm.test_splits],
-        task=dm.task.name,
-        class_weights=class_weights(cfg, dm),
-        compute_dtype=cfg.get("dtype", "fp32"),
-        positive_label=dm.task.positive_label,
-        loss_kind=loss_kind(cfg),
-        margin=float(cfg.get("loss", {}).get("margin", 1.0)),
-        distill=distill_settings(cfg, dm.task.kind),
-        capture=bool(cfg.get("capture")),
-    )
+def task_metrics(dm: PairDataModule) -> TaskMetrics:
+    """What a system evaluates on the data module's task: its labels and kind, and its evaluation splits' prefixes."""
+    val, test = tuple(split_prefix(s) for s in dm.eval_splits), tuple(split_prefix(s) for s in dm.test_splits)
+    return TaskMetrics(tuple(dm.labels), dm.task.kind, val, test, dm.task.name, dm.task.positive_label)
 
 
-def loss_kind(cfg: DictConfig) -> str:
-    """`loss.kind`: pointwise (the default, and what a run saved before ranking losses trained with) | pairwise |
-    listwise."""
-    return str(cfg.get("loss", {}).get("kind") or "pointwise")
+def build_systems(cfg: DictConfig, model: DecomposableAttention, dm: PairDataModule,
+                  run_dir: Path) -> tuple[MatchingSystem, MatchingSystem]:  # fmt: skip
+    """The run's two LightningModules around `model`, both from its `system` node and computing in its `dtype`: the
+    one that trains it (the run's loss, `build_loss`, and the `optim` optimiser; with `capture=true` its steps
+    replayed on the training split, set up before) and the one that evaluates its best checkpoint at the end, keeping
+    every pair's prediction (no loss, no optimiser), both evaluating on `dm`'s task."""
+    metrics, dtype = task_metrics(dm), str(cfg.get("dtype", "fp32"))
+    replay = StepReplay(dm.splits["train"], dm.batch_size) if cfg.get("capture") else None
+    optimizer = instantiate(cfg.optim)
+    loss = build_loss(cfg, dm, run_dir)
+    training = build(cfg.system, model=model, loss=loss, optimizer=optimizer, metrics=metrics, compute_dtype=dtype,
+                     replay=replay)  # fmt: skip
+    evaluation = build(cfg.system, model=model, loss=None, optimizer=None, metrics=metrics, compute_dtype=dtype,
+                       record_predictions=True)  # fmt: skip
+    return training, evaluation
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -107,10 +107,15 @@ class EpochNumbers(pl.Callback):
     """Logs `epoch` counted from 1 with every logged metric, so that the loggers' epoch column (which Lightning
     fills from `trainer.current_epoch`, from 0, unless `epoch` is logged) agrees with the progress bar and with
     metrics.json's `best_epoch`. The evaluations of a checkpoint after training (the best one's dev and test
-    metrics) are logged under the epoch that wrote it: `evaluated`, which `train` sets."""
+    metrics) are logged under the epoch that wrote it: `evaluated`, read from the checkpoint when it is loaded."""
 
     def __init__(self) -> None:
         self.evaluated: int | None = None
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        # Evaluating a checkpoint (trainer.validate/test with ckpt_path): its epoch, counted from 1 as metrics.json's
+        # best_epoch. (Resuming a fit loads one too; a fit logs its own epochs.)
+        self.evaluated = int(checkpoint["epoch"]) + 1
 
     def _log(self, pl_module: pl.LightningModule, trainer: pl.Trainer, on_step: bool) -> None:
         if trainer.sanity_checking:

@@ -1,5 +1,7 @@
 """The checks of a training config that run before any data is read: each `_target_` node's values against what
-its class or function takes, the arithmetic, the loss and distillation settings, and that the optimiser builds."""
+its class or function takes, the arithmetic, that the loss and distillation fit the task, and that the optimiser
+builds. (A loss checks its own settings when it is built, with the training split's label counts:
+matching.training.losses.)"""
 
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from matching.errors import ConfigError
 from matching.model.precision import check
-from matching.training.losses import check_distill, check_loss, distill_settings
+from matching.training.losses import Distillation, loss_class
 
 #: The `_target_` nodes of a training config whose values are checked against what their targets take.
-CHECKED_NODES = ("task", "data", "embeddings", "model", "aligner", "intra", "optim", "callbacks", "logger", "trainer")
+CHECKED_NODES = ("task", "data", "embeddings", "model", "aligner", "intra", "optim", "loss", "system", "callbacks",
+                 "logger", "trainer")  # fmt: skip
 
 
 def check_arguments(node: DictConfig, key: str) -> None:
@@ -89,13 +92,7 @@ def check_config(cfg: DictConfig) -> None:
         if isinstance(node, DictConfig):
             check_arguments(node, key)
     check(cfg.get("dtype", "fp32"))
-    loss = cfg.get("loss") or {}  # no _target_: its keys are checked here, not by check_arguments
-    task = cfg.get("task") or {}
-    check_loss(str(loss.get("kind") or "pointwise"), str(task.get("kind") or "classify"), loss.get("class_weights"),
-               loss.get("margin", 1.0))  # fmt: skip
-    distill = distill_settings(cfg, str(task.get("kind") or "classify"))
-    if distill is not None:
-        check_distill(distill["loss"], str(task.get("kind") or "classify"), distill["weight"], distill["temperature"])
+    check_loss(cfg)
     if cfg.get("capture"):
         check_capture(cfg)
     try:
@@ -104,6 +101,25 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(
             f"optim: the optimiser cannot be built from {OmegaConf.to_container(cfg.optim)} ({err})"
         ) from None
+
+
+def check_loss(cfg: DictConfig) -> None:
+    """A loss that compares the candidates of one query (loss=pairwise, loss=listwise; distill.loss=margin_mse or
+    listwise_kl) needs a ranking task; the distillation's settings are checked (matching.training.losses.distilled)."""
+    task_kind = str((cfg.get("task") or {}).get("kind") or "classify")
+    loss = loss_class(cfg.loss)
+    if loss.compares_candidates and task_kind != "rank":
+        raise ConfigError(
+            f"the loss {loss.__name__} ({cfg.loss._target_}) compares the candidates of one query: it needs a ranking "
+            "task (task.kind=rank, e.g. task=wikiqa or task=pairs_rank); a classification task trains with "
+            "loss=pointwise"
+        )
+    distillation = Distillation.of(cfg, task_kind)
+    if distillation is not None and distillation.compares_candidates and task_kind != "rank":
+        raise ConfigError(
+            f"distill.loss={distillation.loss} compares the candidates of one query: it needs a ranking task; a "
+            "classification task distils with distill.loss=kl (or auto)"
+        )
 
 
 def check_capture(cfg: DictConfig) -> None:

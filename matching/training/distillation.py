@@ -10,10 +10,9 @@ teacher through its own text pipeline, and kept:
 - in the run, `teacher/logits.npy` with `teacher/teacher.json` (the key, each teacher, the pairs, the seconds it
   took), so that the run says what it learnt from.
 
-The loss beside the labels' (`distill.weight` times it; matching.training.losses): `kl` (classification; or a ranking
-task's pairs one by one) to the teacher's probabilities at `distill.temperature`; for ranking, `margin_mse` (MarginMSE,
-Hofstätter et al. 2020: the teacher's margin between a query's positive and negative candidates) or `listwise_kl` (the
-teacher's distribution over a query's candidates). `auto`: kl for classification, margin_mse for ranking.
+The run's loss then holds them: matching.training.losses.distilled.DistilledLoss, the loss on the labels plus
+`distill.weight` times a loss against the teacher's logits (`distill.loss`: kl, margin_mse or listwise_kl; auto: kl
+for classification, margin_mse for ranking), built by matching.training.build.build_loss.
 """
 
 from __future__ import annotations

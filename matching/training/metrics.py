@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -194,6 +195,37 @@ class ClassificationMetrics(Metric):
             both = 0 < positives < len(is_positive)
             out["auroc"] = binary_auroc(log_odds, is_positive, thresholds=None) if both else nan
         return {k: v.float() for k, v in out.items()}
+
+
+@dataclass(frozen=True)
+class TaskMetrics:
+    """What a training system evaluates, and so which metrics it keeps: the task (its name, `labels`, `kind` classify
+    or rank, `positive_label`) and the prefix of each evaluation split (`val_prefixes`, one per validation dataloader,
+    e.g. ["val", "val_mismatched"]; `test_prefixes`). Checked when made: a ranking task is pointwise over two labels
+    (no match, match), and the positive label is one of the labels."""
+
+    labels: tuple[str, ...]
+    kind: str = "classify"
+    val_prefixes: tuple[str, ...] = ("val",)
+    test_prefixes: tuple[str, ...] = ("test",)
+    task: str | None = None
+    positive_label: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("classify", "rank"):
+            raise ConfigError(f"task kind must be 'classify' or 'rank', got {self.kind!r}")
+        if self.kind == "rank" and len(self.labels) != 2:
+            raise ConfigError(f"ranking is pointwise with two labels (no-match, match), got {list(self.labels)}")
+        positive_index(self.labels, self.positive_label, self.kind)
+
+    @property
+    def positive(self) -> int | None:
+        """The index of the label whose binary metrics are reported (see `positive_index`)."""
+        return positive_index(self.labels, self.positive_label, self.kind)
+
+    @property
+    def prefixes(self) -> list[str]:
+        return [*self.val_prefixes, *self.test_prefixes]
 
 
 def label_keys(labels: Sequence[str]) -> list[str]:

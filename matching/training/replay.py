@@ -27,8 +27,10 @@ from dataclasses import dataclass
 
 import torch
 
-from matching.data.encoding import PackedSplit
-from matching.training.losses import compares_candidates
+from matching.data.encoding import EncodedSplit
+from matching.model.decomposable import run_batch
+from matching.model.precision import resolve
+from matching.training.losses import TrainingLoss
 
 log = logging.getLogger(__name__)
 
@@ -40,43 +42,46 @@ class CapturedStep:
     graph: torch.cuda.CUDAGraph
     index: torch.Tensor
     loss: torch.Tensor
+    correct: torch.Tensor
 
 
 class StepReplay:
-    """The training steps of `system` (a MatchingSystem) with `optimizer`, on batches gathered from `packed` (the
-    training split, on the training device): `step(index, widths)` trains on the pairs `index` padded to `widths`
-    and returns the step's loss (on a GPU the replayed graph's output tensor, overwritten by the next replay)."""
+    """The training steps of a fit, on batches gathered from `split` (the training split, packed on the training
+    device when the fit starts) in batches of `batch_size` (a batch of another size runs eagerly); `warmup`: the eager
+    steps of each batch shape before its capture; `capture_graphs=False`: every step eager (the baseline of
+    benchmarks/bench_replay.py). The system that owns it (MatchingSystem, `capture=true`) starts each fit with
+    `start(model, loss, optimizer, compute_dtype, device)`: the model, loss and optimiser whose steps are replayed,
+    forward passes in `compute_dtype` (matching.model.precision); the graphs of an earlier fit, which hold the
+    addresses of its optimiser state, are dropped. Then `step(index, widths)` trains on the pairs `index` padded to
+    `widths` and returns the step's loss and its count of correctly predicted pairs (on a GPU the replayed graph's
+    output tensors, overwritten by the next replay)."""
 
-    def __init__(
-        self,
-        system,
-        optimizer: torch.optim.Optimizer,
-        packed: PackedSplit,
-        batch_size: int,
-        warmup: int = 2,
-        capturable: bool = True,
-    ):
-        self.system, self.optimizer, self.packed = system, optimizer, packed
-        self.device = packed.labels.device
-        self.batch_size, self.warmup = batch_size, warmup
-        self.captures = self.device.type == "cuda" and capturable
+    def __init__(self, split: EncodedSplit, batch_size: int, warmup: int = 2, capture_graphs: bool = True):
+        self.split, self.batch_size, self.warmup, self.capture_graphs = split, batch_size, warmup, capture_graphs
+
+    def start(self, model: torch.nn.Module, loss: TrainingLoss, optimizer: torch.optim.Optimizer, compute_dtype: str,
+              device: torch.device) -> None:  # fmt: skip
+        """A fit starts: what it trains, the split on its device, no graph yet."""
+        self.model, self.loss, self.optimizer, self.compute_dtype = model, loss, optimizer, compute_dtype
+        self.device = torch.device(device)
+        self.packed = self.split.packed(self.device)
+        # The losses that compare a query's candidates run different operations for every batch: none is captured.
+        self.captures = self.capture_graphs and self.device.type == "cuda" and not loss.compares_candidates
         self.graphs: dict[tuple[int, int], CapturedStep] = {}
         self.seen: Counter[tuple[int, int]] = Counter()
         self.replayed = self.eager = 0
-        if system.teacher_logits is not None:  # indexed inside the step: on the device once, not copied each step
-            system.teacher_logits = system.teacher_logits.to(self.device)
         if self.captures:
             self.pool = torch.cuda.graph_pool_handle()  # one memory pool for every shape's graph (replayed in turn)
             self.stream = torch.cuda.Stream(self.device)
 
-    def step(self, index: torch.Tensor, widths: tuple[int, int]) -> torch.Tensor:
+    def step(self, index: torch.Tensor, widths: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         widths = (int(widths[0]), int(widths[1]))
         captured = self.graphs.get(widths)
         if captured is not None and len(index) == self.batch_size:
             captured.index.copy_(index, non_blocking=True)
             captured.graph.replay()
             self.replayed += 1
-            return captured.loss
+            return captured.loss, captured.correct
         if not self.captures or len(index) != self.batch_size or self.seen[widths] < self.warmup:
             self.seen[widths] += 1
             self.eager += 1
@@ -93,7 +98,7 @@ class StepReplay:
                 f"batch shape), {self.eager} run eagerly (each shape's first {self.warmup}, and batches of another "
                 f"size)")  # fmt: skip
 
-    def _eager(self, index: torch.Tensor, widths: tuple[int, int]) -> torch.Tensor:
+    def _eager(self, index: torch.Tensor, widths: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         self.optimizer.zero_grad(set_to_none=True)
         if not self.captures:
             return self._run(index, widths)
@@ -101,34 +106,33 @@ class StepReplay:
         # engine's streams) is then set up for the stream the graph is captured on.
         self.stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.stream):
-            loss = self._run(index, widths)
+            step = self._run(index, widths)
         torch.cuda.current_stream(self.device).wait_stream(self.stream)
-        return loss
+        return step
 
-    def _capture(self, index: torch.Tensor, widths: tuple[int, int]) -> torch.Tensor:
+    def _capture(self, index: torch.Tensor, widths: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         static = index.clone()  # outside the graph's pool: the input every replay copies its indices into
         self.optimizer.zero_grad(set_to_none=True)  # the graph's backward then writes gradients of its own
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            loss = self._run(static, widths)
-        self.graphs[widths] = CapturedStep(graph, static, loss)
+            loss, correct = self._run(static, widths)
+        self.graphs[widths] = CapturedStep(graph, static, loss, correct)
         graph.replay()  # a capture records the step without running it: this is the step of this batch
         self.replayed += 1
-        return loss
+        return loss, correct
 
-    def _run(self, index: torch.Tensor, widths: tuple[int, int]) -> torch.Tensor:
-        """One step, as Lightning's automatic optimisation runs it: forward and loss under the run's autocast,
-        backward and the optimiser's update outside it."""
-        system = self.system
+    def _run(self, index: torch.Tensor, widths: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step, as Lightning's automatic optimisation runs it: forward (as MatchingSystem.predict_step) and loss
+        under the run's autocast, backward and the optimiser's update outside it; the loss and the correct count."""
         batch = self.packed.gather(index, widths)
         with self._forward_context():
-            logits = system.predict_step(batch).logits
-            loss = system.training_loss(logits, batch)
-        system.count_correct(logits, batch["label"])
+            logits = run_batch(self.model, batch, resolve(self.compute_dtype, self.device)).logits
+            loss = self.loss(logits, batch)
+        correct = (logits.detach().argmax(-1) == batch["label"]).sum()
         with torch.autocast(self.device.type, enabled=False):
             loss.backward()
             self.optimizer.step()
-        return loss.detach()
+        return loss.detach(), correct
 
     def _forward_context(self) -> AbstractContextManager:
         """The run's autocast (bf16-mixed, which Lightning enters around the training step), with its cache of cast
@@ -163,12 +167,6 @@ class UpdateInStep:
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.inner.load_state_dict(state_dict)
-
-
-def capturable_loss(loss_kind: str, distill: dict | None) -> bool:
-    """Whether a step of this loss can be captured: the pointwise loss (and distillation's per-pair KL) computes the
-    same operations for every batch of one shape; the losses that compare a query's candidates do not."""
-    return not compares_candidates(loss_kind, distill)
 
 
 def make_capturable(optimizer: torch.optim.Optimizer) -> None:

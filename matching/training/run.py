@@ -44,11 +44,10 @@ from matching.saved.earlier_versions import upgraded
 from matching.saved.examples import curated, write_run_examples
 from matching.saved.provenance import write_provenance
 from matching.saved.run_folder import find_run_dir
-from matching.training.build import AtomicCheckpointIO, build_datamodule, build_system, check_writable
-from matching.training.callbacks import EpochNumbers, progress_bar_shown, run_callbacks, training_threads
+from matching.training.build import AtomicCheckpointIO, build_datamodule, build_systems, check_writable
+from matching.training.callbacks import progress_bar_shown, run_callbacks, training_threads
 from matching.training.config_checks import check_config
 from matching.training.datamodule import PairDataModule, split_prefix
-from matching.training.distillation import teacher_logits
 from matching.training.metrics import chance_warnings, check_monitor, positive_index
 from matching.training.scores import write_recorded
 from matching.training.sweeps import check_sweep_processes, is_sweep_job, prior_run
@@ -224,13 +223,13 @@ def _train(cfg: DictConfig) -> dict[str, float]:
         check_metrics(cfg, dm)
         write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
         dm.setup("fit")
+        keep_examples(cfg, dm, run_dir)
         dm.vocab.save(run_dir / "vocab.txt")
         vectors = dm.vectors.matrix(dm.vocab, cfg.seed, cfg.paths.cache_dir)
         gpu = cfg.trainer.get("accelerator") in ("gpu", "cuda") and torch.cuda.is_available()
         write_provenance(
             cfg, dm.task, dm.vectors, run_dir, describe(cfg.get("dtype", "fp32"), "cuda" if gpu else "cpu")
         )
-        keep_examples(cfg, dm, run_dir)
     else:  # the same vocabulary; the checkpoint restores every weight, the vectors file is not needed
         dm = build_datamodule(cfg, vocab=Vocabulary.load(run_dir / "vocab.txt"))
         check_metrics(cfg, dm)
@@ -239,9 +238,9 @@ def _train(cfg: DictConfig) -> dict[str, float]:
     model = build_model(cfg, vectors, num_classes=len(dm.labels), source=dm.vectors)
     if cfg.get("compile"):
         model.compile(mode=str(cfg.get("compile_mode") or "default"))  # in place: checkpoint keys stay the same
-    system = build_system(cfg, model, dm)
-    if system.distill is not None:  # the teacher's logits of the training pairs, computed once (cached)
-        system.teacher_logits = torch.from_numpy(teacher_logits(cfg, dm, run_dir, system.distill["teachers"]))
+    # After the model (a teacher's assembly draws random numbers): with a teacher, the loss holds its logits of the
+    # training pairs (computed once, cached). The second system evaluates the best checkpoint at the end.
+    system, evaluation = build_systems(cfg, model, dm, run_dir)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("model: %s aligner, %s trainable parameters", type(model.aligner).__name__, f"{trainable:,}")
     log.info("numerics: %s", numerics(cfg))
@@ -275,19 +274,17 @@ def _train(cfg: DictConfig) -> dict[str, float]:
         metrics["best_epoch"] = 1 + int(
             torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=False)["epoch"]
         )
-        for callback in callbacks:  # the best checkpoint's evaluations are logged under its epoch
-            if isinstance(callback, EpochNumbers):
-                callback.evaluated = metrics["best_epoch"]
-        system.record_predictions = True  # each pair's prediction, for scores/ (matching.training.scores)
-        for result in trainer.validate(system, datamodule=dm, ckpt_path="best", verbose=False):
+        # The best checkpoint evaluated by a system that keeps each pair's prediction, for scores/
+        # (matching.training.scores).
+        for result in trainer.validate(evaluation, datamodule=dm, ckpt_path="best", verbose=False):
             metrics |= _floats(result)
         if cfg.test and dm.test_splits:
-            for result in trainer.test(system, datamodule=dm, ckpt_path="best", verbose=False):
+            for result in trainer.test(evaluation, datamodule=dm, ckpt_path="best", verbose=False):
                 metrics |= _floats(result)
         if trainer.is_global_zero:
-            write_recorded(run_dir, system.recorded, dm, system.labels, system.kind)
-            if system.kind == "rank":
-                for warning in chance_warnings(dm.task.name, system.recorded, metrics):
+            write_recorded(run_dir, evaluation.recorded, dm, evaluation.labels, evaluation.kind)
+            if evaluation.kind == "rank":
+                for warning in chance_warnings(dm.task.name, evaluation.recorded, metrics):
                     log.warning(warning)
     if trainer.is_global_zero:
         write_json(run_dir / "metrics.json", metrics)

@@ -36,7 +36,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from matching.saved.earlier_versions import current_targets
+from matching.saved.earlier_versions import current_form, current_overrides
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ def prior_run(cfg: DictConfig, run_dir: Path) -> PriorRun:
     if not saved_file.exists():
         return PriorRun("new")
     saved = yaml.safe_load(saved_file.read_text()) or {}
-    current_targets(saved)  # a run saved before the package's rooms names its classes where they were then
+    current_form(saved)  # a run saved before the package's rooms or the loss group, read in today's form
     current = OmegaConf.to_container(cfg, resolve=True)
     ignored = location_keys(cfg)
     if not (current.get("task") or {}).get("labels"):  # a generic task's label names, read from the data at the
@@ -193,7 +193,7 @@ def planned_jobs(sweep_dir: Path) -> list[tuple[str, ...]] | None:
     except (HydraException, yaml.YAMLError, AttributeError, ValueError) as err:
         log.warning("cannot tell which runs %s was meant to hold (%s); only the runs found are reported", multirun, err)
         return None
-    return [tuple(job) for job in jobs]
+    return [tuple(current_overrides(job, warn=False)) for job in jobs]  # a sweep's old spellings read as today's
 
 
 def grid(overrides: list) -> list[tuple[str, ...]]:

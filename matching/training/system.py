@@ -15,28 +15,19 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from matching.errors import ConfigError
 from matching.model.decomposable import MatchOutput, run_batch
 from matching.model.precision import check, forward_in, resolve
 from matching.training.callbacks import batches_trained
-from matching.training.losses import (
-    check_distill,
-    check_loss,
-    kl_to_teacher,
-    listwise_kl,
-    listwise_softmax,
-    margin_mse,
-    pairwise_hinge,
-)
+from matching.training.losses import TrainingLoss
 from matching.training.metrics import (
     ClassificationMetrics,
     EvaluationRecord,
     RankingMetrics,
+    TaskMetrics,
     describe,
     match_margin,
-    positive_index,
 )
-from matching.training.replay import StepReplay, UpdateInStep, capturable_loss, make_capturable
+from matching.training.replay import StepReplay, UpdateInStep, make_capturable
 
 log = logging.getLogger(__name__)
 
@@ -44,96 +35,67 @@ OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 
 class MatchingSystem(pl.LightningModule):
-    """Cross-entropy training of `model` (called as model(a_ids, b_ids) -> MatchOutput), optionally
-    weighted per class (`class_weights`, e.g. inverse class frequencies for WikiQA's 5 % positives).
+    """The training of `model` (called as model(a_ids, b_ids) -> MatchOutput) with `loss` (a TrainingLoss of
+    matching.training.losses: pointwise cross-entropy, the pairwise hinge or the listwise softmax, each possibly
+    wrapped in distillation's loss against a teacher) and the optimiser `optimizer` makes of its parameters, and
+    its evaluation on the splits of `metrics` (matching.training.metrics.TaskMetrics). A system built for evaluation
+    alone (`evaluate`, a run's final evaluation) has neither loss nor optimiser. Built by `hydra.utils.instantiate`
+    from the run's `system` node (matching.training.build.build_systems), which gives it everything it uses.
 
-    kind="classify": logged keys `{prefix}/{loss,acc}`, and per class `{prefix}/{precision,recall,f1}_<label>` and
-    `{prefix}/macro_f1`; with two labels also `{prefix}/{f1,precision,recall,ap,auroc}` of `positive_label` (None:
-    the second label). kind="rank" (pointwise ranking, label 1 = match): `{prefix}/{loss,acc}` and
-    `{prefix}/{map,mrr,top1,top2,top5,p1,mrr10,ndcg10,map_raw,mrr_raw,questions,...}`, computed per question. Both
-    over the whole split, once an evaluation (see matching.training.metrics). The prefix of each evaluation split is
-    given by `val_prefixes` (one per validation dataloader, e.g. ["val", "val_mismatched"]) and `test_prefixes`.
+    Evaluation is the same whatever the training loss: kind "classify" logs `{prefix}/{loss,acc}`, per class
+    `{prefix}/{precision,recall,f1}_<label>` and `{prefix}/macro_f1`, and with two labels also
+    `{prefix}/{f1,precision,recall,ap,auroc}` of the positive label; kind "rank" (label 1 = match) logs
+    `{prefix}/{loss,acc}` and `{prefix}/{map,mrr,top1,top2,top5,p1,mrr10,ndcg10,map_raw,mrr_raw,questions,...}`,
+    computed per question. Both over the whole split, once an evaluation (see matching.training.metrics); the
+    evaluation loss is the unweighted cross-entropy, so that it compares across training losses.
+
     `compute_dtype` is the arithmetic of every forward pass, a `dtype=` value: fp32, bf16 or auto (see
-    matching.model.precision). `loss_kind` (a ranking task only): pointwise (the cross-entropy above), pairwise (a hinge
-    of `margin` over each query's positive/negative candidates) or listwise (softmax cross-entropy over each query's
-    candidates), on the match margin of each pair (see matching.training.losses); evaluation is the same for all three.
+    matching.model.precision). `replay` (`capture=true`): the whole training step is ours, replayed as a CUDA graph
+    per batch shape on a GPU (matching.training.replay); Lightning still runs the loop around it. `scorer`: the
+    logits of an evaluation batch from another backend (`evaluate backend=onnx`) instead of the model.
+    `record_predictions`: every evaluated pair's prediction is kept, in `recorded` (a run's final evaluation,
+    `evaluate`; matching.training.scores writes them).
     """
 
     def __init__(
         self,
         model: nn.Module,
+        loss: TrainingLoss | None,
         optimizer: OptimizerFactory | None,
-        labels: Sequence[str],
-        kind: str = "classify",
-        val_prefixes: Sequence[str] = ("val",),
-        test_prefixes: Sequence[str] = ("test",),
-        task: str | None = None,
-        class_weights: Sequence[float] | None = None,
+        metrics: TaskMetrics,
         compute_dtype: str = "fp32",
-        positive_label: str | None = None,
-        loss_kind: str = "pointwise",
-        margin: float = 1.0,
-        distill: dict[str, Any] | None = None,
-        capture: bool = False,
+        replay: StepReplay | None = None,
+        scorer: Callable[[dict[str, Any]], torch.Tensor] | None = None,
+        record_predictions: bool = False,
     ):
         super().__init__()
-        self.task = task
+        self.model, self.loss, self.optimizer_factory = model, loss, optimizer
         self.compute_dtype = check(compute_dtype)
-        self.model = model
-        self.optimizer_factory = optimizer
-        self.labels = list(labels)
-        self.val_prefixes, self.test_prefixes = list(val_prefixes), list(test_prefixes)
-        if kind not in ("classify", "rank"):
-            raise ConfigError(f"task kind must be 'classify' or 'rank', got {kind!r}")
-        if kind == "rank" and len(self.labels) != 2:
-            raise ConfigError(f"ranking is pointwise with two labels (no-match, match), got {self.labels}")
-        self.kind = kind
-        check_loss(loss_kind, kind, class_weights, margin)
-        self.loss_kind, self.margin = loss_kind, float(margin)
-        if distill is not None:
-            check_distill(distill["loss"], kind, distill["weight"], distill["temperature"])
-        self.distill = distill
-        # The teacher's logits of every training pair (matching.training.distillation), set before training; not saved.
-        self.teacher_logits: torch.Tensor | None = None
-        n = len(self.labels)
-        if class_weights is not None and len(class_weights) != n:
-            raise ConfigError(f"loss.class_weights needs one weight per label {self.labels}, got {list(class_weights)}")
-        # Training loss only; evaluation losses stay unweighted so that they compare across settings.
-        weights = None if class_weights is None else torch.tensor([float(w) for w in class_weights])
-        self.register_buffer("class_weights", weights, persistent=False)
-        self.ranking = nn.ModuleDict(
-            {p: RankingMetrics() for p in self.val_prefixes + self.test_prefixes} if kind == "rank" else {}
-        )
-        self.positive = positive_index(self.labels, positive_label, kind)
+        self.task, self.kind, self.labels = metrics.task, metrics.kind, list(metrics.labels)
+        self.val_prefixes, self.test_prefixes = list(metrics.val_prefixes), list(metrics.test_prefixes)
+        self.positive = metrics.positive
+        prefixes = metrics.prefixes
+        self.ranking = nn.ModuleDict({p: RankingMetrics() for p in prefixes} if self.kind == "rank" else {})
         self.classification = nn.ModuleDict(
-            {p: ClassificationMetrics(self.labels, self.positive) for p in self.val_prefixes + self.test_prefixes}
-            if kind == "classify"
-            else {}
+            {p: ClassificationMetrics(self.labels, self.positive) for p in prefixes} if self.kind == "classify" else {}
         )
         # Training accuracy: correct pairs counted on the device, summed over processes once an epoch.
         self.register_buffer("train_correct", torch.zeros((), dtype=torch.long), persistent=False)
         self.train_seen = 0
-        prefixes = self.val_prefixes + self.test_prefixes
-        self.eval_acc = nn.ModuleDict({p: MulticlassAccuracy(n, average="micro") for p in prefixes})
+        self.eval_acc = nn.ModuleDict({p: MulticlassAccuracy(len(self.labels), average="micro") for p in prefixes})
         # A metric object (not a plain per-process mean) so that the loss is exact over all processes.
         # No NaN check per update (each one would wait for the device); a NaN loss shows in the mean all the same.
         self.eval_loss = nn.ModuleDict({p: MeanMetric(nan_strategy="disable") for p in prefixes})
-        # Every pair's prediction, kept only when asked (the final evaluation of a run, `evaluate`): `recorded`.
-        self.record_predictions = False
-        # Evaluation through another backend (`evaluate backend=onnx`): the batch's logits from it, not the model.
-        self.score_batch: Callable[[dict[str, Any]], torch.Tensor] | None = None
+        self.scorer, self.record_predictions = scorer, record_predictions
         self.records = nn.ModuleDict({p: EvaluationRecord() for p in prefixes})
         self.recorded: dict[str, dict[str, np.ndarray]] = {}
-        # `capture=true`: the whole step (batch gather, forward, loss, backward, update) is ours, replayed as a CUDA
-        # graph per batch shape on a GPU (matching.training.replay); Lightning still runs the loop around it.
-        self.capture = bool(capture)
-        self.automatic_optimization = not self.capture
-        self.replay: StepReplay | None = None
+        self.replay = replay
+        self.automatic_optimization = replay is None
 
     #: Plain values that Lightning and the training step set several times a step (the name of the hook being run;
     #: the pairs counted). nn.Module.__setattr__ checks every assignment against the parameters, buffers and
     #: submodules, about 1.3 µs each on a CPU; these can never be one, so they are set directly: ~45 a step.
-    _PLAIN_ATTRIBUTES = frozenset({"_current_fx_name", "train_seen", "replay"})
+    _PLAIN_ATTRIBUTES = frozenset({"_current_fx_name", "train_seen"})
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in self._PLAIN_ATTRIBUTES:
@@ -150,10 +112,10 @@ class MatchingSystem(pl.LightningModule):
         return run_batch(self.model, batch, resolve(self.compute_dtype, batch["a"].device))
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        if self.capture:
+        if self.replay is not None:
             return self._replayed_step(batch, batch_idx)
         logits = self.predict_step(batch).logits
-        loss = self.training_loss(logits, batch)
+        loss = self.loss(logits, batch)
         self.count_correct(logits, batch["label"])
         self._log_step_loss(loss.detach(), batch_idx, len(batch["label"]))
         return loss
@@ -173,54 +135,24 @@ class MatchingSystem(pl.LightningModule):
             self.log("train/loss", loss.clone() if copy else loss, prog_bar=True, batch_size=size)
 
     def _replayed_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        """`capture=true`: the step of matching.training.replay on the pairs `batch["index"]` padded to
-        `batch["widths"]` (matching.training.batching.IndexCollator), run as the closure of Lightning's optimiser
-        step, so that Lightning counts it (global_step, checkpoints, validation intervals) as one of its own; the
-        optimiser it steps (UpdateInStep) leaves the update to the replayed graph. Its loss is returned for the
-        callbacks that watch it (FiniteLossGuard, after the update)."""
+        """`capture=true`: the step of `replay` on the pairs `batch["index"]` padded to `batch["widths"]`
+        (matching.training.batching.IndexCollator), run as the closure of Lightning's optimiser step, so that
+        Lightning counts it (global_step, checkpoints, validation intervals) as one of its own; the optimiser it steps
+        (UpdateInStep) leaves the update to the replayed graph. Its loss is returned for the callbacks that watch it
+        (FiniteLossGuard, after the update)."""
         optimizer = self.optimizers()
-        if self.replay is None:
-            packed = self.trainer.datamodule.splits["train"].packed(self.device)
-            self.replay = StepReplay(self, optimizer.inner, packed, self.trainer.datamodule.batch_size,
-                                     capturable=capturable_loss(self.loss_kind, self.distill))  # fmt: skip
-        loss = optimizer.step(closure=lambda: self.replay.step(batch["index"], batch["widths"]))
+        loss, correct = optimizer.step(closure=lambda: self.replay.step(batch["index"], batch["widths"]))
+        self.train_correct.add_(correct)
         self._log_step_loss(loss, batch_idx, len(batch["index"]), copy=True)
         return loss
 
     def on_train_start(self) -> None:
-        self.replay = None  # graphs hold the addresses of this fit's optimiser state and split
+        if self.replay is not None:  # graphs hold the addresses of this fit's optimiser state and split
+            self.replay.start(self.model, self.loss, self.optimizers().inner, self.compute_dtype, self.device)
 
     def on_train_end(self) -> None:
         if self.replay is not None:
             log.info("capture=true: %s", self.replay.describe())
-
-    def training_loss(self, logits: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
-        """The loss of `loss_kind` (matching.training.losses); the ranking losses score a pair by its match margin. With
-        a teacher, plus `distill.weight` times the distillation loss against its logits of the batch's pairs."""
-        loss = self.label_loss(logits, batch)
-        if self.distill is None:
-            return loss
-        if self.teacher_logits is None:
-            raise RuntimeError("distillation is configured but no teacher logits were set: a bug in matching")
-        teacher = self.teacher_logits.to(logits.device)[batch["index"]]
-        return loss + float(self.distill["weight"]) * self.distill_loss(logits, teacher, batch)
-
-    def label_loss(self, logits: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
-        if self.loss_kind == "pointwise":
-            return F.cross_entropy(logits, batch["label"], weight=self.class_weights)
-        scores = match_margin(logits)
-        if self.loss_kind == "pairwise":
-            return pairwise_hinge(scores, batch["label"], batch["group"], self.margin)
-        return listwise_softmax(scores, batch["label"], batch["group"])
-
-    def distill_loss(self, logits: torch.Tensor, teacher: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
-        kind, temperature = self.distill["loss"], float(self.distill["temperature"])
-        if kind == "kl":
-            return kl_to_teacher(logits, teacher, temperature)
-        scores, taught = match_margin(logits), match_margin(teacher)
-        if kind == "margin_mse":
-            return margin_mse(scores, taught, batch["label"], batch["group"])
-        return listwise_kl(scores, taught, batch["group"], temperature)
 
     def on_train_epoch_end(self) -> None:
         counts = torch.stack([self.train_correct, self.train_correct.new_tensor(self.train_seen)])
@@ -231,7 +163,7 @@ class MatchingSystem(pl.LightningModule):
             self.log("train/acc", correct / seen)
 
     def _eval_step(self, batch: dict[str, Any], prefix: str) -> None:
-        logits = self.predict_step(batch).logits if self.score_batch is None else self.score_batch(batch)
+        logits = self.predict_step(batch).logits if self.scorer is None else self.scorer(batch)
         loss = F.cross_entropy(logits, batch["label"])
         size = len(batch["label"])
         metric = self.eval_acc[prefix]
@@ -332,7 +264,7 @@ class MatchingSystem(pl.LightningModule):
             groups = [{"params": [p for p in trained if id(p) not in own]},
                       {"params": [p for p in trained if id(p) in own], "lr": lr}]  # fmt: skip
             optimizer = self.optimizer_factory(groups)
-        if not self.capture:
+        if self.replay is None:
             return optimizer
         if self.device.type == "cuda":
             make_capturable(optimizer)
