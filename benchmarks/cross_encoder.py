@@ -16,7 +16,7 @@ them: `python -m matching.results.publish push fine_tuning`): `scores/val.csv` (
 columns and filtered protocol of a run's score file), `metrics.json` (MAP, MRR, training minutes, pairs, epochs)
 and `model/` (the fine-tuned CrossEncoder, for benchmarks/bench_rerank.py --cross-encoder). A seed whose folder
 holds metrics.json is read, not trained again; one stopped between epochs (a sitting's end: a WikiQA seed of 8
-epochs is about 3.6 hours on one thread) continues from its last finished epoch (`<seed>/resume.pt`), with the
+epochs is longer than one on one thread) continues from its last finished epoch (`<seed>/resume.pt`), with the
 numbers of an unbroken run.
 
 `--compare NAME=GLOB` (repeatable; a bare glob is named "ours"): run folders of ours (each a training run with
