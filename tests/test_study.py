@@ -1,6 +1,7 @@
 """`matching-study`: the protocol (select on dev, confirm over seeds, test once), resuming, and the page, on a
 fixture task built so that its test split would choose the other setting."""
 
+import dataclasses
 import json
 import random
 import re
@@ -51,7 +52,7 @@ def study_file(tmp: Path, data: Path) -> Path:
         "tasks": {"overlap": ["task=pairs", f"task.splits.train.path={data}/train.tsv",
                               f"task.splits.dev.path={data}/dev.tsv", f"task.splits.test.path={data}/test.tsv"]},
         "train": ["embeddings=glove", f"embeddings.path={FIXTURE_VECTORS}", "embeddings.dim=20", "model.hidden=16",
-                  "data.batch_size=8", "trainer.max_epochs=12", "trainer.enable_progress_bar=false", "dtype=fp32"],
+                  "data.batch_size=8", "trainer.max_epochs=6", "trainer.enable_progress_bar=false", "dtype=fp32"],
         "seeds": [1, 2, 3],
         "selection_seeds": [1],
         "baselines": ["softmax"],
@@ -334,3 +335,20 @@ def test_a_family_against_its_twin_on_the_page_and_in_the_seed_rule(study, tmp_p
     node["twins"] = {"coda": "nosuch"}
     with pytest.raises(ConfigError, match="study.twins: 'nosuch' is not one of the families"):
         read_spec(node)
+
+
+def test_two_families_that_would_train_the_same_config_are_refused_before_any_run(tmp_path):
+    """study=scitail once compared `aligner=coda` with `aligner=coda aligner.center_tokens=true`: CoDA centres by
+    default, so both trained the same model. A study says so before it trains, naming both families; every shipped
+    study's families differ."""
+    from matching.errors import ConfigError
+    from matching.studies.protocol import check_families_differ
+    from matching.studies.spec import read_spec
+
+    spec = read_spec(yaml.safe_load((ROOT / "conf" / "study" / "scitail.yaml").read_text()))
+    check_families_differ(spec)
+    same = dataclasses.replace(spec.families["coda"], overrides=("aligner=coda",))
+    with pytest.raises(ConfigError, match="the families coda and coda_centred train the same config"):
+        check_families_differ(dataclasses.replace(spec, families={**spec.families, "coda": same}))
+    for path in sorted((ROOT / "conf" / "study").glob("*.yaml")):
+        check_families_differ(read_spec(yaml.safe_load(path.read_text())))

@@ -126,10 +126,47 @@ class StudyOutcome:
     seeds: SeedPlan | None = None  # an adaptive study's decisions and the seeds each family took
 
 
+def check_families_differ(spec: StudySpec) -> None:
+    """A ConfigError when two families without a grid would train the same config (on the study's first task): their
+    comparison would measure nothing but seeds, as study=scitail's `aligner=coda` beside `aligner=coda
+    aligner.center_tokens=true` did (CoDA centres its tokens by default)."""
+    from contextlib import nullcontext
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from matching.files import config_dir
+    from matching.saved.earlier_versions import current_overrides
+
+    task_overrides = next(iter(spec.tasks.values()), ())
+    seen: dict[str, str] = {}
+    # Under `python -m matching.study` Hydra is initialised on the package's configs already; from Python, not yet.
+    hydra = nullcontext() if GlobalHydra.instance().is_initialized() else initialize_config_dir(
+        config_dir=str(config_dir()), version_base="1.3", job_name="study")  # fmt: skip
+    with hydra:
+        for name, family in spec.families.items():
+            if family.grid:
+                continue
+            overrides = current_overrides([*task_overrides, *spec.train, *family.overrides], warn=False)
+            cfg = compose("train", overrides=overrides)
+            key = json.dumps(OmegaConf.to_container(cfg, resolve=False), sort_keys=True, default=str)
+            if key in seen:
+                raise ConfigError(
+                    f"study {spec.name}: the families {seen[key]} and {name} train the same config "
+                    f"({' '.join(spec.families[seen[key]].overrides)} and {' '.join(family.overrides)} compose alike), "
+                    "so their comparison would measure nothing; give one of them the override that makes it what its "
+                    "label says (an aligner's defaults are in conf/aligner/<name>.yaml)"
+                )
+            seen[key] = name
+
+
 def run_study(spec: StudySpec, study_dir: Path, how: Launch, train: bool = True) -> StudyOutcome:
     """Runs the protocol (without training when `train` is False: the choices and test as the files stand)."""
     runs_dir = study_dir / "runs"
     ok = True
+    if train:
+        check_families_differ(spec)
     first = selection_runs(spec)
     if train:
         ok = launch(first, spec, study_dir, how, "select")
