@@ -140,7 +140,7 @@ def load(
     if encoder_backend == "onnx":
         from matching.inference.onnx_encoder import OnnxEncoder
 
-        encoder = predictor.backend.text_encoder
+        encoder = predictor.backend.text_states
         if encoder is None or predictor.backend.device != "cpu":
             raise RunError("encoder_backend=onnx runs a contextual model's encoder (frozen or fine-tuned) on ONNX "
                            "Runtime for new text, with the model on PyTorch on the CPU (backend=torch, device=cpu); "
