@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_rerank import Question, ranking_questions  # noqa: E402
 
 from matching.files import write_atomic  # noqa: E402
-from matching.model.contextual import MINILM, locate_encoder  # noqa: E402
+from matching.model.pretrained_encoder import MINILM, locate_encoder  # noqa: E402
 from matching.results.significance import holm, method_test  # noqa: E402
 from matching.training.metrics import question_scores  # noqa: E402
 from matching.training.scores import unit_scores  # noqa: E402

@@ -118,7 +118,7 @@ def onnx_scorer(run: TrainedModel, quantize: str | None):
     import numpy as np
     import torch
 
-    from matching.inference import load
+    from matching.inference.onnx_backend import OnnxBackend
 
     if run.source.reads_every_word:
         raise RunError(
@@ -126,7 +126,9 @@ def onnx_scorer(run: TrainedModel, quantize: str | None):
             "the encoder's cached word states, which its ONNX graph does not take. Evaluate it with backend=torch, or "
             "score a file with matching-predict backend=onnx"
         )
-    backend = load(run.weights_file, backend="onnx", quantize=quantize, config=run.cfg).backend
+    # The graph's own runtime, not a Predictor's Backend: evaluation's batches are already made (the ids of the
+    # splits as training batches them), so they go straight to the session (OnnxBackend.run).
+    backend = OnnxBackend.from_trained(run, device="cpu", threads=0, quantize=quantize)
 
     def score(batch: dict) -> torch.Tensor:
         a, b = batch["a"].numpy(), batch["b"].numpy()

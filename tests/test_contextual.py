@@ -18,8 +18,9 @@ from omegaconf import OmegaConf
 from matching import Matcher
 from matching.data.pairs import Pair
 from matching.errors import RunError
-from matching.model.contextual import ContextualEncoder, WordPieces
+from matching.model.contextual import ContextualEncoder
 from matching.model.encoders import EncoderError, pool_words
+from matching.model.pretrained_encoder import WordPieces
 from matching.saved.run_folder import load_run
 from matching.training.build import build_datamodule
 from matching.training.run import train
@@ -46,9 +47,10 @@ def test_word_states_are_the_encoders_piece_states_averaged(tiny_encoder):
 
     enc = ContextualEncoder(str(tiny_encoder), device="cpu")
     words = ["the", "cats", "sleeping", "!"]
-    (states,) = enc.encode([words])
-    ids = enc.tokenizer(words, is_split_into_words=True, add_special_tokens=False)
-    pieces = torch.tensor([[enc.tokenizer.cls_token_id, *ids["input_ids"], enc.tokenizer.sep_token_id]])
+    (states,) = enc.text_states.encode([words])
+    tokenizer = enc.pretrained.tokenizer
+    ids = tokenizer(words, is_split_into_words=True, add_special_tokens=False)
+    pieces = torch.tensor([[tokenizer.cls_token_id, *ids["input_ids"], tokenizer.sep_token_id]])
     model = transformers.AutoModel.from_pretrained(tiny_encoder).eval()
     with torch.no_grad():
         hidden = model(input_ids=pieces).last_hidden_state[0, 1:-1]
@@ -61,22 +63,22 @@ def test_word_states_are_the_encoders_piece_states_averaged(tiny_encoder):
 def test_a_text_encodes_the_same_alone_and_in_a_padded_batch(tiny_encoder):
     enc = ContextualEncoder(str(tiny_encoder), device="cpu")
     texts = [["a", "cat"], ["the", "dog", "is", "sleeping", "on", "the", "mat", "."], ["dogs"]]
-    together = enc.encode(texts)
+    together = enc.text_states.encode(texts)
     for text, states in zip(texts, together, strict=True):
-        np.testing.assert_allclose(enc.encode([text])[0], states, atol=1e-5)
+        np.testing.assert_allclose(enc.text_states.encode([text])[0], states, atol=1e-5)
 
 
 def test_long_texts_are_encoded_in_windows_and_counted(tiny_encoder, caplog):
     enc = ContextualEncoder(str(tiny_encoder), max_positions=12, stride=4, device="cpu")  # 10 pieces a window
     long = [f"w{i}" for i in range(9)]  # 2 pieces each: 18 pieces
-    inputs = enc.pieces([long, ["cat"]])
+    inputs = enc.pretrained.pieces([long, ["cat"]])
     assert inputs["ids"].shape[1] <= 12 and inputs["row"].tolist().count(0) == 3
     covered = {int(w) for w in inputs["word"][inputs["row"] == 0].flatten() if w >= 0}
     assert covered == set(range(9))  # every word has its pieces in some window
-    enc.pieces.long_texts = 0  # counted since the last report: only the encoding below
+    enc.pretrained.pieces.long_texts = 0  # counted since the last report: only the encoding below
     with caplog.at_level(logging.WARNING):
-        states = enc.encode([long])[0]
-        enc.report("test")
+        states = enc.text_states.encode([long])[0]
+        enc.pretrained.pieces.report("test")
     assert states.shape == (9, 16) and np.isfinite(states).all() and np.abs(states).sum(1).min() > 0
     assert "1 texts were longer than 10 word pieces" in caplog.text
 
@@ -407,7 +409,7 @@ def test_fine_tuning_trains_only_the_top_layers(make_cfg, tiny_encoder, tmp_path
     pairs = [("a cat sat", "the cat sat on the mat"), ("dogs", "a dog barks loudly at the small cat"), ("a", "b")]
     expected = Matcher.load(run.weights_file).logits(pairs)
     session = ort.InferenceSession(str(export(run, "onnx", tmp_path / "onnx")), providers=["CPUExecutionProvider"])
-    _, logits = session.run(None, {k: v.numpy() for k, v in run.source.serving_inputs(run.text, pairs).items()})
+    _, logits = session.run(None, {k: v.numpy() for k, v in run.source.export.serving_inputs(run.text, pairs).items()})
     np.testing.assert_allclose(logits, expected, atol=1e-4)
     fake_hub.encoders["tiny/bert"] = tiny_encoder
     shared = Matcher.load(write_folder(run, tmp_path / "shared", encoder="tiny/bert"))
@@ -478,11 +480,11 @@ def test_the_frozen_layers_of_a_fine_tuned_encoder_never_run_dropout(tiny_encode
     """Only the trained top layers follow train(): the embeddings and the frozen layers stay in eval mode, so that
     their output for a text is one value, which can be cached; the top layers from that output give the whole
     encoder's states (eval)."""
-    module = ContextualEncoder(str(tiny_encoder), trainable_layers=1, device="cpu").word_encoder()
+    module = ContextualEncoder(str(tiny_encoder), trainable_layers=1, device="cpu").pretrained.word_encoder()
     module.train()
     assert [layer.training for layer in module.layers] == [False, True] and not module.encoder.embeddings.training
     enc = ContextualEncoder(str(tiny_encoder), device="cpu")
-    inputs = enc.pieces([["the", "cats", "sleeping"], [f"w{i}" for i in range(20)]])  # the second in windows
+    inputs = enc.pretrained.pieces([["the", "cats", "sleeping"], [f"w{i}" for i in range(20)]])  # the second in windows
     assert module.runs_from_lower_states(inputs["ids"], inputs["mask"]) < 1e-5
     module.train()
     first = module.lower_states(inputs["ids"], inputs["mask"])
@@ -690,7 +692,7 @@ def test_a_fine_tuned_run_ranks_against_an_index_of_its_own_encoders_states(tiny
         runs.append(Path(cfg.paths.output_dir))
     matcher = Matcher.load(runs[0], backend="torch")
     encoder = matcher._predictor.state_encoder()
-    pretrained = ContextualEncoder(str(tiny_encoder), device="cpu").encode([CANDIDATES[0].split()])[0]
+    pretrained = ContextualEncoder(str(tiny_encoder), device="cpu").text_states.encode([CANDIDATES[0].split()])[0]
     assert not np.allclose(encoder.encode([CANDIDATES[0].split()])[0], pretrained, atol=1e-3)  # its own weights
     plain = matcher.rank(QUESTION, CANDIDATES)
     assert matcher.index(CANDIDATES, save_to=tmp_path / "index").states.dtype == np.float32

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from matching.model import embeddings, vector_files
 from matching.model.vector_files import VectorsError, load_vectors, missing_vectors_message
@@ -408,3 +409,27 @@ def test_a_first_run_reads_the_vectors_file_once(make_cfg, monkeypatch):
     assert found.any() and len(passes) == 2
     rebuilt = dm.vocab.embedding_matrix(direct, found, direct.shape[1], cfg.seed)
     np.testing.assert_array_equal(table.numpy(), rebuilt)
+
+
+def test_a_source_written_for_the_earlier_interface_is_told_where_its_export_and_sharing_hooks_went():
+    """Export and sharing ask a source's parts (`export`, `sharing`) now: a subclass that still defines the earlier
+    hooks is warned when it is defined, naming each hook's new place, rather than having them ignored silently."""
+    from matching.model.embeddings import EmbeddingSource, SourceExport, SourceSharing
+
+    with pytest.warns(FutureWarning, match="describe is card_line.*serving_spec is source.export.serving_spec"):
+
+        class OldSource(EmbeddingSource):
+            dim = 4
+
+            def matrix(self, vocab, seed, cache_dir=None):
+                return torch.zeros(len(vocab), 4)
+
+            def serving_spec(self, fmt, reference=None):
+                return {}
+
+            def describe(self, reference):
+                return "an old source"
+
+    source = OldSource()
+    assert isinstance(source.export, SourceExport) and isinstance(source.sharing, SourceSharing)
+    assert source.sharing.card_line(None) == "OldSource (4 dimensions)"

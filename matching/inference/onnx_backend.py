@@ -134,7 +134,7 @@ class OnnxBackend:
         self.threads, self.cap = threads, cap
         self.batch_pairs = CPU_BATCH_PAIRS  # ONNX Runtime's CPU provider
         self.device, self.can_align = "cpu", False  # the exported graph returns the logits only
-        self.text_encoder = None  # a contextual graph encodes each pair's texts itself
+        self.text_states = None  # a contextual graph encodes each pair's texts itself
         self.session = Sessions(self.ort, model_file)
         self.session(1)  # a broken file fails here, at load, not at the first request
 
@@ -249,7 +249,7 @@ def piece_inputs(text: TextPreparation, pieces_of: Callable[[list[list[str]]], l
 
 def contextual_inputs(parts):
     """A run's contextual graph's inputs: its word pieces from the run's own encoder tokenizer."""
-    pieces = parts.source.pieces
+    pieces = parts.source.export.pieces
     return piece_inputs(parts.text, pieces.pieces, (pieces.width, pieces.step, pieces.cls, pieces.sep, pieces.pad))
 
 

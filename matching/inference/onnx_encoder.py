@@ -31,15 +31,16 @@ class _LastHiddenState(nn.Module):
 
 
 class OnnxEncoder:
-    """`(ids, mask) -> (windows, pieces, hidden)` states of the source's frozen encoder, on ONNX Runtime with the
-    calling thread's intra-op thread count (a session per count, as ONNX Runtime fixes them per session)."""
+    """`(ids, mask) -> (windows, pieces, hidden)` states of the encoder of new text (a TextStates' `module`: frozen,
+    or a run's fine-tuned one), on ONNX Runtime with the calling thread's intra-op thread count (a session per
+    count, as ONNX Runtime fixes them per session)."""
 
-    def __init__(self, source, cache: Path):
+    def __init__(self, states, cache: Path):
         self.ort = require("onnxruntime", "export", "running the encoder on ONNX Runtime (encoder_backend=onnx)")
-        self.path = cache / "encoders" / f"{source.states_weights[:32]}-{source.max_positions}.onnx"
+        self.path = cache / "encoders" / f"{states.weights_sha256[:32]}-{states.encoder.max_positions}.onnx"
         if not self.path.is_file():
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path, lambda tmp: _export(source, tmp))
+            write_atomic(self.path, lambda tmp: _export(states, tmp))
         self.session = Sessions(self.ort, self.path)
         self.session(1)  # a broken file fails here, at load
 
@@ -52,13 +53,13 @@ class OnnxEncoder:
         return torch.from_numpy(self.session(threads).run(["states"], feed)[0])
 
 
-def _export(source, path: Path) -> None:
+def _export(states, path: Path) -> None:
     import warnings
 
     require("onnx", "export", "exporting the encoder to ONNX (encoder_backend=onnx)")
-    module = _LastHiddenState(source.module.encoder)
-    example = source.pieces([["what", "is", "a", "glacier", "cave"], ["a", "cave", "formed", "in", "ice"]])
-    windows, pieces = torch.export.Dim("windows"), torch.export.Dim("pieces", max=source.max_positions)
+    module = _LastHiddenState(states.module.encoder)
+    example = states.encoder.pieces([["what", "is", "a", "glacier", "cave"], ["a", "cave", "formed", "in", "ice"]])
+    windows, pieces = torch.export.Dim("windows"), torch.export.Dim("pieces", max=states.encoder.max_positions)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(module, (example["ids"], example["mask"]), input_names=["ids", "mask"],

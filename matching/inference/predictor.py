@@ -31,7 +31,7 @@ class Backend(Protocol):
     batch_pairs: int | None  # the most pairs a batch of a call holds (None: only the memory budget bounds it)
     device: str  # where it computes: "cpu", "cuda", "cuda:1", ...
     can_align: bool  # whether `alignment` answers (the PyTorch model keeps its matrices; an exported graph does not)
-    text_encoder: Any  # the contextual encoder (frozen or fine-tuned) that encodes new text outside the model, or None
+    text_states: Any  # what encodes new text outside the model (a contextual run's TextStates), or None
 
     def logits(self, prepared: PreparedPairs, index: np.ndarray) -> np.ndarray: ...
 
@@ -144,8 +144,9 @@ class Predictor:
 
     # -- an index of known texts' states ------------------------------------------------------------------------
     def state_encoder(self):
-        """The contextual encoder whose states an index keeps, or a RunError saying why this model has none."""
-        encoder = self.backend.text_encoder
+        """The contextual encoder's new-text states (matching.model.text_states.TextStates) that an index keeps, or
+        a RunError saying why this model has none."""
+        encoder = self.backend.text_states
         if encoder is not None:
             return encoder
         if not self.reads_every_word:

@@ -91,19 +91,17 @@ class TorchBackend:
         return run_batch(self.model, batch, self.compute)
 
     @property
-    def text_encoder(self):
-        """The contextual encoder that encodes new text outside the model, frozen or the run's fine-tuned one (None
-        for static vectors)."""
+    def text_states(self):
+        """What encodes new text outside the model: a contextual run's TextStates, its encoder frozen or the run's
+        fine-tuned one (None for static vectors)."""
         source = self.pipeline.source
-        if source is None or not source.reads_every_word:
-            return None
-        return source
+        return None if source is None else source.text_states
 
     @contextmanager
     def call(self, prepared: PreparedPairs) -> Iterator[None]:
         """One call's scope: a contextual encoder encodes each distinct text of the call once, here, and its batches
         read the states (a query is not encoded again with each of its candidates)."""
-        encoder = self.text_encoder
+        encoder = self.text_states
         if encoder is None:
             yield
             return

@@ -1,10 +1,14 @@
-"""The caches of a split's encoder states (matching.model.contextual), every distinct text of the split encoded once
-into a memory-mapped file keyed by the split and the encoder:
+"""A contextual run's training cache (`StatesCache`, a part of matching.model.contextual.ContextualEncoder): every
+distinct text of a split encoded once into a memory-mapped file under `paths.cache_dir/contextual/`, keyed by the
+split (its content, slice and text settings) and by the encoder (resolved folder, sha256 of its weights, pooling,
+positions, window stride), so that an epoch reads states instead of running the encoder:
 
 - under a frozen encoder, each word's state (the mean of its pieces' last hidden states), in float16 (`SplitStates`);
 - under an encoder whose top N layers are fine-tuned, the output of its frozen lower layers for every piece of every
   window, in float32 (`SplitPieceStates`): the trained layers then run from these on every batch, and the frozen
-  ones never run again (they always run in eval mode, so their output for a text never changes)."""
+  ones never run again (they always run in eval mode, so their output for a text never changes). Without that cache
+  (`embeddings.cache_frozen_layers=false`) a batch carries its texts' word pieces and the model runs the whole
+  encoder: the same model to float rounding, several times slower."""
 
 from __future__ import annotations
 
@@ -12,21 +16,22 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from matching.data.encoding import EncodedSplit
 from matching.files import file_sha256, write_atomic, write_npz_atomic
-
-if TYPE_CHECKING:
-    from matching.model.contextual import ContextualEncoder
-    from matching.model.encoders import WordEncoder
+from matching.model.encoders import EncoderError, WordEncoder
+from matching.model.pretrained_encoder import EXAMPLE_TEXTS, PretrainedEncoder
+from matching.model.text_states import TextStates
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +90,7 @@ class SplitPieceStates:
                 "row": torch.from_numpy(row)}  # fmt: skip
 
 
-def state_files(encoder: ContextualEncoder, key: dict, folder: Path, name: str,
+def state_files(encoder: PretrainedEncoder, key: dict, folder: Path, name: str,
                 lower_layers: int | None = None) -> tuple[Path, Path]:  # fmt: skip
     """The cache files (rows, index) of a split's states for `key` (the split's identity) and this encoder: its word
     states, or the output of its `lower_layers` frozen layers (`SplitPieceStates`)."""
@@ -124,7 +129,7 @@ def _read_cache(rows_file: Path, index_file: Path, name: str, dim: int, pairs: i
     return rows, index
 
 
-def cached_states(encoder: ContextualEncoder, key: dict, folder: Path, name: str, pairs: int | None = None,
+def cached_states(encoder: PretrainedEncoder, key: dict, folder: Path, name: str, pairs: int | None = None,
                   check_only: bool = False, lower_layers: int | None = None
                   ) -> SplitStates | SplitPieceStates | bool | None:  # fmt: skip
     """A split's states from the cache (None when absent or unusable); `check_only`: whether they are there. The
@@ -166,9 +171,9 @@ def _write_rows(rows_file: Path, rows: int, dim: int, dtype, fill: Callable[[np.
     return file_sha256(rows_file)
 
 
-def _encoded(encoder: ContextualEncoder, folder: Path, created: bool, name: str, texts: int, rows: int,
+def _encoded(encoder: PretrainedEncoder, folder: Path, created: bool, name: str, texts: int, rows: int,
              rows_file: Path, digest: str, started: float, what: str) -> None:  # fmt: skip
-    encoder.report(name)
+    encoder.pieces.report(name)
     # A new cache folder is said aloud (it may be ./data/cache in the user's own folder, tens of MB): where, and how
     # to put it elsewhere; later writes into it are the log's business.
     (log.warning if created else log.info)(
@@ -180,11 +185,12 @@ def _encoded(encoder: ContextualEncoder, folder: Path, created: bool, name: str,
     )  # fmt: skip
 
 
-def encode_states(encoder: ContextualEncoder, key: dict, folder: Path, name: str, texts_a: Sequence[Sequence[str]],
+def encode_states(states: TextStates, key: dict, folder: Path, name: str, texts_a: Sequence[Sequence[str]],
                   texts_b: Sequence[Sequence[str]]) -> SplitStates:  # fmt: skip
-    """Encode a split's texts (a list per side, the words exactly as the model sees them), each distinct text once,
-    with a progress bar, into a float16 memory-mapped file of the cache `folder` (see `state_files`); the rows are
-    written as they are encoded, so memory stays bounded by one batch."""
+    """Encode a split's texts (a list per side, the words exactly as the model sees them) by the frozen encoder of
+    `states`, each distinct text once, with a progress bar, into a float16 memory-mapped file of the cache `folder`
+    (see `state_files`); the rows are written as they are encoded, so memory stays bounded by one batch."""
+    encoder = states.encoder
     rows_file, index_file = state_files(encoder, key, folder, name)
     started = time.perf_counter()
     unique, a_text, b_text = distinct_texts(texts_a, texts_b)
@@ -197,10 +203,10 @@ def encode_states(encoder: ContextualEncoder, key: dict, folder: Path, name: str
     def fill(rows: np.ndarray) -> None:
         order = np.argsort(lengths, kind="stable")  # similar lengths together: little padding
         with tqdm(total=len(unique), desc=f"encoding {name} with {Path(encoder.name).name}", unit=" texts") as bar:
-            for k in range(0, len(order), encoder.batch_size):
-                chunk = order[k : k + encoder.batch_size].tolist()
-                for i, states in zip(chunk, encoder.encode_batch([unique[i] for i in chunk]), strict=True):
-                    rows[starts[i] : starts[i] + lengths[i]] = states
+            for k in range(0, len(order), states.batch_size):
+                chunk = order[k : k + states.batch_size].tolist()
+                for i, text in zip(chunk, states.encode_batch([unique[i] for i in chunk]), strict=True):
+                    rows[starts[i] : starts[i] + lengths[i]] = text
                 bar.update(len(chunk))
 
     digest = _write_rows(rows_file, int(lengths.sum()), encoder.dim, np.float16, fill)
@@ -210,8 +216,8 @@ def encode_states(encoder: ContextualEncoder, key: dict, folder: Path, name: str
     return SplitStates(np.load(rows_file, mmap_mode="r"), starts[a_text], starts[b_text])
 
 
-def encode_piece_states(encoder: ContextualEncoder, module: WordEncoder, key: dict, folder: Path, name: str,
-                        texts_a: Sequence[Sequence[str]], texts_b: Sequence[Sequence[str]]
+def encode_piece_states(encoder: PretrainedEncoder, module: WordEncoder, batch_size: int, key: dict, folder: Path,
+                        name: str, texts_a: Sequence[Sequence[str]], texts_b: Sequence[Sequence[str]]
                         ) -> SplitPieceStates:  # fmt: skip
     """Run a split's distinct texts (each once, in windows, with a progress bar) through the frozen lower layers of
     `module` (a `WordEncoder` with trainable top layers) into a float32 memory-mapped file of the cache `folder`
@@ -238,8 +244,8 @@ def encode_piece_states(encoder: ContextualEncoder, module: WordEncoder, key: di
     def fill(rows: np.ndarray) -> None:
         desc = f"encoding {name} with {Path(encoder.name).name}'s {lower} frozen layers"
         with tqdm(total=len(unique), desc=desc, unit=" texts") as bar:
-            for k in range(0, len(order), encoder.batch_size):
-                chunk = order[k : k + encoder.batch_size]
+            for k in range(0, len(order), batch_size):
+                chunk = order[k : k + batch_size]
                 inputs = encoder.pieces([unique[i] for i in chunk.tolist()])
                 hidden = module.lower_states(inputs["ids"].to(device), inputs["mask"].to(device)).float().cpu().numpy()
                 first = int(text_window[chunk[0]])  # the chunk's windows are consecutive, in the same order
@@ -260,3 +266,87 @@ def encode_piece_states(encoder: ContextualEncoder, module: WordEncoder, key: di
     _encoded(encoder, folder, created, name, len(unique), len(piece_word), rows_file, digest, started,
              f"piece states of {len(window_length)} windows after {lower} frozen layers, float32")  # fmt: skip
     return SplitPieceStates(np.load(rows_file, mmap_mode="r"), **index)
+
+
+class StatesCache:
+    """A contextual run's training cache (see the module docstring): the splits' word states under a frozen encoder,
+    encoded by `states` (the frozen encoder of new text: one module, loaded once); under a fine-tuned one, its frozen
+    lower layers' output when `cache_frozen_layers`, else nothing (a batch carries its word pieces)."""
+
+    def __init__(self, states: TextStates, cache_frozen_layers: bool):
+        self.states, self.encoder = states, states.encoder
+        self.cache_frozen_layers = cache_frozen_layers
+        self._lower: WordEncoder | None = None  # the frozen lower layers that fill the fine-tuning cache
+
+    @property
+    def frozen_layers(self) -> int | None:
+        """The number of frozen lower layers whose output is cached (fine-tuned, cached); None otherwise."""
+        if not (self.encoder.trainable_layers and self.cache_frozen_layers):
+            return None
+        return self.encoder.layers - self.encoder.trainable_layers
+
+    @property
+    def lower_module(self) -> WordEncoder:
+        """The encoder whose frozen lower layers fill the fine-tuning cache (loaded and checked on first use): its
+        top layers, run from their output, must give the whole encoder's states, or the cache cannot stand in."""
+        if self._lower is None:
+            device = self.states.device
+            module = self.encoder.word_encoder().to(device)
+            inputs = self.encoder.pieces([(*a.split(), *b.split()) for a, b in EXAMPLE_TEXTS])
+            gap = module.runs_from_lower_states(inputs["ids"].to(device), inputs["mask"].to(device))
+            if gap > 1e-5:  # float rounding: 0 for MiniLM; a tiny random MPNet's position bias: 1.1e-4
+                raise EncoderError(
+                    f"{self.encoder.name}'s top {self.encoder.trainable_layers} layers, run from the output of the "
+                    f"layers below them, do not give its own states (they differ by up to {gap:.3g}): its layers need "
+                    "more than the hidden states and the mask. Fine-tune it without the cache: "
+                    "embeddings.cache_frozen_layers=false"
+                )
+            self._lower = module
+        return self._lower
+
+    def holds(self, keys: Mapping[str, dict], cache_dir: Path) -> bool:
+        """Whether every split of `keys` (each split's identity) is cached under `cache_dir`: never for a fine-tuned
+        encoder without the cache (building what it needs takes the words)."""
+        if self.encoder.trainable_layers and not self.cache_frozen_layers:
+            return False
+        folder, lower = cache_dir / "contextual", self.frozen_layers
+        return all(cached_states(self.encoder, key, folder, label, check_only=True, lower_layers=lower)
+                   for label, key in keys.items())  # fmt: skip
+
+    def attach(self, splits: Mapping[str, EncodedSplit], keys: Mapping[str, dict], cache_dir: Path) -> None:
+        """Frozen: each split gets its cached word states (encoded now where missing) and drops its words.
+        Fine-tuned: each split gets its cached lower layers' output (encoded now where missing) and drops its words;
+        without that cache the words stay and the model encodes every batch (say now what the windows will do)."""
+        folder, lower = cache_dir / "contextual", self.frozen_layers
+        for label, split in splits.items():
+            if self.encoder.trainable_layers and lower is None:
+                for side in split.words:
+                    self.encoder.pieces.pieces(side)
+                self.encoder.pieces.report(label)
+                continue
+            if split.source_data is None:
+                split.source_data = cached_states(self.encoder, keys[label], folder, label, len(split),
+                                                  lower_layers=lower)  # fmt: skip
+            if split.source_data is None and lower is None:
+                split.source_data = encode_states(self.states, keys[label], folder, label, *split.words)
+            elif split.source_data is None:
+                split.source_data = encode_piece_states(self.encoder, self.lower_module, self.states.batch_size,
+                                                        keys[label], folder, label, *split.words)  # fmt: skip
+            split.words = None
+        self._lower = None  # the cache is built: the model holds its own copy of the encoder
+
+    def collate(self, split: EncodedSplit, indices: Sequence[int], host: np.ndarray, batch: dict[str, Any]) -> None:
+        """The words' states from the split's cache (frozen), or for the fine-tuned encoder its frozen layers'
+        output from the split's cache, or the words' pieces."""
+        states: SplitStates | SplitPieceStates | None = split.source_data
+        if isinstance(states, SplitPieceStates):
+            batch["a_pieces"] = states.gather(states.a_text[host])
+            batch["b_pieces"] = states.gather(states.b_text[host])
+        elif states is not None:
+            for side, start in (("a", states.a_start), ("b", states.b_start)):
+                ids, lengths = batch[side], getattr(split.packed(), side).host_length[host]
+                gathered = states.gather(start[host], lengths.tolist())
+                batch[f"{side}_states"] = F.pad(gathered, (0, 0, 0, ids.shape[1] - gathered.shape[1]))
+        elif split.words is not None:
+            batch["a_pieces"] = self.encoder.pieces([split.words[0][i] for i in indices])
+            batch["b_pieces"] = self.encoder.pieces([split.words[1][i] for i in indices])

@@ -1,12 +1,14 @@
 """Embedding sources: where a run's word vectors come from, behind one interface (`EmbeddingSource`).
 
-A source is built from the `embeddings` node of the config (`_target_`) and answers everything the data module,
-the model, export and sharing need from it: which words get a row of their own in the run's vector table and
-the table itself; what the model takes besides token ids; what a training batch and a batch of new pairs carry;
-what a checkpoint records about it; and which export formats it supports. The static sources are here
+A source is built from the `embeddings` node of the config (`_target_`) and answers what the data module and the
+model need from it: which words get a row of their own in the run's vector table and the table itself; what the
+model takes besides token ids; what a training batch and a batch of new pairs carry; what a checkpoint records
+about it. Export and sharing ask its parts: `export` (a `SourceExport`: what other runtimes run and what
+serving.json says) and `sharing` (a `SourceSharing`: how a shared folder names it), whose defaults are a table's;
+`export_refusal` says which formats it cannot be exported in, before it is built. The static sources are here
 (`PretrainedVectors`: a vectors file; `RandomVectors`: N(0, 1) rows); the pretrained encoder is
-`matching.model.contextual.ContextualEncoder`. A new source is one subclass and one YAML under conf/embeddings/
-(docs/extending.md).
+`matching.model.contextual.ContextualEncoder`, made of parts of its own. A new source is one subclass and one YAML
+under conf/embeddings/ (docs/extending.md).
 
 `PretrainedVectors` decides which words beyond the training split get a row of their own in a run's vector
 table (and so a vector in every split and at prediction time, without the original file): every word of the
@@ -18,8 +20,10 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -89,8 +93,9 @@ class EmbeddingSource(ABC):
     #: Whether the model reads every word of a text with a meaning of its own (an encoder does), so that no word is
     #: "unknown"; a table's words outside the vocabulary hash to the OOV buckets, and the server marks them.
     reads_every_word: bool = False
-    #: The formats `matching-export` can write a run with this source in.
-    export_formats: tuple[str, ...] = ("onnx", "torchscript", "hub")
+    #: The part that computes new text's states outside the model (an encoder's matching.model.text_states
+    #: .TextStates: each distinct text of a call once, an index of known texts); None for a table.
+    text_states: Any = None
 
     def check_available(self) -> None:
         """Before a training run reads any corpus: raise if what the source needs (a file) is missing; a trained run
@@ -163,11 +168,55 @@ class EmbeddingSource(ABC):
         """Where the source's own computation runs for new text (an encoder); a table has none."""
         return None  # a table of word vectors: nothing to do
 
-    # -- serving ---------------------------------------------------------------------------------------------------
+    # -- export and sharing: the source's parts for them ----------------------------------------------------------
     @classmethod
     def export_refusal(cls, fmt: str, checkpoint: str) -> str | None:
         """Why a run with this source cannot be exported in `fmt` (asked before the source is built); None: it can."""
         return None
+
+    @cached_property
+    def export(self) -> SourceExport:
+        """What other runtimes need of the source (matching.saved.formats): a table's needs nothing."""
+        return SourceExport()
+
+    @cached_property
+    def sharing(self) -> SourceSharing:
+        """How a shared folder names the source (matching.saved.shared_folder): a table is in the weights."""
+        return SourceSharing(self)
+
+    def card_line(self) -> str:
+        """The source in a sentence, for a shared folder's model card."""
+        return f"{type(self).__name__} ({self.dim} dimensions)"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        moved = sorted(set(vars(cls)) & set(MOVED_HOOKS))
+        if moved:  # a source written for the earlier interface: its hooks would be silently unused
+            warnings.warn(
+                f"{cls.__name__} defines {', '.join(moved)}, which an embedding source's parts now answer: "
+                + "; ".join(MOVED_HOOKS[name] for name in moved)
+                + " (docs/extending.md). Those methods are not called.",
+                FutureWarning,  # shown by default: a user's own source, not ours
+                stacklevel=2,
+            )
+
+
+#: The export and sharing hooks of the earlier EmbeddingSource, and where each is now.
+MOVED_HOOKS = {
+    "serving_model": "serving_model is source.export.serving_model (a SourceExport)",
+    "write_serving_files": "write_serving_files is source.export.write_serving_files",
+    "serving_spec": "serving_spec is source.export.serving_spec",
+    "shared_reference": "shared_reference is source.sharing.reference (a SourceSharing)",
+    "shared_node": "shared_node is source.sharing.node",
+    "shared_record": "shared_record is source.sharing.record",
+    "describe": "describe is card_line (a table's) or source.sharing.card_line",
+}
+
+
+class SourceExport:
+    """What other runtimes need of a run's embedding source (`matching-export`, backend=onnx; matching.saved): for a
+    table of word vectors, nothing (the table is in the model's weights, the token-id model is the whole model).
+    A source that gives the model more than token ids (an encoder: matching.model.contextual_export) overrides it."""
 
     def serving_model(self, model: torch.nn.Module, text: Any) -> ServingInputs | None:
         """The module other runtimes run when the model takes more than token ids, with example inputs (`text`: the
@@ -182,8 +231,16 @@ class EmbeddingSource(ABC):
         """Entries of serving.json for a model exported in `fmt` (matching.saved.onnx_folder): none for a table."""
         return {}
 
-    # -- sharing (matching.saved.shared_folder) -------------------------------------------------------------------
-    def shared_reference(self, node: Mapping, encoder: str | None, revision: str | None) -> dict | None:
+
+class SourceSharing:
+    """How a shared folder (matching.saved.shared_folder) names a run's embedding `source`: a table of word vectors is
+    in the folder's weights, so it names nothing it loads from elsewhere, and its config keeps no path of the training
+    machine. An encoder's (matching.model.contextual_sharing) names the encoder by hub id."""
+
+    def __init__(self, source: EmbeddingSource):
+        self.source = source
+
+    def reference(self, node: Mapping, encoder: str | None, revision: str | None) -> dict | None:
         """How a shared folder names what the source loads from elsewhere (`encoder=` of the export command): a
         table is in the folder's weights, and names nothing."""
         if encoder or revision:
@@ -192,7 +249,7 @@ class EmbeddingSource(ABC):
             )
         return None
 
-    def shared_node(self, node: DictConfig, reference: dict | None) -> None:
+    def node(self, node: DictConfig, reference: dict | None) -> None:
         """The `embeddings` node of a shared folder's config: no path of the training machine (the table is in the
         weights), the vectors file by name only."""
         if node.get("path"):
@@ -202,13 +259,13 @@ class EmbeddingSource(ABC):
         if "download" in node:
             del node["download"]  # how to get the vectors file (it names the file's path): not needed either
 
-    def shared_record(self, record: dict | None, reference: dict | None) -> dict | None:
+    def record(self, record: dict | None, reference: dict | None) -> dict | None:
         """The checkpoint record as a shared folder's metadata keeps it."""
         return record
 
-    def describe(self, reference: dict | None) -> str:
-        """The source in a sentence, for a shared folder's model card."""
-        return f"{type(self).__name__} ({self.dim} dimensions)"
+    def card_line(self, reference: dict | None) -> str:
+        """The source in a sentence, for the folder's model card."""
+        return self.source.card_line()
 
 
 class PretrainedVectors(EmbeddingSource):
@@ -279,7 +336,7 @@ class PretrainedVectors(EmbeddingSource):
         )  # fmt: skip
         return torch.from_numpy(vocab.embedding_matrix(vectors, found, vectors.shape[1], seed))
 
-    def describe(self, reference: dict | None) -> str:
+    def card_line(self) -> str:
         return f"frozen word vectors from `{Path(str(self._location[0])).name}` ({self.dim} dimensions)"
 
     def _rows(self, words: Sequence[str], cache_dir: str | os.PathLike | None) -> tuple[np.ndarray, np.ndarray]:
@@ -314,5 +371,5 @@ class RandomVectors(EmbeddingSource):
     def matrix(self, vocab: Vocabulary, seed: int, cache_dir: str | os.PathLike | None = None) -> torch.Tensor:
         return torch.from_numpy(vocab.embedding_matrix(None, None, self.dim, seed))
 
-    def describe(self, reference: dict | None) -> str:
+    def card_line(self) -> str:
         return "randomly initialised, trained embeddings (no pretrained vectors)"

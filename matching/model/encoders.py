@@ -1,6 +1,6 @@
 """A pretrained Transformer encoder as part of the model: its last hidden states pooled per word (the mean of each
 word's pieces), frozen or with its top layers fine-tuned. The embedding source (matching.model.contextual) builds it
-from the encoder's files and gives it the word pieces of each text."""
+from the encoder's files and gives it the word pieces of each text (matching.model.pretrained_encoder)."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ class EncoderServingModel(nn.Module):
     probabilities and logits out.
 
     Each side's words come as ids (any nonzero id per word, 0 = padding: they only mark the real words) and as the
-    encoder's inputs of their texts in windows (matching.model.contextual.WordPieces): `pieces` (R, P) piece ids
+    encoder's inputs of their texts in windows (matching.model.pretrained_encoder.WordPieces): `pieces` (R, P) piece ids
     framed by [CLS] and [SEP], `piece_mask` (R, P) 1 for real pieces, `piece_word` (R, P) the word of each piece
     (−1 for [CLS], [SEP] and padding) and `piece_row` (R,) the text of each window. The encoder's states are pooled
     per word as in training; a frozen encoder's states are rounded to float16 there, as `predict` rounds them."""

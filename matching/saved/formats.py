@@ -56,7 +56,7 @@ def export(
         with torch.no_grad():
             traced = torch.jit.trace(serving, args, check_inputs=[example_inputs(len(run.vocab), 5, 11, 3, seed=1)])
         traced.save(str(path))
-    run.source.write_serving_files(out_dir)
+    run.source.export.write_serving_files(out_dir)
     shutil.copyfile(run.run_dir / "vocab.txt", out_dir / "vocab.txt")  # the mode of a new file (umask)
     hf_tokenizer(run.text.tokenizer, run.vocab).save(str(out_dir / "tokenizer.json"))
     write_json(out_dir / "serving.json", serving_spec(run, fmt, path.name))

@@ -79,7 +79,7 @@ def serving_spec(run: TrainedModel, fmt: str, model_file: str, encoder: dict | N
         # what it was exported from, by name and content: no path of the machine it was exported on
         spec["checkpoint"] = run.weights_file.name
         spec["checkpoint_sha256"] = file_sha256(run.weights_file)
-    spec |= run.source.serving_spec(fmt, encoder)  # what a model with the source's own inputs takes
+    spec |= run.source.export.serving_spec(fmt, encoder)  # what a model with the source's own inputs takes
     return spec
 
 

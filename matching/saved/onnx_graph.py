@@ -58,7 +58,7 @@ def write_onnx(model: nn.Module, source: EmbeddingSource, text: TextPipeline, pa
     """The model as an ONNX graph at `path`: token ids in (and an encoder's word pieces, for a source with inputs
     of its own), probabilities and logits out."""
     _require_onnx()
-    own = source.serving_model(model, text)  # a model that takes more than token ids
+    own = source.export.serving_model(model, text)  # a model that takes more than token ids
     batch, len_a, len_b = torch.export.Dim("batch"), torch.export.Dim("len_a"), torch.export.Dim("len_b")
     ids = ServingInputs(ServingModel(model), example_inputs(len(text.vocab)), ["a", "b"],
                         ({0: batch, 1: len_a}, {0: batch, 1: len_b}))  # fmt: skip

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig, OmegaConf
 
 from matching.errors import RunError
+from matching.saved import SAVED_FORMS
 from matching.saved.earlier_versions import upgraded
 
 if TYPE_CHECKING:
@@ -57,15 +58,10 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
             f"{path} is not a run directory with checkpoints/best.ckpt"
             + (f" (checkpoints there: {found}; give one of them)" if found else "")
             + ", nor a shared model folder (config.yaml, vocab.txt, model.safetensors) or an exported ONNX folder "
-            "(model.onnx, serving.json); give a run directory, its checkpoints/ folder, a checkpoint file, a folder "
-            "written by matching-export format=hub or format=onnx, or a hub repository id owner/name"
+            f"(model.onnx, serving.json); give {SAVED_FORMS}"
         )
     if not path.exists():
-        raise RunError(
-            f"no run directory, checkpoint or shared model folder at {path}; give a run directory "
-            "(outputs/runs/<task>/<aligner>/<time>), a checkpoint file, a folder written by matching-export "
-            "format=hub, or a hub repository id owner/name"
-        )
+        raise RunError(f"no run directory, checkpoint or shared model folder at {path}; give {SAVED_FORMS}")
     return check_checkpoint(path)
 
 

@@ -57,10 +57,10 @@ KEPT = ("task", "data", "embeddings", "model", "aligner", "intra", "choices", "s
 
 def shared_config(run: TrainedModel, reference: dict | None = None) -> DictConfig:
     """The run's config for a shared folder: the KEPT nodes, with no path of the training machine in it (the
-    embedding source says how its node reads: `reference`, see EmbeddingSource.shared_reference)."""
+    embedding source's sharing part says how its node reads: `reference`, see SourceSharing.reference)."""
     cfg = OmegaConf.create({k: copy.deepcopy(run.cfg[k]) for k in KEPT if k in run.cfg})
     cfg.data.data_dir, cfg.data.cache_dir = "data", "data/cache"  # for evaluating on local corpora, if ever
-    run.source.shared_node(cfg.embeddings, reference)
+    run.source.sharing.node(cfg.embeddings, reference)
     for split in (cfg.task.get("splits") or {}).values():  # an absolute split (a file of one's own, the demo's
         if split is not None and Path(str(split.path)).is_absolute():  # sample): by name only, like the vectors
             split.path = Path(str(split.path)).name
@@ -76,14 +76,14 @@ def shared_config(run: TrainedModel, reference: dict | None = None) -> DictConfi
 
 def metadata(run: TrainedModel, reference: dict | None) -> dict[str, Any]:
     """What the checkpoint says about itself (MatchingSystem.on_save_checkpoint), for the safetensors header."""
-    record = run.source.shared_record(run.model.source_record, reference)
+    record = run.source.sharing.record(run.model.source_record, reference)
     return {"task": run.task.name, "labels": run.labels, "kind": run.kind, "encoder": record}
 
 
 def write_folder(run: TrainedModel, out: Path, encoder: str | None = None, encoder_revision: str | None = None) -> Path:
     """Write the shared folder of a trained run into `out`; returns `out`."""
     safetensors = require("safetensors.torch", "hub", "writing a shared model folder (safetensors)")
-    reference = run.source.shared_reference(run.cfg.embeddings, encoder, encoder_revision)
+    reference = run.source.sharing.reference(run.cfg.embeddings, encoder, encoder_revision)
     out.mkdir(parents=True, exist_ok=True)
     cfg = shared_config(run, reference)
     write_text_atomic(out / "config.yaml", OmegaConf.to_yaml(cfg))
@@ -164,7 +164,7 @@ def model_card(run: TrainedModel, metrics: dict[str, float], encoder: dict | Non
     rows = "\n".join(f"| {k} | {v:.4f} |" for k, v in sorted(dev.items())) or "| (no metrics.json in the run) | |"
     params = sum(p.numel() for p in run.model.parameters())
     provenance = read_provenance(run.run_dir)
-    vectors = run.source.describe(encoder)
+    vectors = run.source.sharing.card_line(encoder)
     used = provenance.get("embeddings") or {}
     if used.get("sha256"):
         vectors += f", sha256 `{used['sha256'][:16]}…`"
