@@ -62,6 +62,17 @@ def interval_cell(row: dict[str, str], prefix: str) -> str:
     return f"{diff:+.2f} [{float(low):+.2f}, {float(high):+.2f}]"
 
 
+def mean_cell(row: dict[str, str] | None, counted: bool = False) -> str:
+    """A page row's mean ± std over its seeds as a table cell ("–" without a row); a row without a spread (one seed)
+    says how many seeds it has; `counted`: a spread says it too."""
+    if row is None:
+        return "–"
+    n, mean = int(row["n"]), f"{float(row['mean']):.2f}"
+    if n > 1 and row.get("std"):
+        return f"{mean} ± {float(row['std']):.2f}" + (f" ({n} seeds)" if counted else "")
+    return f"{mean} ({n} seed{'s' if n > 1 else ''})"
+
+
 def verdict_cell(row: dict[str, str], prefix: str) -> str:
     """A page row's verdict against `prefix` with its (Holm-adjusted) p, as a table cell."""
     verdict = row.get(f"{prefix}_verdict", "")

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 from hydra.errors import InstantiationException
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, open_dict
 
@@ -41,7 +41,7 @@ from matching.model.embeddings import embeddings_choice
 from matching.saved.run_folder import find_checkpoint
 from matching.training.datamodule import PairDataModule, split_prefix
 from matching.training.distillation import teacher_logits
-from matching.training.losses import Distillation, DistilledLoss, TrainingLoss, compares_candidates
+from matching.training.losses import Distillation, DistilledLoss, TrainingLoss, compares_candidates, loss_class
 from matching.training.metrics import TaskMetrics
 from matching.training.replay import StepReplay
 from matching.training.system import MatchingSystem
@@ -95,7 +95,7 @@ def build_loss(cfg: DictConfig, dm: PairDataModule, run_dir: Path) -> TrainingLo
     teacher (`distill.teacher`), wrapped in DistilledLoss with the teacher's logits of the training pairs (computed
     once, cached: matching.training.distillation), written into `run_dir`."""
     given = {}
-    if "label_counts" in inspect.signature(get_class(str(cfg.loss._target_))).parameters:
+    if "label_counts" in inspect.signature(loss_class(cfg.loss)).parameters:
         counts = np.bincount(dm.splits["train"].labels, minlength=len(dm.labels))
         given["label_counts"] = dict(zip(dm.labels, counts.tolist(), strict=True))
     distillation = Distillation.of(cfg, dm.task.kind)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from matching.results.publish import interval_cell, study_rows, verdict_cell
+from matching.results.publish import interval_cell, mean_cell, study_rows, verdict_cell
 from matching.studies.published import declared_primary
 from matching.studies.spec import Primary
 
@@ -44,15 +44,7 @@ def table(folder: Path, twins: bool = True) -> str:
     lines = [head, "|---" * (head.count("|") - 1) + "|"]
     listed = []
     for task, title in TASKS.items():
-        cells = []
-        for f in families:
-            r = by.get((task, f))
-            if r is None:
-                cells.append("–")
-            elif r.get("std") and int(r["n"]) > 1:
-                cells.append(f"{float(r['mean']):.2f} ± {float(r['std']):.2f}")
-            else:
-                cells.append(f"{float(r['mean']):.2f} ({r['n']} seed{'s' if int(r['n']) > 1 else ''})")
+        cells = [mean_cell(by.get((task, f))) for f in families]
         coda = by.get((task, "coda_centred"))
         if all(c == "–" for c in cells):
             lines.append(f"| {title} | " + " | ".join(["not run yet"] + ["–"] * (len(families) + 1)) + " |")

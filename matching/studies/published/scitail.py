@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from matching.results.publish import interval_cell, study_rows, verdict_cell
+from matching.results.publish import interval_cell, mean_cell, study_rows, verdict_cell
 
 #: The study's tasks as the table's rows say them, in order.
 TASKS = {"scitail": "static MiniLM vectors", "scitail_encoder": "frozen MiniLM encoder"}
@@ -23,15 +23,7 @@ def table(folder: Path) -> str:
             "CoDA − DecompAtt [95 % CI] | verdict |")  # fmt: skip
     lines = [head, "|---" * 6 + "|"]
     for task, title in TASKS.items():
-        cells = []
-        for family in FAMILIES:
-            row = rows.get((task, family))
-            if row is None:
-                cells.append("–")
-            elif int(row["n"]) > 1 and row.get("std"):
-                cells.append(f"{float(row['mean']):.2f} ± {float(row['std']):.2f} ({row['n']} seeds)")
-            else:
-                cells.append(f"{float(row['mean']):.2f} (1 seed)")
+        cells = [mean_cell(rows.get((task, family)), counted=True) for family in FAMILIES]
         if all(cell == "–" for cell in cells):
             lines.append(f"| {title} | not run yet | – | – | – | – |")
             continue
