@@ -73,23 +73,17 @@ class DevSelection:
     dev-best epoch in memory, as a practitioner keeps the best checkpoint with an evaluator and as our runs keep
     `best.ckpt`. `record` and `restore` carry it over a resumed seed (`fine_tune`)."""
 
-    def __init__(self, dev: tuple[list[str], list[Question]], folder: Path, started: float):
+    def __init__(self, dev: tuple[list[str], list[Question]], folder: Path):
         self.ids, self.questions = dev
-        self.folder, self.started = folder, started
-        self.scoring_seconds = 0.0
+        self.folder = folder
         self.epochs: list[dict] = []
         self.best: dict | None = None
         self.best_rows: list[dict] = []
         self.best_state: dict | None = None
 
-    def __call__(self, model, epoch: int, train_minutes: float | None = None) -> float:
-        """Epoch `epoch` (from 0) scored; `train_minutes`: the training minutes so far (by default the time since
-        `started`, dev scoring left out)."""
-        if train_minutes is None:
-            train_minutes = (time.perf_counter() - self.started - self.scoring_seconds) / 60
-        scoring = time.perf_counter()
+    def __call__(self, model, epoch: int, train_minutes: float) -> float:
+        """Epoch `epoch` (from 0) scored, after `train_minutes` of training (dev scoring left out: `fine_tune`)."""
         rows = question_rows(self.ids, self.questions, dev_scores(model, self.questions))
-        self.scoring_seconds += time.perf_counter() - scoring
         figures = {"epoch": epoch + 1, "train_minutes": round(train_minutes, 2), **filtered_map_mrr(rows)}
         self.epochs.append(figures)
         with open(self.folder / "epochs.jsonl", "a", encoding="utf-8") as f:
@@ -145,7 +139,7 @@ def train_seed(seed: int, args: argparse.Namespace, train: list[Question], dev: 
         examples = examples[: args.train_pairs]
     model = CrossEncoder(str(args.encoder or locate_encoder(MINILM[0])), num_labels=1, device="cpu", max_length=256)
     loader = DataLoader(examples, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(seed))
-    selection = DevSelection(dev, folder, time.perf_counter()) if args.select == "best" else None
+    selection = DevSelection(dev, folder) if args.select == "best" else None
     recipe = {"task": args.task, "epochs": args.epochs, "select": args.select, "train_pairs": len(examples)}
     minutes = fine_tune(model, loader, args.epochs, selection, folder / "resume.pt", recipe)
     if selection is not None:

@@ -179,12 +179,12 @@ def test_dev_selection_keeps_the_dev_best_epoch_and_its_weights(bench, tmp_path)
             question = int(pairs[0][0][1:])
             return [1.0, 0.0] if question < self.right else [0.0, 1.0]
 
-    model, selection = Model(), bench.DevSelection((ids, questions), tmp_path, started=0.0)
+    model, selection = Model(), bench.DevSelection((ids, questions), tmp_path)
     for epoch, (right, weight) in enumerate([(1, 1.0), (3, 2.0), (2, 3.0), (3, 4.0)]):
         model.right = right
         with torch.no_grad():
             model.model.weight.fill_(weight)
-        selection(model, epoch=epoch)
+        selection(model, epoch=epoch, train_minutes=float(epoch))
     assert [e["epoch"] for e in selection.epochs] == [1, 2, 3, 4]
     assert [round(e["val/map"], 3) for e in selection.epochs] == [0.625, 0.875, 0.75, 0.875]
     assert selection.best["epoch"] == 2 and float(selection.best_state["weight"]) == 2.0
@@ -255,19 +255,12 @@ def test_a_seed_stopped_between_epochs_continues_with_the_numbers_of_an_unbroken
     def run(folder: Path, stop_at: int | None = None):
         folder.mkdir(exist_ok=True)
         model, loader = _fine_tuning_setup(bench, tmp_path)
-        selection = bench.DevSelection((ids, dev), folder, started=0.0)
         if stop_at is not None:
-            score = selection.__call__
-
-            def stopping(model, epoch, train_minutes=None):
-                if epoch == stop_at:
-                    raise KeyboardInterrupt
-                return score(model, epoch, train_minutes)
-
-            selection.__call__ = stopping
+            stopping = _stopping(bench, (ids, dev), folder, stop_at)
             with pytest.raises(KeyboardInterrupt):
-                bench.fine_tune(model, loader, 3, _Calling(selection), folder / "resume.pt", recipe)
+                bench.fine_tune(model, loader, 3, stopping, folder / "resume.pt", recipe)
             return None
+        selection = bench.DevSelection((ids, dev), folder)
         bench.fine_tune(model, loader, 3, selection, folder / "resume.pt", recipe)
         return model, selection
 
@@ -283,23 +276,18 @@ def test_a_seed_stopped_between_epochs_continues_with_the_numbers_of_an_unbroken
 
     other = tmp_path / "other"
     run(other, stop_at=2)
-    bench.fine_tune(*_fine_tuning_setup(bench, tmp_path), 4, bench.DevSelection((ids, dev), other, 0.0),
+    bench.fine_tune(*_fine_tuning_setup(bench, tmp_path), 4, bench.DevSelection((ids, dev), other),
                     other / "resume.pt", {"epochs": 4})  # fmt: skip
     assert (other / "epochs.jsonl").read_text().count("\n") == 4  # started again: its 2 epochs were not reused
 
 
-class _Calling:
-    """A selection whose instance-level __call__ replacement is honoured (Python looks __call__ up on the type)."""
+def _stopping(bench, dev, folder: Path, stop_at: int):
+    """The benchmark's dev selection, interrupted (a sitting's end) while it scores epoch `stop_at` (from 0)."""
 
-    def __init__(self, selection):
-        self.selection = selection
-        self.folder = selection.folder
+    class Stopping(bench.DevSelection):
+        def __call__(self, model, epoch, train_minutes):
+            if epoch == stop_at:
+                raise KeyboardInterrupt
+            return super().__call__(model, epoch, train_minutes)
 
-    def __call__(self, *args, **kwargs):
-        return self.selection.__call__(*args, **kwargs)
-
-    def record(self):
-        return self.selection.record()
-
-    def restore(self, record):
-        self.selection.restore(record)
+    return Stopping(dev, folder)
