@@ -22,7 +22,7 @@ import numpy as np
 
 from matching.data.readers import read_snli_jsonl
 from matching.data.tasks import Task
-from matching.training.datamodule import PairDataModule
+from matching.training.datamodule import DataSettings, PairDataModule
 
 LABELS = ["entailment", "neutral", "contradiction"]
 
@@ -61,7 +61,7 @@ def make_corpus(path: Path, pairs: int, seed: int = 0) -> None:
 def prepare(train: Path, dev: Path, cache: Path) -> tuple[float, PairDataModule]:
     task = Task(name="snli", kind="classify", reader=read_snli_jsonl, labels=LABELS,
                 splits={"train": {"path": str(train)}, "dev": {"path": str(dev)}}, eval_splits=["dev"])  # fmt: skip
-    dm = PairDataModule(task, data_dir=train.parent, cache_dir=cache, batch_size=64)
+    dm = PairDataModule(task, DataSettings(data_dir=train.parent, cache_dir=cache, batch_size=64))
     start = time.perf_counter()
     dm.setup("fit")
     return time.perf_counter() - start, dm

@@ -48,10 +48,10 @@ def measure(work: Path, aligner: str, trainer: str, pairs: int, rounds: int, com
     device = torch.device("cuda" if trainer == "gpu" else "cpu")
     split = dm.splits["train"]
     sampler = dm.loader("train", train=True).batch_sampler
-    collate = IndexCollator(split, device if device.type == "cuda" else None, dm.pad_to)
+    collate = IndexCollator(split, device if device.type == "cuda" else None, dm.settings.pad_to)
     batches = [collate(indices) for indices in sampler]
     shapes = {b["widths"] for b in batches}
-    full = sum(len(b["index"]) == dm.batch_size for b in batches)
+    full = sum(len(b["index"]) == dm.settings.batch_size for b in batches)
     autocast = torch.autocast("cuda", torch.bfloat16) if "bf16" in str(cfg.trainer.precision) else nullcontext()
 
     def runner(capturable: bool):
@@ -64,7 +64,7 @@ def measure(work: Path, aligner: str, trainer: str, pairs: int, rounds: int, com
         optimizer = instantiate(cfg.optim)([p for p in model.parameters() if p.requires_grad])
         if device.type == "cuda":
             make_capturable(optimizer)
-        replay = StepReplay(split, dm.batch_size, capture_graphs=capturable)
+        replay = StepReplay(split, dm.settings.batch_size, capture_graphs=capturable)
         replay.start(model, loss, optimizer, str(cfg.get("dtype", "fp32")), device)
 
         def epoch() -> float:

@@ -17,7 +17,7 @@ from matching.data.vocab import NULL_ID, PAD_ID, Tokenizer, Vocabulary
 from matching.model.pipeline import pad_batch
 from matching.training.batching import BucketBatchSampler, PadCollator
 from matching.training.build import build_datamodule
-from matching.training.datamodule import PairDataModule, split_prefix
+from matching.training.datamodule import DataSettings, PairDataModule, split_prefix
 
 
 def test_tokenizer_lowercases_and_splits_punctuation():
@@ -101,7 +101,7 @@ def test_batches_gathered_from_the_packed_split_equal_padding_each_pair(make_cfg
 
 def test_pad_to_rounds_batch_lengths_up_and_changes_nothing_else(make_cfg):
     dm = build_datamodule(make_cfg("compile=true"))  # data.pad_to: null means 8 when compiled
-    assert dm.pad_to == 8
+    assert dm.settings.pad_to == 8
     dm.setup("fit")
     plain = build_datamodule(make_cfg())
     plain.setup("fit")
@@ -144,7 +144,7 @@ def test_random_embeddings_keep_the_training_words_only(make_cfg):
 def _pairs(dm, split):
     from matching.data.sources import read_split
 
-    return [(p.a, p.b) for p in read_split(dm.task, split, dm.data_dir, dm.cache_dir)]
+    return [(p.a, p.b) for p in read_split(dm.task, split, dm.settings.data_dir, dm.settings.cache_dir)]
 
 
 def test_any_split_can_point_at_another_file_and_be_sliced(make_cfg, tmp_path):
@@ -212,7 +212,7 @@ def test_empty_split_is_an_error(tmp_path):
     task = Task(name="t", kind="classify", reader=read_snli_jsonl, labels=["entailment", "neutral"],
                 splits={"train": {"path": str(empty)}}, eval_splits=[], test_splits=[])  # fmt: skip
     with pytest.raises(ValueError, match="train split is empty"):
-        PairDataModule(task, tmp_path, tmp_path, batch_size=2).setup("fit")
+        PairDataModule(task, DataSettings(tmp_path, tmp_path, batch_size=2)).setup("fit")
 
 
 def test_prepared_splits_are_cached_and_reused(make_cfg, caplog, monkeypatch):

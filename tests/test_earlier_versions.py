@@ -8,15 +8,19 @@ import numpy as np
 import yaml
 from omegaconf import OmegaConf
 
-from matching.saved.earlier_versions import MOVED_MODULES, current_target, current_targets, upgraded
+from matching.configs import build
+from matching.saved.earlier_versions import MOVED_MODULES, RENAMED_TARGETS, current_target, current_targets, upgraded
 
 EARLIER = {new: old for old, new in MOVED_MODULES.items()}
+RENAMED = {new: old for old, new in RENAMED_TARGETS.items()}
 
 
 def as_saved_before_the_rooms(node):
-    """`node` (plain YAML) with every moved `_target_` named where it lived before the rooms."""
+    """`node` (plain YAML) with every moved `_target_` named as it was before the rooms (the data node: the data
+    module, which it built then)."""
     if isinstance(node, dict):
         for key, value in node.items():
+            value = RENAMED.get(value, value) if key == "_target_" and isinstance(value, str) else value
             module, _, name = value.rpartition(".") if key == "_target_" and isinstance(value, str) else ("", "", "")
             if module in EARLIER:
                 node[key] = f"{EARLIER[module]}.{name}"
@@ -32,6 +36,8 @@ def test_each_moved_target_is_read_with_todays_name_and_the_rest_are_left_as_the
     assert current_target("matching.aligners.CoDAAligner") == "matching.model.aligners.CoDAAligner"
     assert current_target("matching.model.DecomposableAttention") == "matching.model.decomposable.DecomposableAttention"
     assert current_target("matching.data.contextual.ContextualEncoder") == "matching.model.contextual.ContextualEncoder"
+    for before in ("matching.data.datamodule.PairDataModule", "matching.training.datamodule.PairDataModule"):
+        assert current_target(before) == "matching.training.datamodule.DataSettings"  # the data node's settings
     for today in ("matching.model.aligners.CoDAAligner", "matching.data.tasks.Task", "torch.optim.Adam"):
         assert current_target(today) == today
     node = {"model": {"_target_": "matching.model.DecomposableAttention",
@@ -53,6 +59,7 @@ def test_a_run_saved_before_the_rooms_loads_with_the_same_answers_and_a_sweep_fi
     as_saved_before_the_rooms(saved)
     text = yaml.safe_dump(saved)
     assert "matching.model.DecomposableAttention" in text and "matching.model.aligners" not in text
+    assert "matching.data.datamodule.PairDataModule" in text
     (earlier / "config.yaml").write_text(text)
 
     pairs = [("A man plays a guitar.", "A person makes music."), ("A dog runs.", "A cat sleeps on a sofa.")]
@@ -61,6 +68,8 @@ def test_a_run_saved_before_the_rooms_loads_with_the_same_answers_and_a_sweep_fi
     today = OmegaConf.load(run_dir / "config.yaml")
     prior = prior_run(today, earlier)
     assert prior.state == "complete" and prior.metrics == json.loads((run_dir / "metrics.json").read_text())
+    # its data node builds today's data settings, the same as the run's own
+    assert build(upgraded(OmegaConf.load(earlier / "config.yaml")).data) == build(today.data)
 
 
 def test_the_old_import_paths_of_the_extension_points_give_todays_modules_with_a_warning():

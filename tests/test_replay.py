@@ -79,7 +79,7 @@ def test_a_packed_side_gathers_any_width_at_least_the_longest():
 
 def test_capture_defaults_to_widths_rounded_to_eight(tmp_path):
     dm = build_datamodule(compose_train(tmp_path, "capture=true"))
-    assert dm.pad_to == 8 and dm.capture
+    assert dm.settings.pad_to == 8 and dm.training_batches.as_indices
 
 
 @pytest.mark.parametrize(

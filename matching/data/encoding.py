@@ -45,6 +45,11 @@ class EncodedSplit(Dataset):
     words: tuple[list[list[str]], list[list[str]]] | None = None
     source_data: Any = None
 
+    def words_taken(self, source_data: Any = None) -> None:
+        """The embedding source has taken what it needs of the words (EmbeddingSource.attach): they go, and what
+        the source keeps for the split's batches (`source_data`) stays."""
+        self.words, self.source_data = None, source_data
+
     def __len__(self) -> int:
         return len(self.labels)
 

@@ -44,6 +44,7 @@ import numpy as np
 
 from matching.data.cache import file_content
 from matching.data.pairs import Pair
+from matching.data.vocab import Tokenizer, Vocabulary
 from matching.errors import ConfigError, DataFormatError
 from matching.files import write_text_atomic
 
@@ -239,6 +240,30 @@ def mine(
         log.info("%s: %d of %d queries got fewer than %d mined negatives (too few candidates in the range)",
                  split, short, len(keys), k)  # fmt: skip
     return mined
+
+
+class MeanWordVectors:
+    """Each text's mean static word vector, for `method=vectors`: the words of `texts` (split by `tokenizer`) looked up
+    in the run's pretrained vectors (`vectors`: a source with `extra_words` and `matrix`, as
+    matching.model.embeddings.PretrainedVectors; words without a vector are left out, zeros when none has one)."""
+
+    def __init__(self, vectors: Any, tokenizer: Tokenizer, oov_buckets: int, seed: int,
+                 cache_dir: str | os.PathLike | None):  # fmt: skip
+        self.vectors, self.tokenizer, self.oov_buckets = vectors, tokenizer, oov_buckets
+        self.seed, self.cache_dir = seed, cache_dir
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        tokens = [self.tokenizer(t) for t in texts]
+        known = self.vectors.extra_words([], list(dict.fromkeys(w for ts in tokens for w in ts)))
+        vocab = Vocabulary(known, self.oov_buckets)
+        table = self.vectors.matrix(vocab, self.seed, self.cache_dir).float().numpy()
+        means = np.zeros((len(texts), table.shape[1]))
+        for i, ts in enumerate(tokens):
+            ids = vocab.encode(ts)
+            ids = ids[ids >= vocab.first_word_id]
+            if len(ids):
+                means[i] = table[ids].mean(0)
+        return means
 
 
 class NegativeMiner:

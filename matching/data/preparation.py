@@ -190,6 +190,12 @@ class TextPreparation:
                  vocab: Vocabulary | None = None):  # fmt: skip
         self.task, self.tokenizer, self.max_length, self.budget, self.vocab = task, tokenizer, max_length, budget, vocab
 
+    def adopt_vocabulary(self, vocab: Vocabulary) -> None:
+        """The vocabulary a training run's data module has built (or read from its cache), once."""
+        if self.vocab is not None:
+            raise RuntimeError("this text preparation has a vocabulary already; a run builds one once")
+        self.vocab = vocab
+
     def tokenize(self, name: str, pairs: Sequence[Pair], quiet: bool = False) -> list[tuple[list[str], list[str]]]:
         """Both texts' tokens, the first one trimmed by the task (e.g. a dialogue's most recent turns)."""
         tok = self.tokenizer

@@ -324,15 +324,15 @@ class StatesCache:
                     self.encoder.pieces.pieces(side)
                 self.encoder.pieces.report(label)
                 continue
-            if split.source_data is None:
-                split.source_data = cached_states(self.encoder, keys[label], folder, label, len(split),
-                                                  lower_layers=lower)  # fmt: skip
-            if split.source_data is None and lower is None:
-                split.source_data = encode_states(self.states, keys[label], folder, label, *split.words)
-            elif split.source_data is None:
-                split.source_data = encode_piece_states(self.encoder, self.lower_module, self.states.batch_size,
-                                                        keys[label], folder, label, *split.words)  # fmt: skip
-            split.words = None
+            states = split.source_data
+            if states is None:
+                states = cached_states(self.encoder, keys[label], folder, label, len(split), lower_layers=lower)
+            if states is None and lower is None:
+                states = encode_states(self.states, keys[label], folder, label, *split.words)
+            elif states is None:
+                states = encode_piece_states(self.encoder, self.lower_module, self.states.batch_size, keys[label],
+                                             folder, label, *split.words)  # fmt: skip
+            split.words_taken(states)
         self._lower = None  # the cache is built: the model holds its own copy of the encoder
 
     def collate(self, split: EncodedSplit, indices: Sequence[int], host: np.ndarray, batch: dict[str, Any]) -> None:

@@ -154,7 +154,7 @@ class EmbeddingSource(ABC):
     def attach(self, splits: Mapping[str, EncodedSplit], keys: Mapping[str, dict], folder: Path) -> None:
         """Give each split what its batches need from the source; a table needs only the ids, so the words go."""
         for split in splits.values():
-            split.words = None
+            split.words_taken()
 
     def collate(self, split: EncodedSplit, indices: Sequence[int], host: np.ndarray, batch: dict[str, Any]) -> None:
         """Add to a training or evaluation batch (ids already in `batch`) what the model takes besides ids."""

@@ -9,7 +9,9 @@ before the `dtype` key computed in fp32 and is given that key. A run saved befor
 training loss by name (`loss: {kind: pairwise, margin: 1.0, class_weights: null}`, or no `loss` node at all before
 the ranking losses: pointwise); it is read as the node of that group that builds the same loss (`loss: {_target_:
 ...PairwiseHinge, margin: 1.0}`), the settings the chosen loss did not read left out. A run folder's config saved before
-the `system` node is given it. Nothing else is changed: the same classes with the same arguments.
+the `system` node is given it. Its `data` node, which built the data module itself before the data module was
+given its settings, builds those settings (`DataSettings`, the same keys). Nothing else is changed: the same
+classes with the same arguments.
 
 The same holds for what users type: `loss.kind=<option>`, the old spelling of `loss=<option>`, is read as the new one
 with a warning (`current_overrides`), so that commands in notes, study specs (conf/study/) and saved sweeps still run.
@@ -48,10 +50,16 @@ MOVED_MODULES = {
 }
 
 
+#: The `_target_`s that name another class today (after their module's move): the `data` node built the data
+#: module itself before it built the settings the data module is given (`DataSettings`, the same keys).
+RENAMED_TARGETS = {"matching.training.datamodule.PairDataModule": "matching.training.datamodule.DataSettings"}
+
+
 def current_target(target: str) -> str:
     """Today's name of a `_target_` (the same name when it has not moved)."""
     module, _, name = target.rpartition(".")
-    return f"{MOVED_MODULES[module]}.{name}" if module in MOVED_MODULES else target
+    moved = f"{MOVED_MODULES[module]}.{name}" if module in MOVED_MODULES else target
+    return RENAMED_TARGETS.get(moved, moved)
 
 
 def current_targets(node: Any) -> list[tuple[str, str]]:

@@ -61,9 +61,9 @@ def shared_config(run: TrainedModel, reference: dict | None = None) -> DictConfi
     cfg = OmegaConf.create({k: copy.deepcopy(run.cfg[k]) for k in KEPT if k in run.cfg})
     cfg.data.data_dir, cfg.data.cache_dir = "data", "data/cache"  # for evaluating on local corpora, if ever
     run.source.sharing.node(cfg.embeddings, reference)
-    for split in (cfg.task.get("splits") or {}).values():  # an absolute split (a file of one's own, the demo's
-        if split is not None and Path(str(split.path)).is_absolute():  # sample): by name only, like the vectors
-            split.path = Path(str(split.path)).name
+    for name, split in (cfg.task.get("splits") or {}).items():  # an absolute split (a file of one's own, the
+        if split is not None and Path(str(split.path)).is_absolute():  # demo's sample): by name only, as the vectors
+            cfg.task.splits[name].path = Path(str(split.path)).name
     read = set((read_provenance(run.run_dir).get("data") or {}).keys())
     if read:  # the splits the run read (provenance.json); no other, such as a test split it never opened
         for name in [n for n in (cfg.task.get("splits") or {}) if n not in read]:

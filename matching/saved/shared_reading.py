@@ -24,9 +24,9 @@ WEIGHTS = "model.safetensors"
 REQUIRED = ("config.yaml", "vocab.txt", WEIGHTS)
 
 #: What a shared folder's config may name as a `_target_` besides every Aligner and EmbeddingSource of matching: its
-#: own model and text components (by name: the data module's is not imported to check it).
+#: own model and text components (by name: the data settings' module is not imported to check it).
 SHARED_TARGETS = frozenset(
-    {"matching.data.tasks.Task", "matching.training.datamodule.PairDataModule",
+    {"matching.data.tasks.Task", "matching.training.datamodule.DataSettings",
      "matching.model.decomposable.DecomposableAttention", "matching.data.tasks.keep_recent_turns"}
 )  # fmt: skip
 

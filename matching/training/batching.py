@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -312,3 +313,31 @@ class IndexCollator:
         packed = self.split.packed("cpu")
         host, index = batch_indices(indices, self.device)
         return {"index": index, "widths": (packed.a.width(host, self.pad_to), packed.b.width(host, self.pad_to))}
+
+
+@dataclass(frozen=True)
+class TrainingBatches:
+    """How a run's training batches are formed, which the training side decides and the data module follows:
+
+    - `whole_queries`: every query's candidates in one batch (QueryBatchSampler), for the losses that compare them
+      (`loss=pairwise` or `listwise`); else pairs of similar length (BucketBatchSampler, shuffled);
+    - `as_indices`: batches are the pairs' indices and padded widths (IndexCollator), gathered inside the replayed
+      training step (`capture=true`, matching.training.replay); else padded ids (PadCollator).
+
+    Evaluation batches are the same whatever these are."""
+
+    whole_queries: bool = False
+    as_indices: bool = False
+
+    def sampler(self, split: EncodedSplit, sides: np.ndarray, batch_size: int,
+                options: dict[str, Any]) -> BucketBatchSampler:  # fmt: skip
+        """The sampler of the training split `split` (`sides`: its pairs' lengths; `options`: the sampler's others)."""
+        if self.whole_queries:
+            match = (split.labels == 1).astype(int)  # label 1 is the match of a ranking task
+            return QueryBatchSampler(sides.sum(1), batch_size, labels=match, groups=split.groups, **options)
+        return BucketBatchSampler(sides.sum(1), batch_size, shuffle=True, groups=split.groups, **options)
+
+    def collator(self, split: EncodedSplit, source: EmbeddingSource | None, device,
+                 pad_to: int) -> PadCollator | IndexCollator:  # fmt: skip
+        """What turns the training split's batches of indices into what a training step takes."""
+        return IndexCollator(split, device, pad_to) if self.as_indices else PadCollator(split, source, device, pad_to)

@@ -23,8 +23,10 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, open_dict
 
 from matching.configs import build
+from matching.data.negatives import MeanWordVectors, NegativeMiner
 from matching.data.pairs import Pair
-from matching.data.sources import labels_from_data
+from matching.data.sources import labels_from_data, resolve_path
+from matching.data.tasks import Task
 from matching.data.vocab import Vocabulary
 from matching.errors import (
     ConfigError,
@@ -37,9 +39,10 @@ from matching.model.assembly import (
     build_task,
 )
 from matching.model.decomposable import DecomposableAttention
-from matching.model.embeddings import embeddings_choice
+from matching.model.embeddings import EmbeddingSource, PretrainedVectors, embeddings_choice
 from matching.saved.run_folder import find_checkpoint
-from matching.training.datamodule import PairDataModule, split_prefix
+from matching.training.batching import TrainingBatches
+from matching.training.datamodule import DataSettings, PairDataModule, split_prefix
 from matching.training.distillation import teacher_logits
 from matching.training.losses import Distillation, DistilledLoss, TrainingLoss, compares_candidates, loss_class
 from matching.training.metrics import TaskMetrics
@@ -71,11 +74,32 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None, run_dir: 
     vectors = build(cfg.embeddings)
     if vocab is None:
         vectors.check_available()
-    pad_to = cfg.data.get("pad_to") or (8 if cfg.get("compile") or cfg.get("capture") else 1)
-    whole_queries = compares_candidates(cfg, task.kind)
-    run_dir = run_dir or cfg.paths.get("output_dir")
-    return build(cfg.data, task=task, vocab=vocab, vectors=vectors, pad_to=pad_to, whole_queries=whole_queries,
-                 capture=bool(cfg.get("capture")), run_dir=run_dir, trained_logits=trained_logits)  # fmt: skip
+    capture = bool(cfg.get("capture"))
+    if capture and type(vectors).collate is not EmbeddingSource.collate:
+        raise ConfigError(
+            f"capture=true replays training steps that gather the batch's word ids on the device; "
+            f"{type(vectors).__name__} adds an encoder's inputs to each batch outside the step, which a replay "
+            f"cannot: train this model with capture=false"
+        )
+    pad_to = cfg.data.get("pad_to") or (8 if cfg.get("compile") or capture else 1)
+    settings = build(cfg.data, pad_to=pad_to)
+    batches = TrainingBatches(whole_queries=compares_candidates(cfg, task.kind), as_indices=capture)
+    miner = negative_miner(task, settings, vectors, run_dir or cfg.paths.get("output_dir"))
+    return PairDataModule(task, settings, vectors, vocab, miner, batches)
+
+
+def negative_miner(task: Task, settings: DataSettings, vectors: EmbeddingSource,
+                   run_dir: str | os.PathLike | None) -> NegativeMiner | None:  # fmt: skip
+    """What completes the splits of a task with `task.negatives` (None for any other task): mined candidates kept in
+    `run_dir`, scored as the task says (with a static source's mean word vectors, or a trained run's logits)."""
+    if task.negatives is None:
+        return None
+    lookup = None
+    if isinstance(vectors, PretrainedVectors):
+        tokenizer = settings.tokenizer(task)
+        lookup = MeanWordVectors(vectors, tokenizer, settings.oov_buckets, settings.seed, settings.cache_dir)
+    corpus = resolve_path(task.negatives.corpus, settings.data_dir) if task.negatives.corpus else None
+    return NegativeMiner(task.negatives, task.labels, corpus, run_dir, lookup, trained_logits, settings.cache_dir)
 
 
 def trained_logits(path: str) -> Callable[[list[Pair]], np.ndarray]:
@@ -117,7 +141,7 @@ def build_systems(cfg: DictConfig, model: DecomposableAttention, dm: PairDataMod
     replayed on the training split, set up before) and the one that evaluates its best checkpoint at the end, keeping
     every pair's prediction (no loss, no optimiser), both evaluating on `dm`'s task."""
     metrics, dtype = task_metrics(dm), str(cfg.get("dtype", "fp32"))
-    replay = StepReplay(dm.splits["train"], dm.batch_size) if cfg.get("capture") else None
+    replay = StepReplay(dm.splits["train"], dm.settings.batch_size) if cfg.get("capture") else None
     optimizer = instantiate(cfg.optim)
     loss = build_loss(cfg, dm, run_dir)
     training = build(cfg.system, model=model, loss=loss, optimizer=optimizer, metrics=metrics, compute_dtype=dtype,

@@ -10,12 +10,12 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
@@ -28,9 +28,9 @@ from matching.data.sources import read_split, resolve_path
 from matching.data.tasks import Task
 from matching.data.vocab import Tokenizer, Vocabulary
 from matching.errors import ConfigError, DataFormatError
-from matching.model.embeddings import EmbeddingSource, PretrainedVectors
+from matching.model.embeddings import EmbeddingSource
 from matching.model.pipeline import TextPipeline
-from matching.training.batching import BucketBatchSampler, IndexCollator, PadCollator, QueryBatchSampler, TrainLoader
+from matching.training.batching import BucketBatchSampler, PadCollator, TrainingBatches, TrainLoader
 from matching.training.callbacks import batches_trained
 
 log = logging.getLogger(__name__)
@@ -41,103 +41,85 @@ def split_prefix(split: str) -> str:
     return "val" + split[3:] if split.startswith("dev") else split
 
 
-class PairDataModule(pl.LightningDataModule):
-    """Builds every split of a task once (`setup`), with the vocabulary from the training split only.
-
-    Built from the `data` node of the config (`_target_`), with the task and the embedding source given at run
-    time.
+@dataclass(frozen=True)
+class DataSettings:
+    """How a run reads and batches its pairs: the `data` node of its config (`_target_`), checked once here.
 
     Args:
-        task: the task (reader, labels, splits, protocol).
         data_dir: root that relative split paths are resolved against.
         cache_dir: where downloads and caches go.
-        vocab: an existing vocabulary (evaluation of a trained model); None builds one from `train`.
-        vectors: the embedding source; with pretrained vectors, the vocabulary built here also holds every word
-            of the other splits read with `train`, and the vectors file's most frequent words, that have a vector.
-        cache: keep prepared splits in `cache_dir/corpora`.
+        batch_size, eval_batch_size: pairs per training batch, and per evaluation batch (None: twice batch_size).
+        num_workers: loader processes (0: batches are made in the training process).
+        bucket_batches: pairs are sorted by length within chunks of this many batches.
+        lowercase: the tokeniser lower-cases text.
         max_length: texts longer than this many tokens are cut (counted and reported); None keeps them whole.
+        oov_buckets: words out of the vocabulary hash to one of this many vectors.
+        seed: the seed of batch order (and of loader processes).
+        on_bad_example: a pair with an unknown label or an empty text: 'error' (with file and line) or 'skip'.
+        cache: keep prepared splits in `cache_dir/corpora`.
         batch_cells, batch_tokens: the memory Budget of every batch (alignment cells B · La · Lb, padded tokens
             B · (La + Lb)); None leaves a limit out.
         pad_to: round each batch's lengths up to a multiple of this (a compiled model then sees few shapes).
-        whole_queries: training batches hold whole queries (QueryBatchSampler), for the ranking losses that compare
-            a query's candidates (loss.kind=pairwise|listwise).
-        capture: training batches are the pairs' indices and padded widths (IndexCollator), gathered inside the
-            replayed training step (`capture=true`, matching.training.replay); evaluation batches are as without.
-        run_dir: the run's folder, where negatives mined for `task.negatives` are kept (matching.data.negatives).
-        trained_logits: the logits of pairs under a trained run (its path), for task.negatives.method=ckpt.
     """
 
-    def __init__(
-        self,
-        task: Task,
-        data_dir: str | os.PathLike,
-        cache_dir: str | os.PathLike,
-        batch_size: int,
-        eval_batch_size: int | None = None,
-        num_workers: int = 0,
-        bucket_batches: int = 50,
-        lowercase: bool = True,
-        max_length: int | None = None,
-        oov_buckets: int = 100,
-        seed: int = 0,
-        vocab: Vocabulary | None = None,
-        on_bad_example: str = "error",
-        cache: bool = True,
-        vectors: EmbeddingSource | None = None,
-        batch_cells: int | None = BATCH_CELLS,
-        batch_tokens: int | None = BATCH_TOKENS,
-        pad_to: int = 1,
-        whole_queries: bool = False,
-        capture: bool = False,
-        run_dir: str | os.PathLike | None = None,
-        trained_logits: Callable[[str], Callable[[list[Pair]], np.ndarray]] | None = None,
-    ):
-        super().__init__()
-        self.task, self.data_dir, self.cache_dir = task, data_dir, cache_dir
-        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or 2 * batch_size
-        self.num_workers, self.bucket_batches, self.seed = num_workers, bucket_batches, seed
-        for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
-                            ("max_length", max_length), ("batch_cells", batch_cells),
-                            ("batch_tokens", batch_tokens), ("pad_to", pad_to)):  # fmt: skip
+    data_dir: str | os.PathLike
+    cache_dir: str | os.PathLike | None
+    batch_size: int
+    eval_batch_size: int | None = None
+    num_workers: int = 0
+    bucket_batches: int = 50
+    lowercase: bool = True
+    max_length: int | None = None
+    oov_buckets: int = 100
+    seed: int = 0
+    on_bad_example: str = "error"
+    cache: bool = True
+    batch_cells: int | None = BATCH_CELLS
+    batch_tokens: int | None = BATCH_TOKENS
+    pad_to: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "eval_batch_size", "max_length", "batch_cells", "batch_tokens", "pad_to"):
+            value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ConfigError(f"data.{name} must be a positive whole number, got {value!r}")
-        if on_bad_example not in ("error", "skip"):
-            raise ConfigError(f"data.on_bad_example must be 'error' or 'skip', got {on_bad_example!r}")
-        self.oov_buckets, self.pad_to = oov_buckets, pad_to
-        self.whole_queries, self.capture = whole_queries, capture
-        if capture and vectors is not None and type(vectors).collate is not EmbeddingSource.collate:
-            raise ConfigError(
-                f"capture=true replays training steps that gather the batch's word ids on the device; "
-                f"{type(vectors).__name__} adds an encoder's inputs to each batch outside the step, which a replay "
-                f"cannot: train this model with capture=false"
-            )
-        self.on_bad_example = on_bad_example
-        self.use_cache = cache
-        self.vectors = vectors
-        tokenizer = Tokenizer(lowercase, keep_tokens=task.keep_tokens)
-        self.builds_vocabulary = vocab is None  # a training run's, from its splits and its source
-        self.text = TextPipeline(task, tokenizer, max_length, Budget(batch_cells, batch_tokens), vectors, vocab)
-        self.splits: dict[str, EncodedSplit] = {}
-        self.miner = None
-        if task.negatives is not None:
-            static = isinstance(vectors, PretrainedVectors)
-            lookup = self._mean_vectors if static else None
-            corpus = resolve_path(task.negatives.corpus, data_dir) if task.negatives.corpus else None
-            self.miner = NegativeMiner(task.negatives, task.labels, corpus, run_dir, lookup, trained_logits, cache_dir)
+        if self.on_bad_example not in ("error", "skip"):
+            raise ConfigError(f"data.on_bad_example must be 'error' or 'skip', got {self.on_bad_example!r}")
+        if self.eval_batch_size is None:
+            object.__setattr__(self, "eval_batch_size", 2 * self.batch_size)
 
-    def _mean_vectors(self, texts: list[str]) -> np.ndarray:
-        """Each text's mean pretrained word vector (words without one left out; zeros when none has one)."""
-        tokens = [self.tokenizer(t) for t in texts]
-        known = self.vectors.extra_words([], list(dict.fromkeys(w for ts in tokens for w in ts)))
-        vocab = Vocabulary(known, self.oov_buckets)
-        table = self.vectors.matrix(vocab, self.seed, self.cache_dir).float().numpy()
-        means = np.zeros((len(texts), table.shape[1]))
-        for i, ts in enumerate(tokens):
-            ids = vocab.encode(ts)
-            ids = ids[ids >= vocab.first_word_id]
-            if len(ids):
-                means[i] = table[ids].mean(0)
-        return means
+    @property
+    def budget(self) -> Budget:
+        return Budget(self.batch_cells, self.batch_tokens)
+
+    def tokenizer(self, task: Task) -> Tokenizer:
+        """The tokeniser of the task's texts under these settings."""
+        return Tokenizer(self.lowercase, keep_tokens=task.keep_tokens)
+
+
+class PairDataModule(pl.LightningDataModule):
+    """Builds every split of a task once (`setup`), with the vocabulary from the training split only.
+
+    Args:
+        task: the task (reader, labels, splits, protocol).
+        settings: how pairs are read and batched (the config's `data` node).
+        vectors: the embedding source; with pretrained vectors, the vocabulary built here also holds every word
+            of the other splits read with `train`, and the vectors file's most frequent words, that have a vector.
+        vocab: an existing vocabulary (evaluation of a trained model); None builds one from `train`.
+        miner: completes the splits of a task with `task.negatives` (matching.data.negatives); None for the others.
+        training_batches: how training batches are formed (whole queries; indices for a replayed step), which the
+            training side decides (matching.training.batching.TrainingBatches).
+    """
+
+    def __init__(self, task: Task, settings: DataSettings, vectors: EmbeddingSource | None = None,
+                 vocab: Vocabulary | None = None, miner: NegativeMiner | None = None,
+                 training_batches: TrainingBatches | None = None):  # fmt: skip
+        super().__init__()
+        self.task, self.settings, self.vectors, self.miner = task, settings, vectors, miner
+        self.training_batches = training_batches or TrainingBatches()
+        self.builds_vocabulary = vocab is None  # a training run's, from its splits and its source
+        self.text = TextPipeline(task, settings.tokenizer(task), settings.max_length, settings.budget, vectors, vocab)
+        self.splits: dict[str, EncodedSplit] = {}
 
     @property
     def vocab(self) -> Vocabulary | None:
@@ -192,7 +174,7 @@ class PairDataModule(pl.LightningDataModule):
         if hit is not None:
             words, splits = hit
             if self.vocab is None:
-                self.text.vocab = Vocabulary(words, self.oov_buckets)
+                self.text.adopt_vocabulary(Vocabulary(words, self.settings.oov_buckets))
             self.splits.update({name: EncodedSplit(name, **fields) for name, fields in splits.items()})
             sizes = ", ".join(f"{k} {len(self.splits[k]):,}" for k in wanted)
             log.info("%s loaded from cache in %.1fs: %s pairs (%s)", self.task.name, time.perf_counter() - started,
@@ -206,18 +188,18 @@ class PairDataModule(pl.LightningDataModule):
             if name == "train" and self.task.train_questions == "answered":
                 pairs = keep_answered_questions(pairs, self.labels[1], f"{self.task.name} train")
             if not pairs:
-                where = resolve_path(self.task.splits[name].path, self.data_dir)
+                where = resolve_path(self.task.splits[name].path, self.settings.data_dir)
                 raise DataFormatError(
                     f"{self.task.name} {name} split is empty: {where} holds no pair with a label (an empty file, or "
                     f"a [start, stop) slice that selects nothing); check task.splits.{name}"
                 )
             raw[name] = (pairs, self.text.tokenize(name, pairs))
         if self.vocab is None:
-            self.text.vocab = self._build_vocabulary(raw)
+            self.text.adopt_vocabulary(self._build_vocabulary(raw))
         for name, (pairs, tokens) in raw.items():
-            source = str(resolve_path(self.task.splits[name].path, self.data_dir))
+            source = str(resolve_path(self.task.splits[name].path, self.settings.data_dir))
             self.splits[name] = encode_split(
-                name, pairs, tokens, self.vocab, self.labels, self.max_length, source, self.on_bad_example
+                name, pairs, tokens, self.vocab, self.labels, self.max_length, source, self.settings.on_bad_example
             )
         sizes = ", ".join(f"{k} {len(self.splits[k]):,}" for k in raw)
         log.info("%s ready in %.1fs: %s pairs", self.task.name, time.perf_counter() - started, sizes)
@@ -228,7 +210,7 @@ class PairDataModule(pl.LightningDataModule):
 
     def read_pairs(self, name: str) -> list[Pair]:
         """A split's pairs as the run sees them: read, then completed with the negatives of `task.negatives`."""
-        pairs = read_split(self.task, name, self.data_dir, self.cache_dir)
+        pairs = read_split(self.task, name, self.settings.data_dir, self.settings.cache_dir)
         if self.miner is not None:
             pairs = self.miner.complete(name, pairs, self.split_key(name))
         return pairs
@@ -237,28 +219,29 @@ class PairDataModule(pl.LightningDataModule):
         """What a split's preparation depends on besides the source: its file, slice and text preparation (the key
         of what an embedding source caches for it)."""
         split = self.task.splits[name]
-        where = resolve_path(split.path, self.data_dir)
+        where = resolve_path(split.path, self.settings.data_dir)
         return {
             # the split's name only where it changes the pairs (mined negatives: train's k or eval_k); else two
             # splits of one file share what is cached for it (`evaluate input=<the dev file>` reuses dev's states)
             "task": self.task.name, "split": name if self.miner is not None else None,
-            "file": corpus_cache.file_content(where, self.cache_dir) or str(where),  # by content: a copy finds it too
+            # by content (a copy finds it too); a split read from the hub by its name
+            "file": corpus_cache.file_content(where, self.settings.cache_dir) or str(where),
             "slice": (split.start, split.stop),
             "train_questions": self.task.train_questions if name == "train" else None,
             "text": [self.tokenizer.lowercase, self.task.text_settings(), self.max_length],
-            "labels": self.labels, "on_bad": self.on_bad_example,
+            "labels": self.labels, "on_bad": self.settings.on_bad_example,
         } | self._negatives_key()  # fmt: skip
 
     def _negatives_key(self) -> dict[str, Any]:
         """What mined negatives depend on (in the cache keys only when there are some: older keys stay valid)."""
         return (
-            {"negatives": self.task.negatives.identity(self.miner.corpus, self.cache_dir)}
+            {"negatives": self.task.negatives.identity(self.miner.corpus, self.settings.cache_dir)}
             if self.miner is not None
             else {}
         )
 
     def _source_cache(self) -> Path:
-        return Path(self.cache_dir if self.cache_dir is not None else "data/cache")
+        return Path(self.settings.cache_dir if self.settings.cache_dir is not None else "data/cache")
 
     def _cached_by_source(self, names: Sequence[str]) -> bool:
         """Whether the splits can come from the corpus cache, as far as the embedding source is concerned."""
@@ -271,7 +254,7 @@ class PairDataModule(pl.LightningDataModule):
         splits = {f"{self.task.name}-{n}": self.splits[n] for n in names}
         if self.vectors is None:
             for split in splits.values():
-                split.words = None
+                split.words_taken()
             return
         self.vectors.attach(splits, self._source_keys(names), self._source_cache())
 
@@ -280,70 +263,58 @@ class PairDataModule(pl.LightningDataModule):
         return {f"{self.task.name}-{n}": self.split_key(n) for n in names}
 
     def _build_vocabulary(self, raw: Mapping[str, tuple[Sequence[Pair], list[tuple[list[str], list[str]]]]]):
-        vocab = Vocabulary.build((t for ab in raw["train"][1] for t in ab), self.oov_buckets)
+        vocab = Vocabulary.build((t for ab in raw["train"][1] for t in ab), self.settings.oov_buckets)
         log.info("vocabulary: %d words from the %s training split", len(vocab.words), self.task.name)
         if self.vectors is None:
             return vocab
         others = (w for name, (_, tokens) in raw.items() if name != "train" for ab in tokens for t in ab for w in t)
         extra = self.vectors.extra_words(vocab.words, list(dict.fromkeys(others)))
-        return Vocabulary(vocab.words + extra, self.oov_buckets)
+        return Vocabulary(vocab.words + extra, self.settings.oov_buckets)
 
     def _cache_entry(self, wanted: list[str]) -> Path | None:
         """Where the prepared `wanted` splits are cached; None when caching is off or a split is not local, and for a
         task with mined negatives: each run keeps (or mines) its own lists in its folder and logs what they are, which
         a run whose splits came from the shared cache would not."""
-        if not self.use_cache or self.cache_dir is None or self.miner is not None:
+        if not self.settings.cache or self.settings.cache_dir is None or self.miner is not None:
             return None
-        splits = self.task.splits
-        files = {
-            n: corpus_cache.file_content(resolve_path(splits[n].path, self.data_dir), self.cache_dir) for n in wanted
-        }
-        if not all(files.values()):
+        splits = {n: self.split_key(n) for n in wanted}
+        if not all(isinstance(key["file"], dict) for key in splits.values()):  # by content: local files only
             return None
         vectors = self.vectors if self.builds_vocabulary else None  # the words they add are the vocabulary's
+        cache_dir = self.settings.cache_dir
+        vocab = None if self.vocab is None else hashlib.sha256("\n".join(self.vocab.tokens).encode()).hexdigest()
         key = corpus_cache.cache_key(
-            {
-                "task": self.task.name,
-                "files": files,
-                "slices": {n: (splits[n].start, splits[n].stop) for n in wanted},
-                "train_questions": self.task.train_questions,
-                "text": [self.tokenizer.lowercase, self.task.text_settings(), self.max_length],
-                "labels": self.labels,
-                "on_bad": self.on_bad_example,
-                "oov_buckets": self.oov_buckets,
-                "pretrained": corpus_cache.by_content(vectors.identity(), self.cache_dir) if vectors else None,
-                "vocab": None if self.vocab is None else hashlib.sha256("\n".join(self.vocab.tokens).encode()).hexdigest(),  # noqa: E501
-            }
+            {"splits": splits, "oov_buckets": self.settings.oov_buckets, "vocab": vocab,
+             "pretrained": corpus_cache.by_content(vectors.identity(), cache_dir) if vectors else None}
         )  # fmt: skip
-        return Path(self.cache_dir) / "corpora" / f"{self.task.name}-{key}.npz"
+        return Path(self.settings.cache_dir) / "corpora" / f"{self.task.name}-{key}.npz"
 
     def loader(self, split: str, train: bool = False) -> DataLoader:
         data = self.splits[split]
-        size = self.batch_size if train else self.eval_batch_size
+        size = self.settings.batch_size if train else self.settings.eval_batch_size
         trainer = getattr(self, "trainer", None)
         replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         sides = data.sides()
         self.budget.check(sides, f"{self.task.name} {split}")
-        options = {"seed": self.seed, "bucket_batches": self.bucket_batches, "num_replicas": replicas, "rank": rank,
-                   "sides": sides, "budget": self.budget}  # fmt: skip
-        if train and self.whole_queries:
-            match = (data.labels == 1).astype(int)  # label 1 is the match of a ranking task
-            sampler = QueryBatchSampler(sides.sum(1), size, labels=match, groups=data.groups, **options)
+        options = {"seed": self.settings.seed, "bucket_batches": self.settings.bucket_batches,
+                   "num_replicas": replicas, "rank": rank, "sides": sides, "budget": self.budget}  # fmt: skip
+        if train:
+            sampler = self.training_batches.sampler(data, sides, size, options)
         else:
-            sampler = BucketBatchSampler(sides.sum(1), size, shuffle=train, groups=data.groups, **options)
+            sampler = BucketBatchSampler(sides.sum(1), size, shuffle=False, groups=data.groups, **options)
         # Without loader processes, a GPU run keeps the split's ids on the GPU and gathers each batch there.
-        device = trainer.strategy.root_device if trainer is not None and self.num_workers == 0 else None
+        device = trainer.strategy.root_device if trainer is not None and self.settings.num_workers == 0 else None
         device = device if device and device.type == "cuda" else None
-        if train and self.capture:
-            collate = IndexCollator(data, device, self.pad_to)
+        if train:
+            collate = self.training_batches.collator(data, self.vectors, device, self.settings.pad_to)
         else:
-            collate = PadCollator(data, self.vectors, device, self.pad_to)
+            collate = PadCollator(data, self.vectors, device, self.settings.pad_to)
         # A generator of its own for the seed that each iterator draws (for loader processes): drawn from the global
         # one, it would put each epoch's and each evaluation's draw between the dropout masks, so that a run resumed
         # in the middle of an epoch (one iterator more than a run never stopped) would get other masks.
-        generator = torch.Generator().manual_seed(self.seed)
-        options = {"batch_sampler": sampler, "collate_fn": collate, "num_workers": self.num_workers,
-                   "persistent_workers": self.num_workers > 0, "generator": generator}  # fmt: skip
+        generator = torch.Generator().manual_seed(self.settings.seed)
+        options = {"batch_sampler": sampler, "collate_fn": collate, "num_workers": self.settings.num_workers,
+                   "persistent_workers": self.settings.num_workers > 0, "generator": generator}  # fmt: skip
         if train and trainer is not None:
             return TrainLoader(data, trained=lambda: batches_trained(trainer), **options)
         return DataLoader(data, **options)
