@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 from conftest import compose_train
-from omegaconf import open_dict
 
 from matching.data.encoding import PackedSide
 from matching.errors import ConfigError
@@ -100,12 +99,12 @@ def test_settings_a_whole_step_graph_cannot_hold_are_refused_before_any_data_is_
     assert named in str(err.value) and "capture=false" in str(err.value)
 
 
-def test_an_encoders_inputs_cannot_be_replayed(tmp_path, tiny_encoder):
+def test_an_encoders_inputs_cannot_be_replayed_which_is_said_before_any_data_is_read(tmp_path):
     cfg = compose_train(tmp_path, "capture=true", "embeddings=minilm_contextual")
-    with open_dict(cfg):
-        cfg.embeddings.model = str(tiny_encoder)
-    with pytest.raises(ConfigError, match="capture=false"):
-        build_datamodule(cfg)
+    with pytest.raises(ConfigError, match="capture=false") as err:
+        check_config(cfg)  # the encoder's files are not needed to say so
+    assert "embeddings=ContextualEncoder" in str(err.value)
+    check_config(compose_train(tmp_path / "static", "capture=true"))  # a table of vectors is replayed
 
 
 def test_only_losses_with_the_same_operations_for_every_batch_are_captured():

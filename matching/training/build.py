@@ -64,23 +64,17 @@ def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None, run_dir: 
     plus every word with a pretrained vector among the dev splits and the vectors file's first
     `embeddings.top_words` words), and the source's files are checked before any corpus is read. `run_dir` (default:
     `paths.output_dir`, a training run's folder) keeps what a positives-only task mines (matching.data.negatives)."""
+    if vocab is None:  # a training run: which embeddings, and why (before building them, which may fail)
+        log.info(embeddings_choice(cfg.get("choices") or {}, command_line_overrides()))
     task = build_task(cfg)
     if not task.labels:  # a generic task (task=pairs): the data's label names, kept in the config the run saves
         task.labels = labels_from_data(task, cfg.paths.data_dir, cfg.paths.cache_dir)
         with open_dict(cfg):
             cfg.task.labels = list(task.labels)
-    if vocab is None:  # a training run: which embeddings, and why (before building them, which may fail)
-        log.info(embeddings_choice(cfg.get("choices") or {}, command_line_overrides()))
     vectors = build(cfg.embeddings)
     if vocab is None:
         vectors.check_available()
-    capture = bool(cfg.get("capture"))
-    if capture and type(vectors).collate is not EmbeddingSource.collate:
-        raise ConfigError(
-            f"capture=true replays training steps that gather the batch's word ids on the device; "
-            f"{type(vectors).__name__} adds an encoder's inputs to each batch outside the step, which a replay "
-            f"cannot: train this model with capture=false"
-        )
+    capture = bool(cfg.get("capture"))  # checked with the source before (config_checks.check_capture)
     pad_to = cfg.data.get("pad_to") or (8 if cfg.get("compile") or capture else 1)
     settings = build(cfg.data, pad_to=pad_to)
     batches = TrainingBatches(whole_queries=compares_candidates(cfg, task.kind), as_indices=capture)

@@ -13,6 +13,7 @@ from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from matching.errors import ConfigError
+from matching.model.embeddings import EmbeddingSource
 from matching.model.precision import check
 from matching.training.losses import Distillation, loss_class
 
@@ -91,7 +92,6 @@ def check_config(cfg: DictConfig) -> None:
         node = cfg.get(key)
         if isinstance(node, DictConfig):
             check_arguments(node, key)
-    check(cfg.get("dtype", "fp32"))
     check_loss(cfg)
     if cfg.get("capture"):
         check_capture(cfg)
@@ -101,6 +101,7 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(
             f"optim: the optimiser cannot be built from {OmegaConf.to_container(cfg.optim)} ({err})"
         ) from None
+    check(cfg.get("dtype", "fp32"))
 
 
 def check_loss(cfg: DictConfig) -> None:
@@ -149,6 +150,11 @@ def check_capture(cfg: DictConfig) -> None:
         refused.append("compile_mode=reduce-overhead (CUDA graphs of the model's own, inside the step's "
                        "graph; compile=true with compile_mode=default fuses the kernels that the capture "
                        "records)")  # fmt: skip
+    source = (cfg.get("embeddings") or {}).get("_target_")
+    if source and get_object(str(source)).collate is not EmbeddingSource.collate:
+        refused.append(f"embeddings={source.rpartition('.')[2]} (the step gathers the batch's word ids on the device; "
+                       f"this source adds an encoder's inputs to each batch outside the step, which a replay "
+                       f"cannot)")  # fmt: skip
     if refused:
         raise ConfigError(
             "capture=true replays the whole training step as one CUDA graph, which cannot be combined with "
