@@ -96,7 +96,7 @@ def measure(work: Path, aligner: str, trainer: str, pairs: int, rounds: int, com
     for _ in range(rounds):
         times["eager"].append(eager())
         times["replayed"].append(replayed())
-    return first, times, len(batches), full, len(shapes), replay.describe(), agreement, graph_alone_ms(replay)
+    return first, times, len(batches), full, len(shapes), replay.steps_summary(), agreement, graph_alone_ms(replay)
 
 
 def graph_alone_ms(replay, launches: int = 200) -> float | None:

@@ -226,7 +226,7 @@ def main() -> None:
           "single-pair requests")  # fmt: skip
     print(f"pairs: {statistics.mean(lengths):.1f} tokens on average; threads: {int(served.threads) or 'per call'}")
     print(
-        f"dtype {precision.describe(served.dtype)}; answers checked against in-process within {dtype}'s "
+        f"dtype {precision.arithmetic_summary(served.dtype)}; answers checked against in-process within {dtype}'s "
         f"{'P(match)' if run.kind == 'rank' else 'probabilities'} ±{allowed.probability:g}"
         f"{f' and score ±{allowed.score:g}' if run.kind == 'rank' else ''} (matching.model.precision.answer_tolerance)"
     )

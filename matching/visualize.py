@@ -31,7 +31,7 @@ from omegaconf import DictConfig
 from matching.cli import command
 from matching.errors import RunError
 from matching.files import write_json
-from matching.model.matrices import describe
+from matching.model.matrices import matrix_title
 from matching.saved.run_folder import find_checkpoint, option_name
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def visualize(cfg: DictConfig) -> Path:
         run = load_run(find_checkpoint(cfg.ckpt), cfg)
         values = matrix_values(run, str(cfg.split), int(cfg.max_pairs))
         out = Path(cfg.out or run.run_dir / f"matrix_values_{cfg.split}.png")
-        captions = {name: describe(name, run.cfg) for name in values}
+        captions = {name: matrix_title(name, run.cfg) for name in values}
         aligner = option_name(run.cfg, "aligner")
         draw_histograms(values, out, title=f"{run.task.name} {cfg.split} · {aligner}", captions=captions)
         summary = value_summary(values)

@@ -120,11 +120,11 @@ def test_auto_is_bf16_only_on_a_cpu_with_bf16_arithmetic(monkeypatch):
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
     assert precision.resolve("auto", "cpu") == torch.bfloat16
     assert precision.resolve("auto", "cuda") == torch.float32
-    assert precision.describe("auto") == "bf16 (auto: this CPU has avx512_bf16)"
+    assert precision.arithmetic_summary("auto") == "bf16 (auto: this CPU has avx512_bf16)"
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512f", "avx2"}))
     assert precision.resolve("auto", "cpu") == torch.float32
     assert precision.resolve("bf16", "cpu") == torch.bfloat16
-    assert "slower than fp32 here" in precision.describe("bf16")
+    assert "slower than fp32 here" in precision.arithmetic_summary("bf16")
 
 
 def test_auto_is_the_default_and_the_run_log_says_what_it_chose(make_cfg, monkeypatch, caplog):

@@ -115,23 +115,23 @@ def test_a_heatmap_says_which_text_is_where_what_each_matrix_is_and_what_was_pre
 
 
 def test_matrix_descriptions_follow_the_config():
-    from matching.model.matrices import describe
+    from matching.model.matrices import matrix_title
 
     coda = {"aligner": {"phi_e": "sigmoid", "phi_n": "arctan", "gate": "scale", "center_e": True}}
-    assert describe("affinity", coda) == "sigmoid(E − mean E) (affinity)"
-    assert describe("gate", coda) == "2·arctan(N) (gate)"
-    assert describe("gate", {"aligner": {"gate": "none"}}) == "sigmoid(N) (gate)"
-    assert describe("intra_b/affinity", {"intra": {"phi_e": "tanh"}}) == "intra b: tanh(E) (affinity)"
+    assert matrix_title("affinity", coda) == "sigmoid(E − mean E) (affinity)"
+    assert matrix_title("gate", coda) == "2·arctan(N) (gate)"
+    assert matrix_title("gate", {"aligner": {"gate": "none"}}) == "sigmoid(N) (gate)"
+    assert matrix_title("intra_b/affinity", {"intra": {"phi_e": "tanh"}}) == "intra b: tanh(E) (affinity)"
     assert (
-        describe("intra_a/softmax_b", {})
+        matrix_title("intra_a/softmax_b", {})
         == "intra a: softmax_b: weights of each a token over a itself (each column sums to 1)"
     )
-    assert describe("uniform", {}) == "uniform"  # an aligner of one's own: its matrix's name
-    assert describe("sigmoid_a", {"aligner": {}}) == (
+    assert matrix_title("uniform", {}) == "uniform"  # an aligner of one's own: its matrix's name
+    assert matrix_title("sigmoid_a", {"aligner": {}}) == (
         "sigmoid_a: weights aligning each a token to b (σ(E − log n); each cell on its own, not normalised)"
     )
-    assert "σ(E);" in describe("sigmoid_b", {"aligner": {"length_bias": False}})
-    assert describe("intra_a/cog_b", {}) == (
+    assert "σ(E);" in matrix_title("sigmoid_b", {"aligner": {"length_bias": False}})
+    assert matrix_title("intra_a/cog_b", {}) == (
         "intra a: cog_b: weights of each a token over a itself (sign(E)·softmax(|E|); signed; the |weights| of each "
         "column sum to 1)"
     )

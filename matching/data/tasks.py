@@ -110,7 +110,11 @@ class Task:
 
     def text_settings(self) -> dict[str, Any]:
         """Everything here that changes the prepared tokens (part of the corpus cache key)."""
-        return {"keep_tokens": self.keep_tokens, "trim_a": describe(self.trim_a), "reader": describe(self.reader)}
+        return {
+            "keep_tokens": self.keep_tokens,
+            "trim_a": callable_identity(self.trim_a),
+            "reader": callable_identity(self.reader),
+        }
 
 
 def _split(name: str, spec: Split | Mapping[str, Any] | str | None) -> Split | None:
@@ -123,7 +127,7 @@ def _split(name: str, spec: Split | Mapping[str, Any] | str | None) -> Split | N
     return Split(**spec)
 
 
-def describe(fn: Callable | None) -> str | None:
+def callable_identity(fn: Callable | None) -> str | None:
     """A stable name of a function or partial with its arguments (no memory addresses), for cache keys."""
     if fn is None:
         return None

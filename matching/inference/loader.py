@@ -76,7 +76,7 @@ def saved_config(path: str | os.PathLike):
     from omegaconf import OmegaConf
 
     from matching.saved.earlier_versions import upgraded
-    from matching.saved.run_folder import saved_config as run_config
+    from matching.saved.run_folder import run_config
 
     form, where = locate(path)
     if form == "run":

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-def describe(name: str, cfg: Mapping | None = None) -> str:
+def matrix_title(name: str, cfg: Mapping | None = None) -> str:
     """What a matrix is, for a panel's title: its formula and its name (`tanh(E) (affinity)`, `softmax_a: ...`),
     from the run's aligner (or intra) config; `_a`/`_b` say which side the weights align. An unknown matrix (an
     aligner of one's own) keeps its name."""

@@ -3,13 +3,13 @@ words -> ids -> batches within one memory budget; matching.data.preparation, wit
 PyTorch model takes, and what the embedding source adds to a batch (an encoder's word states).
 
 The data module reads and prepares whole splits through it (`tokenize`, then matching.data.encoding); PyTorch
-inference (matching.inference) prepares new pairs through it (`prepare`, `batches`), so that a new pair is prepared
-exactly as the training data was.
+inference (matching.inference) prepares new pairs through it (`prepare`, then `order` into batches within the budget and
+`batch` for each), so that a new pair is prepared exactly as the training data was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -43,8 +43,3 @@ class TextPipeline(TextPreparation):
             words_a, words_b = [prepared.words_a[i] for i in index], [prepared.words_b[i] for i in index]
             batch |= self.source.new_inputs(words_a, words_b)
         return batch
-
-    def batches(self, prepared: PreparedPairs) -> Iterator[tuple[np.ndarray, dict[str, Any]]]:
-        """(indices, batch) over all pairs, in batches of similar length that fit the budget (`order`)."""
-        for index in self.order(prepared):
-            yield index, self.batch(prepared, index)

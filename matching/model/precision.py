@@ -79,7 +79,7 @@ def short(dtype: torch.dtype) -> str:
     return "bf16" if dtype == torch.bfloat16 else "fp32"
 
 
-def describe(name: str, device: str | torch.device = "cpu") -> str:
+def arithmetic_summary(name: str, device: str | torch.device = "cpu") -> str:
     """What `dtype=name` computes in on `device`, for the run's log ("bf16 (auto: this CPU has amx_bf16)")."""
     dtype = resolve(name, device)
     name_of = short(dtype)

@@ -11,7 +11,7 @@ import numpy as np
 
 from matching.extras import require
 from matching.matcher import Matcher
-from matching.model.matrices import color_scale, describe, value_range
+from matching.model.matrices import color_scale, matrix_title, value_range
 from matching.saved.run_folder import option_name
 
 
@@ -138,7 +138,7 @@ def heatmap(
         matrices = aligned["matrices"]
         if not show_intra:
             matrices = {k: v for k, v in matrices.items() if not k.startswith("intra_")}
-        captions = {name: describe(name, each.config) for name in matrices}
+        captions = {name: matrix_title(name, each.config) for name in matrices}
         predictions.append(prediction_text(each, aligned, a, b))
         if others:
             first = next(iter(captions))

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from matching.data.preparation import BATCH_CELLS, BATCH_TOKENS, Budget, TextPreparation
-from matching.data.tasks import Task, describe, keep_recent_turns
+from matching.data.tasks import Task, callable_identity, keep_recent_turns
 from matching.data.vocab import Tokenizer, Vocabulary
 from matching.errors import RunError
 from matching.files import file_sha256
@@ -58,7 +58,7 @@ def serving_spec(run: TrainedModel, fmt: str, model_file: str, encoder: dict | N
         "oov_hash": "2 + crc32(utf-8 word) % oov_buckets",
         "max_length": cfg.data.max_length,
         "max_length_rule": "each text's ids are cut to the first max_length (null: no cut)",
-        "trim_a": describe(run.task.trim_a),
+        "trim_a": callable_identity(run.task.trim_a),
         "trim_a_rule": "applied to the first text's tokens before ids (see matching.data.tasks); null: none",
         # What matching.inference.load reads to run an exported model without torch (and a reader to know it)
         "trim_a_arguments": trim_arguments(run.task.trim_a),

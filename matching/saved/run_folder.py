@@ -65,9 +65,10 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
     return check_checkpoint(path)
 
 
-def saved_config(checkpoint: str | os.PathLike) -> DictConfig:
-    """The saved config of the run a checkpoint belongs to; a run saved before the `dtype` key computed in fp32,
-    and is given that key, so that `dtype=bf16` overrides it as in any other run."""
+def run_config(checkpoint: str | os.PathLike) -> DictConfig:
+    """The saved config of the run a checkpoint belongs to (matching.inference.saved_config reads every saved
+    form's); a run saved before the `dtype` key computed in fp32, and is given that key, so that `dtype=bf16`
+    overrides it as in any other run."""
     return upgraded(OmegaConf.load(find_run_dir(check_checkpoint(checkpoint)) / "config.yaml"))
 
 
@@ -95,7 +96,7 @@ def load_run(
 
     checkpoint = check_checkpoint(checkpoint)
     run_dir = find_run_dir(checkpoint)
-    cfg = configured(cfg if cfg is not None else saved_config(checkpoint), settings or {})
+    cfg = configured(cfg if cfg is not None else run_config(checkpoint), settings or {})
     vocab, (weights, meta) = read_vocabulary(run_dir), read_checkpoint(checkpoint)
     return trained_model(cfg, run_dir, checkpoint, vocab, weights, meta)
 

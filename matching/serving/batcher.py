@@ -303,14 +303,14 @@ class Worker:
 
     def align(self, prepared: PreparedPairs) -> dict:
         """`Matcher.align` as JSON, with what a reader of the matrices needs: which tokens are unknown words, what
-        each matrix is (`describe`) and the range its values can take (None where not known)."""
-        from matching.model.matrices import describe, value_range
+        each matrix is (`matrix_title`) and the range its values can take (None where not known)."""
+        from matching.model.matrices import matrix_title, value_range
 
         aligned = self.matcher.alignment(prepared)
         index, cfg = self.matcher.vocab.index, self.matcher.config
         aligned["unknown"] = {side: [self.marks_unknown and t != "<null>" and t not in index
                                      for t in aligned[f"{side}_tokens"]] for side in "ab"}  # fmt: skip
-        aligned["about"] = {name: {"caption": describe(name, cfg), "range": value_range(name, cfg)}
+        aligned["about"] = {name: {"caption": matrix_title(name, cfg), "range": value_range(name, cfg)}
                             for name in aligned["matrices"]}  # fmt: skip
         aligned["matrices"] = {name: m.astype("float64").round(6).tolist() for name, m in aligned["matrices"].items()}
         return aligned

@@ -418,7 +418,7 @@ def chance_warnings(name: str, recorded: dict[str, dict[str, np.ndarray]], metri
     return warnings
 
 
-def describe(prefix: str, values: dict[str, Tensor]) -> str:
+def questions_line(prefix: str, values: dict[str, Tensor]) -> str:
     """One line saying how many questions were scored and skipped, and why."""
     scored, none, only = (int(values[k]) for k in ("questions", "skipped_no_positive", "skipped_all_positive"))
     return (

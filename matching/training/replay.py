@@ -88,7 +88,7 @@ class StepReplay:
             return self._eager(index, widths)
         return self._capture(index, widths)
 
-    def describe(self) -> str:
+    def steps_summary(self) -> str:
         """What the steps so far were: replayed, eager, and the shapes captured."""
         if not self.captures:
             why = ("no CUDA device: nothing to capture" if self.device.type != "cuda" else

@@ -39,7 +39,7 @@ from matching.errors import RunError
 from matching.extras import check_installed
 from matching.files import write_json, write_text_atomic
 from matching.model.assembly import build_model
-from matching.model.precision import describe
+from matching.model.precision import arithmetic_summary
 from matching.saved.earlier_versions import upgraded
 from matching.saved.examples import curated, write_run_examples
 from matching.saved.provenance import write_provenance
@@ -100,7 +100,7 @@ def numerics(cfg: DictConfig) -> str:
     gpu = cfg.trainer.get("accelerator") in ("gpu", "cuda") and torch.cuda.is_available()
     if gpu:
         parts.append(f"GPU {torch.cuda.get_device_name()}, precision {cfg.trainer.get('precision')}")
-    parts.append(f"dtype {describe(cfg.get('dtype', 'fp32'), 'cuda' if gpu else 'cpu')}")
+    parts.append(f"dtype {arithmetic_summary(cfg.get('dtype', 'fp32'), 'cuda' if gpu else 'cpu')}")
     if cfg.get("deterministic"):
         parts.append("deterministic algorithms")
     return ", ".join(parts)
@@ -228,7 +228,7 @@ def _train(cfg: DictConfig) -> dict[str, float]:
         vectors = dm.vectors.matrix(dm.vocab, cfg.seed, cfg.paths.cache_dir)
         gpu = cfg.trainer.get("accelerator") in ("gpu", "cuda") and torch.cuda.is_available()
         write_provenance(
-            cfg, dm.task, dm.vectors, run_dir, describe(cfg.get("dtype", "fp32"), "cuda" if gpu else "cpu")
+            cfg, dm.task, dm.vectors, run_dir, arithmetic_summary(cfg.get("dtype", "fp32"), "cuda" if gpu else "cpu")
         )
     else:  # the same vocabulary; the checkpoint restores every weight, the vectors file is not needed
         dm = build_datamodule(cfg, vocab=Vocabulary.load(run_dir / "vocab.txt"))

@@ -24,8 +24,8 @@ from matching.training.metrics import (
     EvaluationRecord,
     RankingMetrics,
     TaskMetrics,
-    describe,
     match_margin,
+    questions_line,
 )
 from matching.training.replay import StepReplay, UpdateInStep, make_capturable
 
@@ -152,7 +152,7 @@ class MatchingSystem(pl.LightningModule):
 
     def on_train_end(self) -> None:
         if self.replay is not None:
-            log.info("capture=true: %s", self.replay.describe())
+            log.info("capture=true: %s", self.replay.steps_summary())
 
     def on_train_epoch_end(self) -> None:
         counts = torch.stack([self.train_correct, self.train_correct.new_tensor(self.train_seen)])
@@ -202,7 +202,7 @@ class MatchingSystem(pl.LightningModule):
             for name, value in values.items():
                 self.log(f"{prefix}/{name}", value, prog_bar=rank and name == "map" and prefix == "val")
             if rank and not self.trainer.sanity_checking and self.trainer.is_global_zero:
-                log.info(describe(prefix, values))
+                log.info(questions_line(prefix, values))
         self._keep_records(prefixes)
 
     def on_validation_epoch_end(self) -> None:
