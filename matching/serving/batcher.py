@@ -6,10 +6,10 @@ The HTTP front (matching/serving/http.py) hands each checked request to the run'
 it waits for a job, takes every job already queued (those that arrived while its previous batch ran) and, for
 `batch_timeout` seconds, more, up to `max_batch_size` jobs, and runs the batch in the run's one model thread
 (PyTorch and ONNX Runtime release the GIL while they compute, so the event loop goes on reading and answering requests
-meanwhile). Each job's pairs are prepared once by the run's text pipeline (matching.model.pipeline),
-which gives both the checks (an empty text, a text over `limits.max_text_tokens`, counted by the run's own tokenizer)
-and the model's inputs. The pairs of a batch's /classify and /rank jobs run through one `Predictor.logits_of` call
-(matching.inference), which cuts them into model batches within the run's memory budget (`data.batch_tokens`,
+meanwhile). Each job's pairs are prepared once by the run's text preparation (`Matcher.prepare`:
+matching.data.preparation), which gives both the checks (an empty text, a text over `limits.max_text_tokens`, counted
+by the run's own tokenizer) and the model's inputs. The pairs of a batch's /classify and /rank jobs run through one
+`Matcher.logits_of` call, which cuts them into model batches within the run's memory budget (`data.batch_tokens`,
 `data.batch_cells`); /align jobs run one pair at a time. A job answers for itself: one refused, or one whose
 preparation fails, never fails the others of its batch, and a batch whose forward pass fails is scored again job by
 job, so that only the job that causes it gets the 500.
@@ -179,7 +179,7 @@ class Worker:
         return None
 
     def prepare(self, job: Job) -> PreparedPairs | Rejected:
-        """The job's pairs, prepared once (matching.model.pipeline) for both the checks and the model, or why the
+        """The job's pairs, prepared once (`Matcher.prepare`) for both the checks and the model, or why the
         job is refused."""
         from matching.data.pairs import Pair
 
