@@ -25,60 +25,19 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 from omegaconf import DictConfig
 
 from matching.cli import command
 from matching.errors import RunError
 from matching.files import write_json
 from matching.model.matrices import matrix_title
+from matching.results.split_matrices import split_matrices
 from matching.saved.run_folder import find_checkpoint, option_name
 
 if TYPE_CHECKING:
-    from matching.model.assembly import TrainedModel
+    pass
 
 log = logging.getLogger(__name__)
-
-
-def matrix_values(run: TrainedModel, split: str = "dev", max_pairs: int = 2000) -> dict[str, np.ndarray]:
-    """Values of every cross-alignment matrix over the real cells of (up to `max_pairs` of) a split, read through
-    the run's data module and computed by the forward pass of training and inference (run_batch)."""
-    import torch
-
-    from matching.model.decomposable import run_batch
-    from matching.model.precision import resolve
-    from matching.training.build import evaluation_data
-
-    if split not in run.task.named_splits:
-        raise RunError(f"unknown split {split!r}; choose one of {run.task.named_splits}")
-    data = evaluation_data(run)
-    data.prepare_splits([split])
-    compute = resolve(str(run.cfg.get("dtype", "fp32")), torch.device("cpu"))
-    values: dict[str, list[np.ndarray]] = {}
-    seen = 0
-    for batch in data.loader(split):
-        with torch.inference_mode():
-            out = run_batch(run.model, batch, compute)
-        valid = out.mask_a.unsqueeze(2) & out.mask_b.unsqueeze(1)  # (B, La, Lb) real cells
-        for name, m in out.matrices.items():
-            if not name.startswith("intra_"):
-                values.setdefault(name, []).append(m[valid].float().numpy())
-        seen += len(batch["label"])
-        if seen >= max_pairs:
-            break
-    return {k: np.concatenate(v) for k, v in values.items()}
-
-
-def value_summary(values: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
-    """Per matrix: cells, min, max, mean, 1st/50th/99th percentiles and the share of negative cells."""
-    summary = {}
-    for name, v in values.items():
-        low, median, high = np.percentile(v, [1, 50, 99]) if len(v) else (np.nan,) * 3
-        summary[name] = {
-            "cells": int(len(v)), "min": float(v.min()), "max": float(v.max()), "mean": float(v.mean()),
-            "p01": float(low), "median": float(median), "p99": float(high), "negative": float((v < 0).mean()),
-        }  # fmt: skip
-    return summary
 
 
 def visualize(cfg: DictConfig) -> Path:
@@ -104,17 +63,20 @@ def visualize(cfg: DictConfig) -> Path:
         from matching.saved.run_folder import load_run
 
         run = load_run(find_checkpoint(cfg.ckpt), cfg)
-        values = matrix_values(run, str(cfg.split), int(cfg.max_pairs))
+        matrices = split_matrices(run, str(cfg.split), int(cfg.max_pairs))
+        values = matrices.values
         out = Path(cfg.out or run.run_dir / f"matrix_values_{cfg.split}.png")
         captions = {name: matrix_title(name, run.cfg) for name in values}
         aligner = option_name(run.cfg, "aligner")
         draw_histograms(values, out, title=f"{run.task.name} {cfg.split} · {aligner}", captions=captions)
-        summary = value_summary(values)
+        summary = matrices.summary()
         write_json(out.with_suffix(".json"), summary)
-        print(f"{'matrix':<12} {'cells':>9} {'min':>7} {'p01':>7} {'median':>7} {'p99':>7} {'max':>7} {'negative':>9}")
+        print(f"{'matrix':<12} {'cells':>9} {'min':>7} {'p01':>7} {'median':>7} {'p99':>7} {'max':>7} {'negative':>9} "
+              f"{'receive nothing':>16}")  # fmt: skip
         for name, s in summary.items():
+            nothing = f"{100 * s['attends_to_nothing']:>15.1f}%" if "attends_to_nothing" in s else f"{'–':>16}"
             print(f"{name:<12} {s['cells']:>9,} {s['min']:>7.3f} {s['p01']:>7.3f} {s['median']:>7.3f} {s['p99']:>7.3f} "
-                  f"{s['max']:>7.3f} {100 * s['negative']:>8.1f}%")  # fmt: skip
+                  f"{s['max']:>7.3f} {100 * s['negative']:>8.1f}% {nothing}")  # fmt: skip
         print(f"wrote {out.with_suffix('.json')}")
     print(f"wrote {out}")
     return out

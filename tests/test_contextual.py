@@ -221,12 +221,14 @@ def test_contextual_run_predicts_and_visualizes_from_its_directory(contextual_ru
     assert out.mask_a.shape[1] == 1 + 4  # NULL + the words: alignment stays word-level
     assert next(iter(out.matrices.values())).shape[1:] == (1 + 4, 1 + 5)
     from matching.matcher import Matcher
-    from matching.visualize import matrix_values
+    from matching.results.split_matrices import split_matrices
 
     aligned = Matcher.load(run.weights_file).align("what is a cat", "a cat is an animal")
     tokens_a, matrices = aligned["a_tokens"], aligned["matrices"]
     assert tokens_a[1:] == ["what", "is", "a", "cat"] and all(m.shape == (5, 6) for m in matrices.values())
-    assert all(np.isfinite(v).all() for v in matrix_values(run, "dev", max_pairs=20).values())  # heat-map values
+    assert all(
+        np.isfinite(v).all() for v in split_matrices(run, "dev", max_pairs=20).values.values()
+    )  # heat-map values
 
 
 def test_torchscript_export_refuses_a_contextual_run_in_one_paragraph(contextual_run, tmp_path):

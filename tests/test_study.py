@@ -352,3 +352,26 @@ def test_two_families_that_would_train_the_same_config_are_refused_before_any_ru
         check_families_differ(dataclasses.replace(spec, families={**spec.families, "coda": same}))
     for path in sorted((ROOT / "conf" / "study").glob("*.yaml")):
         check_families_differ(read_spec(yaml.safe_load(path.read_text())))
+
+
+def test_the_weights_table_says_what_each_familys_weights_do_and_keeps_it_for_runs_without_weights(study, tmp_path):
+    from types import SimpleNamespace
+
+    from matching.studies.page import weight_table
+
+    runs = study / "study" / "runs" / "overlap"
+    spec = SimpleNamespace(seeds=(1, 2, 3), families={"softmax": SimpleNamespace(label="softmax, F=none"),
+                                                        "coda": SimpleNamespace(label="coda")})  # fmt: skip
+    firsts = [SimpleNamespace(planned=SimpleNamespace(family=f), folder=runs / f / slug / "seed1")
+              for f, slug in (("softmax", "default"), ("coda", "lr-0.01"))]  # fmt: skip
+    out = tmp_path / "weights_overlap.json"
+    lines = weight_table(spec, "overlap", firsts, out)
+    table = "\n".join(lines)
+    # a softmax's weights are never below 0 and never all 0 for a token; CoDA's M takes both signs
+    assert "| softmax, F=none | `softmax_a` |" in table and "| 0.0 % | 0.0 % |" in table
+    shares = json.loads(out.read_text())
+    assert set(shares["softmax"]) == {"softmax_a", "softmax_b"} and set(shares["coda"]) == {"M"}
+    assert shares["softmax"]["softmax_a"]["negative"] == 0 and 0 < shares["coda"]["M"]["negative"] < 1
+    # runs pulled with their small files alone (no checkpoint): the table is the one kept
+    pulled = [SimpleNamespace(planned=r.planned, folder=tmp_path / "pulled" / r.planned.family) for r in firsts]
+    assert weight_table(spec, "overlap", pulled, out) == lines

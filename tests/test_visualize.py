@@ -6,8 +6,9 @@ import struct
 import pytest
 
 from matching.matcher import Matcher
+from matching.results.split_matrices import split_matrices
 from matching.saved.run_folder import load_run
-from matching.visualize import main, matrix_values
+from matching.visualize import main
 
 
 def _png_size(path):
@@ -48,7 +49,7 @@ def test_heatmap_for_softmax_labels_tokens_with_null(make_cfg, tmp_path):
 
 def test_histogram_mode_over_the_dev_set(wikiqa_run, tmp_path, capsys):
     run, _ = wikiqa_run
-    values = matrix_values(load_run(run / "checkpoints" / "best.ckpt"))
+    values = split_matrices(load_run(run / "checkpoints" / "best.ckpt")).values
     assert set(values) == {"affinity", "gate", "M"}
     assert len(values["M"]) == len(values["gate"]) > 100
     assert values["M"].min() >= -1 and values["M"].max() <= 1
@@ -60,7 +61,25 @@ def test_histogram_mode_over_the_dev_set(wikiqa_run, tmp_path, capsys):
     assert summary["M"]["negative"] == pytest.approx(float((m < 0).mean()))
     assert summary["M"]["cells"] == len(m) and summary["M"]["min"] == pytest.approx(float(m.min()))
     assert 0 < summary["M"]["negative"] < 1  # the default CoDA subtracts as well as adds, on real text
+    assert summary["M"]["attends_to_nothing"] == 0  # tanh(E) ⊙ sigmoid(N) is never exactly 0 on real text
+    assert "attends_to_nothing" not in summary["gate"]  # a gate weighs nothing
     assert "negative" in capsys.readouterr().out
+
+
+def test_a_token_receives_nothing_when_all_its_weights_over_real_tokens_are_zero():
+    import numpy as np
+    import torch
+
+    from matching.results.split_matrices import SplitMatrices, receive_nothing, weighed_lines
+
+    m = torch.tensor([[[0.0, 0.0, 0.7], [0.5, 0.0, 0.0], [0.0, 0.0, 0.0]]])  # the last token of each side padding
+    mask_a, mask_b = torch.tensor([[True, True, False]]), torch.tensor([[True, True, False]])
+    assert receive_nothing(m, mask_a, mask_b, 2).tolist() == [True, False]  # row 0's only weight is on padding
+    assert receive_nothing(m, mask_a, mask_b, 1).tolist() == [False, True]  # column 1 is 0 on both real rows
+    assert weighed_lines("M") == (2, 1) and weighed_lines("softpick_a") == (2,) and weighed_lines("softpick_b") == (1,)
+    assert weighed_lines("affinity") == weighed_lines("gate") == ()
+    summary = SplitMatrices({"softpick_a": np.array([0.0, 0.7])}, {"softpick_a": np.array([True, False])}).summary()
+    assert summary["softpick_a"]["attends_to_nothing"] == 0.5 and summary["softpick_a"]["negative"] == 0
 
 
 def test_usage_errors(wikiqa_run, capsys):

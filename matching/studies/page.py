@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import logging
 import math
 import re
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from matching.extras import MissingExtraError
-from matching.files import write_text_atomic
+from matching.files import write_json, write_text_atomic
 from matching.results.charts import write_ranking
 from matching.results.discovery import Run
 from matching.results.rows import Comparison, Row
@@ -125,6 +126,39 @@ def draw_alignments(spec: StudySpec, task: str, firsts: list[RunResult], out: Pa
     except MissingExtraError as err:
         log.warning("no heat-maps: %s", err)
         return None
+
+
+def weight_table(spec: StudySpec, task: str, firsts: list[RunResult], out: Path) -> list[str]:
+    """What each family's weights do on dev (its kept setting's first seed, up to 2,000 pairs): the share of its
+    weights below 0 and of the tokens that receive nothing (every weight 0), per matrix of weights
+    (matching.results.split_matrices); written to `out` (JSON) and kept there for runs pulled without checkpoints."""
+    from matching.results.split_matrices import split_matrices
+    from matching.saved.run_folder import load_run
+
+    known = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {}
+    shares = {}
+    for run in firsts:
+        family = run.planned.family
+        checkpoint = run.folder / "checkpoints" / "best.ckpt"
+        if not checkpoint.is_file():
+            if family in known:
+                shares[family] = known[family]
+            continue
+        summary = split_matrices(load_run(checkpoint), "dev").summary()
+        shares[family] = {name: {k: s[k] for k in ("cells", "negative", "attends_to_nothing")}
+                          for name, s in summary.items() if "attends_to_nothing" in s}  # fmt: skip
+    if not shares:
+        return []
+    write_json(out, shares)
+    lines = [f"What the weights do on dev (seed {spec.seeds[0]} of each family's kept setting, up to 2,000 pairs; "
+             f"[{out.name}]({out.name})): the share of weights below 0, and of tokens that receive nothing, every "
+             "weight 0 (a softmax gives neither).", "",
+             "| family | matrix | weights | below 0 | tokens given nothing |", "|---|---|---|---|---|"]  # fmt: skip
+    for family, matrices in shares.items():
+        for name, s in matrices.items():
+            lines.append(f"| {spec.families[family].label} | `{name}` | {s['cells']:,} | {100 * s['negative']:.1f} % | "
+                         f"{100 * s['attends_to_nothing']:.1f} % |")  # fmt: skip
+    return [*lines, ""]
 
 
 def data_hint(tasks: dict[str, list[str]], command: str) -> list[str]:
@@ -247,6 +281,8 @@ def write_page(
             if figure is not None:
                 lines += [f"![{task}: one dev pair through every family's kept model, seed {spec.seeds[0]}]"
                           f"({figure.name})", ""]  # fmt: skip
+            if spec.weights:
+                lines += weight_table(spec, task, firsts, study_dir / f"weights_{task}.json")
         lines.append("")
     if figures and compared:
         first = compared[spec.baselines[0]]

@@ -103,6 +103,7 @@ class StudySpec:
     seed_step: int = 2  # seeds added at each look
     twins: dict[str, str] = field(default_factory=dict)  # family -> the family it is compared with alone
     outside: tuple[str, ...] = ()  # baselines trained outside the study (benchmarks/cross_encoder.py), by name
+    weights: bool = False  # the page says what each family's weights do on dev: negative, and tokens given nothing
     primary: dict[str, Primary] = field(default_factory=dict)  # task -> its declared primary comparison
 
     @property
@@ -295,7 +296,7 @@ def read_spec(node: DictConfig | Mapping, tasks: Sequence[str] | None = None, tr
         name=name, about=str(study.get("about") or "").strip(), tasks=declared, families=families,
         train=(*_strings(study.get("train"), "study.train"), *train), seeds=seeds, selection_seeds=selection,
         baselines=baselines, budget=budget, test=bool(study.get("test")), heatmaps=heatmaps, max_seeds=max_seeds,
-        seed_step=step, twins=twins, outside=outside, primary=primary,
+        seed_step=step, twins=twins, outside=outside, primary=primary, weights=bool(study.get("weights")),
     )  # fmt: skip
 
 
