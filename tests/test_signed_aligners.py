@@ -316,3 +316,46 @@ def test_the_onnx_export_runs_each_new_aligner_with_its_gate(name, tmp_path):
             want_probs, want_logits = serving(a, b)
         torch.testing.assert_close(torch.from_numpy(logits), want_logits, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(torch.from_numpy(probs), want_probs, atol=1e-5, rtol=1e-4)
+
+
+def test_the_published_answer_says_each_question_from_the_pages_rows_and_names_the_tasks_not_run(tmp_path):
+    import csv
+
+    from matching.studies.published import signed_aligners
+
+    columns = ["task", "family", "label", "split", "metric", "mean", "std", "n"]
+    for prefix in ("coda_centred", "softmax_centred", "twin"):
+        columns += [f"{prefix}_{k}" for k in ("diff", "ci", "p", "p_holm", "verdict")]
+
+    def row(family, label, mean, **against):
+        values = {"task": "snli_check", "family": family, "label": label, "split": "dev", "metric": "acc",
+                  "mean": mean, "std": "0.5", "n": "3"}  # fmt: skip
+        for prefix, (diff, low, high, verdict) in against.items():
+            values |= {f"{prefix}_diff": diff, f"{prefix}_ci": f"{low} {high}", f"{prefix}_p": "0.01",
+                       f"{prefix}_p_holm": "0.02", f"{prefix}_verdict": verdict}  # fmt: skip
+        return values
+
+    rows = [
+        row("coda_centred", "CoDA, centred", "74.0", softmax_centred=("10.5", "8.0", "13.0", "resolved")),
+        row("differential", "differential (F = linear)", "70.0", coda_centred=("-4.0", "-6.0", "-2.0", "resolved")),
+        row("softpick", "softpick", "64.0", softmax_centred=("0.5", "-1.0", "2.0", "not resolved")),
+        row("coda_centred_gated", "CoDA, centred, gated", "74.5", twin=("0.5", "-1.5", "2.5", "not resolved")),
+        {"task": "snli_check", "family": "cog", "label": "cog", "split": "dev", "metric": "acc", "n": "0"},
+    ]
+    with (tmp_path / "study.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+    answer = signed_aligners.answer(tmp_path)
+    assert "signed, against CoDA centred: differential (F = linear) -4.00 [-6.00, -2.00] (resolved, p = 0.02)" in answer
+    assert (
+        "attend to nothing, against softmax centred: softpick +0.50 [-1.00, +2.00] (not resolved, p = 0.02)" in answer
+    )
+    assert "the gate, gated − ungated: CoDA, centred, gated +0.50 [-1.50, +2.50]" in answer
+    assert "cog" not in answer  # a family without runs says nothing
+    assert answer.endswith("Tasks not run yet: TrecQA clean-dev MAP (65 questions); WikiQA dev MAP (122 questions); "
+                           "SNLI check acc, frozen encoder; TrecQA clean-dev MAP, frozen encoder.")  # fmt: skip
+    table = signed_aligners.table(tmp_path)
+    assert "| CoDA, centred | 74.00 ± 0.50 (3 seeds) | – | +10.50 [+8.00, +13.00], resolved, p = 0.02 | – |" in table
+    assert table.index("| CoDA, centred |") < table.index("| CoDA, centred, gated |") < table.index("| differential")

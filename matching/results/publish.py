@@ -236,6 +236,11 @@ def _copy_runs(source: Path, target: Path, files: tuple[str, ...], only_missing:
     return copied
 
 
+#: What a page draws from runs' weights, which runs pulled without checkpoints cannot draw again: its heat-maps and
+#: its weights tables' data (matching.studies.page.weight_table).
+PAGE_FIGURES = ("alignments_*.png", "weights_*.json")
+
+
 def pull(study: str, root: Path | None = None) -> int:
     """The committed runs' small files into outputs/studies/<study>/runs, where a run is not there yet: the study
     then counts them finished and trains only the rest. The page's heat-maps come too (where none is there), as
@@ -243,7 +248,7 @@ def pull(study: str, root: Path | None = None) -> int:
     root = root or clone_root()
     target = root / "outputs" / "studies" / study
     target.mkdir(parents=True, exist_ok=True)
-    for figure in (root / "docs" / "studies" / study).glob("alignments_*.png"):
+    for figure in [p for pattern in PAGE_FIGURES for p in (root / "docs" / "studies" / study).glob(pattern)]:
         if not (target / figure.name).exists():
             shutil.copy2(figure, target / figure.name)
     return _copy_runs(root / "docs" / "studies" / study / "runs", root / "outputs" / "studies" / study / "runs",
@@ -258,7 +263,10 @@ def push(study: str, root: Path | None = None, source: Path | None = None) -> in
     source = source or root / "outputs" / "studies" / study
     target = root / "docs" / "studies" / study
     target.mkdir(parents=True, exist_ok=True)
-    for path in [*(source / name for name in PAGE_FILES), *source.glob("alignments_*.png")]:
+    for path in [
+        *(source / name for name in PAGE_FILES),
+        *(p for pattern in PAGE_FIGURES for p in source.glob(pattern)),
+    ]:
         if path.is_file() and path.suffix == ".md":  # the page's command, as a user types it: no out= of ours
             text = path.read_text(encoding="utf-8").replace(f" out={source}", "")
             (target / path.name).write_text(text, encoding="utf-8")
