@@ -176,3 +176,25 @@ def test_no_docs_page_types_more_figures_than_it_did():
     )
     fallen = {name: (counts[name], TYPED[name]) for name in counts if counts[name] < TYPED[name]}
     assert not fallen, f"fewer typed figures (now, pinned): {fallen}: lower TYPED to the new counts"
+
+
+def test_the_frontier_sentence_quotes_each_task_from_its_own_data_file(tmp_path):
+    from matching.studies.published.measured_elsewhere import frontier_sentence, wikiqa_frontier_table
+
+    (tmp_path / FIGURES_FILE.name).write_text(FIGURES_FILE.read_text(encoding="utf-8"), encoding="utf-8")
+    trecqa = json.loads((FIGURES_FILE.parent / "rerank_frontier_trecqa.json").read_text(encoding="utf-8"))
+    (tmp_path / "rerank_frontier_trecqa.json").write_text(json.dumps(trecqa), encoding="utf-8")
+    assert "has not run yet" in wikiqa_frontier_table(tmp_path)
+    assert "an earlier sitting" in frontier_sentence(tmp_path)  # WikiQA's file not there yet: said to be older
+
+    wikiqa = {**trecqa, "date": "2030-01-02 03:04 UTC", "questions": 122, "pairs": 2733, "results": [
+        {**trecqa["results"][0], "model": "cross-encoder", "map": 78.91, "rank": 50.0, "rank_new": 50.0},
+        {**trecqa["results"][4], "model": "fine-tuned+index+ort", "map": 79.5, "x_indexed": 12.3, "x_new": 1.1,
+         "index_seconds": 33.3, "index_candidates": 2733},
+    ]}  # fmt: skip
+    (tmp_path / "rerank_frontier_wikiqa.json").write_text(json.dumps(wikiqa), encoding="utf-8")
+    said = frontier_sentence(tmp_path)
+    assert "an earlier sitting" not in said
+    assert "WikiQA dev **12.3x**" in said and "**1.1x** on texts seen once" in said
+    assert "33.3 s for 2,733 candidates" in said and "79.50 against 78.91 dev MAP (2030-01-02 03:04 UTC)" in said
+    assert "| fine-tuned+index+ort | 1 |" in wikiqa_frontier_table(tmp_path)

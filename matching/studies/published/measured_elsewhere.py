@@ -29,15 +29,15 @@ def frontier_rows(folder: Path, task: str) -> tuple[dict, dict[tuple[str, int], 
     return data, {(r["model"], r["threads"]): r for r in data["results"]}
 
 
-def frontier_table(folder: Path) -> str:
-    """docs/performance.md's table of TrecQA's frontier under both conditions: each model's rank pairs/s on texts seen
-    once (an index's build counted) and on a corpus indexed in advance, at 1 and 2 threads, the index's build
+def frontier_table(folder: Path, task: str) -> str:
+    """docs/performance.md's table of a task's frontier under both conditions: each model's rank pairs/s on texts
+    seen once (an index's build counted) and on a corpus indexed in advance, at 1 and 2 threads, the index's build
     seconds and memory, dev MAP and MRR, and each speed against the CrossEncoder's."""
-    found = frontier_rows(folder, "trecqa")
+    found = frontier_rows(folder, task)
     if found is None:
         return (
-            "Not measured yet: `python benchmarks/bench_rerank.py --task trecqa ... --json docs/figures/"
-            "rerank_frontier_trecqa.json`."
+            f"This sitting has not run yet: `python benchmarks/bench_rerank.py --task {task} ... --json docs/figures/"
+            f"{FRONTIER.format(task=task)}`."
         )
     data, rows = found
     lines = [
@@ -57,28 +57,50 @@ def frontier_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def trecqa_frontier_table(folder: Path) -> str:
+    """TrecQA clean-dev's frontier under both conditions (frontier_table)."""
+    return frontier_table(folder, "trecqa")
+
+
+def wikiqa_frontier_table(folder: Path) -> str:
+    """WikiQA dev's frontier under both conditions (frontier_table)."""
+    return frontier_table(folder, "wikiqa")
+
+
+def frontier_clause(folder: Path, task: str, name: str) -> str | None:
+    """One task's speed claim from its frontier data file, both conditions, one thread; None while the file or one
+    of the two models is missing."""
+    found = frontier_rows(folder, task)
+    if found is None:
+        return None
+    data, rows = found
+    ce, ours = rows.get(("cross-encoder", 1)), rows.get(("fine-tuned+index+ort", 1))
+    if not (ce and ours):
+        return None
+    build = (f"the index's build, {ours['index_seconds']:.1f} s for {ours['index_candidates']:,} candidates, "
+             f"{ours['index_mb_per_1000']:.2f} MB per 1,000")  # fmt: skip
+    return (f"{name} **{ours['x_indexed']:.1f}x** the CrossEncoder's pairs/s when the candidates are indexed in "
+            f"advance ({build}, not counted) and **{ours['x_new']:.1f}x** on texts seen once (the build counted), "
+            f"at {ours['map']:.2f} against {ce['map']:.2f} dev MAP ({data['date']})")  # fmt: skip
+
+
 def frontier_sentence(folder: Path) -> str:
-    """The README's speed claim for reranking, each figure with the model and the condition it belongs to: TrecQA's
-    from its data file (both conditions), WikiQA's from the earlier sitting (indexed in advance only)."""
+    """The README's speed claim for reranking, each figure with the model and the condition it belongs to: each
+    task's from its data file (both conditions); WikiQA's, until its file exists, from the earlier sitting (indexed
+    in advance only)."""
     f = figures(folder)["frontier"]
     wikiqa, trecqa = f["wikiqa"], f["trecqa"]
-    found = frontier_rows(folder, "trecqa")
-    if found is not None:
-        data, rows = found
-        ce, ours = rows.get(("cross-encoder", 1)), rows.get(("fine-tuned+index+ort", 1))
-        if ce and ours:
-            indexed, seen_once = ours["x_indexed"], ours["x_new"]
-            build = (f"the index's build, {ours['index_seconds']:.1f} s for {ours['index_candidates']:,} candidates, "
-                     f"{ours['index_mb_per_1000']:.2f} MB per 1,000")  # fmt: skip
-            return (
-                f"TrecQA clean-dev on one thread: CoDA over the encoder with its top layer fine-tuned (seed 1) "
-                f"ranks **{indexed:.1f}x** the pairs/s of a MiniLM CrossEncoder kept at its dev-best epoch when "
-                f"the candidates are indexed in advance ({build}, not counted), and **{seen_once:.1f}x** on texts "
-                f"seen once (the build counted), at {ours['map']:.2f} against {ce['map']:.2f} dev MAP "
-                f"({data['date']}). WikiQA dev, an earlier sitting against the CrossEncoder trained 2 epochs: "
-                f"{wikiqa['ratio']:.0f}x indexed in advance (building the index, {wikiqa['index_seconds'][0]:.0f}–"
-                f"{wikiqa['index_seconds'][1]:.0f} s, not counted); about 1.3x on texts seen once (issue 78)."
-            )
+    clauses = {task: frontier_clause(folder, task, name)
+               for task, name in (("trecqa", "TrecQA clean-dev"), ("wikiqa", "WikiQA dev"))}  # fmt: skip
+    if clauses["trecqa"] is not None:
+        lead = ("On one thread, CoDA over the encoder with its top layer fine-tuned (seed 1) against a MiniLM "
+                "CrossEncoder kept at its dev-best epoch (seed 1): ")  # fmt: skip
+        if clauses["wikiqa"] is not None:
+            return lead + f"{clauses['trecqa']}; {clauses['wikiqa']}."
+        return (f"{lead}{clauses['trecqa']}. WikiQA dev, an earlier sitting against the CrossEncoder trained 2 "
+                f"epochs: {wikiqa['ratio']:.0f}x indexed in advance (building the index, "
+                f"{wikiqa['index_seconds'][0]:.0f}–{wikiqa['index_seconds'][1]:.0f} s, not counted); about 1.3x on "
+                "texts seen once (issue 78).")  # fmt: skip
     return (f"WikiQA dev at {wikiqa['ratio']:.0f}x the rank speed of a MiniLM CrossEncoder fine-tuned as long, TrecQA "
             f"clean-dev at {trecqa['ratio']:.0f}x, on one thread: CoDA over the encoder with its top layer fine-tuned "
             f"(the headline's model, seed 1), its candidates indexed in advance (building the index, "
