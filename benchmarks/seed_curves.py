@@ -1,0 +1,85 @@
+"""Dev accuracy (or MAP) per epoch of every seed of a study's families, one panel per pair of families: the per-seed
+curves of a family (grey) and of its variant (blue), e.g. an aligner uncentred and centred, or ungated and gated.
+
+    python benchmarks/seed_curves.py <study folder> --task snli_check --out curves.png      (the centring study's pairs)
+    python benchmarks/seed_curves.py <study folder> --task snli_check --variant gated --out curves.png \
+        --panel softmax_centred,softmax_centred_gated --panel coda_centred,coda_centred_gated ...
+
+Reads each run's logs/metrics.csv (what Lightning's CSV logger wrote while it trained) under
+<study folder>/runs/<task>/<family>/default/seed<N>/; a study page's folder (docs/studies/<name>) holds them too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+#: The centring study's pairs (its default): each aligner uncentred, then centred.
+CENTRING = [("softmax", "softmax_centred"), ("coda", "coda_centred"), ("conflict", "conflict_centred"),
+            ("softmax_conflict", "softmax_conflict_centred")]  # fmt: skip
+
+
+def curve(run: Path, key: str) -> tuple[list[float], list[float]]:
+    epochs, values = [], []
+    with (run / "logs" / "metrics.csv").open(newline="") as f:
+        for row in csv.DictReader(f):
+            if row.get(key):
+                epochs.append(float(row["epoch"]))
+                values.append(100 * float(row[key]))
+    return epochs, values
+
+
+def runs_of(study: Path, task: str, family: str) -> list[Path]:
+    """A family's runs with their logged curves, by seed number."""
+    found = (study / "runs" / task / family / "default").glob("seed*")
+    return sorted((r for r in found if (r / "logs" / "metrics.csv").is_file()), key=lambda r: int(r.name[4:]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("study", type=Path)
+    parser.add_argument("--task", default="snli_check")
+    parser.add_argument("--metric", default="val/acc")
+    parser.add_argument("--panel", action="append", default=[], help="FAMILY,VARIANT (repeat; default: centring's)")
+    parser.add_argument("--variant", default="centred", help="what the second family of a panel is, for the legend")
+    parser.add_argument("--out", type=Path, default=Path("curves.png"))
+    args = parser.parse_args()
+    panels = [tuple(p.split(",")) for p in args.panel] or CENTRING
+    if any(len(p) != 2 for p in panels):
+        sys.exit(f"--panel takes two families, FAMILY,VARIANT (coda,coda_centred); got {args.panel}")
+    empty = [f for p in panels for f in p if not runs_of(args.study, args.task, f)]
+    if empty:
+        sys.exit(f"no run with logs/metrics.csv under {args.study}/runs/{args.task}/<family>/default/ for: "
+                 f"{', '.join(empty)}; name the study's folder and families as its page does")  # fmt: skip
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = min(len(panels), 4)
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3.4 * rows), sharey=True, squeeze=False)
+    for ax, (plain, variant) in zip(axes.flat, panels, strict=False):
+        for family, colour, label in ((plain, "#999999", f"not {args.variant}"), (variant, "#1f5fa8", args.variant)):
+            for i, run in enumerate(runs_of(args.study, args.task, family)):
+                x, y = curve(run, args.metric)
+                ax.plot(x, y, color=colour, lw=1.4, alpha=0.9, label=label if i == 0 else None)
+        ax.set_title(plain)
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(panels) :]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"dev {args.metric.split('/')[-1]} (%)")
+    axes[0, 0].legend(loc="lower right")
+    fig.suptitle(f"{args.task}: dev per epoch, every seed, not {args.variant} (grey) and {args.variant} (blue)",
+                 fontsize=10)  # fmt: skip
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=110)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""benchmarks/seed_curves.py: every seed's dev curve of a study's families, in pairs (uncentred and centred, ungated
+and gated), from the runs' logs/metrics.csv; a family with no logged run is refused by name."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "seed_curves.py"
+
+
+def write_run(study: Path, family: str, seed: int, accuracies: list[float]) -> None:
+    logs = study / "runs" / "snli_check" / family / "default" / f"seed{seed}" / "logs"
+    logs.mkdir(parents=True)
+    rows = ["epoch,step,train/loss,val/acc"]
+    rows += [f"{epoch},{10 * epoch},0.5,{acc}" for epoch, acc in enumerate(accuracies)]
+    rows.insert(2, "0,5,0.7,")  # a training row: no dev figure, skipped
+    (logs / "metrics.csv").write_text("\n".join(rows) + "\n")
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=False)
+
+
+def test_curves_of_family_pairs_are_drawn_and_a_family_without_runs_is_named(tmp_path):
+    from matplotlib.image import imread
+
+    study = tmp_path / "study"
+    for family, offset in (("softpick", 0.0), ("softpick_gated", 0.01)):
+        for seed in (1, 2, 10):
+            write_run(study, family, seed, [0.5 + offset, 0.6, 0.7])
+    out = tmp_path / "curves.png"
+    done = run(str(study), "--variant", "gated", "--panel", "softpick,softpick_gated", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert imread(out).shape[1] > 300
+
+    refused = run(str(study), "--panel", "softpick,cog", "--out", str(tmp_path / "no.png"))
+    assert refused.returncode != 0 and "for: cog;" in refused.stderr and "Traceback" not in refused.stderr
+    assert not (tmp_path / "no.png").exists()
+    bad = run(str(study), "--panel", "softpick", "--out", str(tmp_path / "no.png"))
+    assert bad.returncode != 0 and "two families" in bad.stderr
+
+
+def test_seeds_are_ordered_by_number(tmp_path):
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        from seed_curves import runs_of
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    for seed in (10, 2, 1):
+        write_run(tmp_path, "coda", seed, [0.5])
+    assert [r.name for r in runs_of(tmp_path, "snli_check", "coda")] == ["seed1", "seed2", "seed10"]
