@@ -49,7 +49,8 @@ def main() -> None:
     panels = [tuple(p.split(",")) for p in args.panel] or CENTRING
     if any(len(p) != 2 for p in panels):
         sys.exit(f"--panel takes two families, FAMILY,VARIANT (coda,coda_centred); got {args.panel}")
-    empty = [f for p in panels for f in p if not runs_of(args.study, args.task, f)]
+    runs = {family: runs_of(args.study, args.task, family) for panel in panels for family in panel}
+    empty = [family for family, found in runs.items() if not found]
     if empty:
         sys.exit(f"no run with logs/metrics.csv under {args.study}/runs/{args.task}/<family>/default/ for: "
                  f"{', '.join(empty)}; name the study's folder and families as its page does")  # fmt: skip
@@ -63,7 +64,7 @@ def main() -> None:
     fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3.4 * rows), sharey=True, squeeze=False)
     for ax, (plain, variant) in zip(axes.flat, panels, strict=False):
         for family, colour, label in ((plain, "#999999", f"not {args.variant}"), (variant, "#1f5fa8", args.variant)):
-            for i, run in enumerate(runs_of(args.study, args.task, family)):
+            for i, run in enumerate(runs[family]):
                 x, y = curve(run, args.metric)
                 ax.plot(x, y, color=colour, lw=1.4, alpha=0.9, label=label if i == 0 else None)
         ax.set_title(plain)

@@ -241,6 +241,11 @@ def _copy_runs(source: Path, target: Path, files: tuple[str, ...], only_missing:
 PAGE_FIGURES = ("alignments_*.png", "weights_*.json")
 
 
+def page_figures(folder: Path) -> list[Path]:
+    """A study folder's files of PAGE_FIGURES."""
+    return [path for pattern in PAGE_FIGURES for path in folder.glob(pattern)]
+
+
 def pull(study: str, root: Path | None = None) -> int:
     """The committed runs' small files into outputs/studies/<study>/runs, where a run is not there yet: the study
     then counts them finished and trains only the rest. The page's heat-maps come too (where none is there), as
@@ -248,7 +253,7 @@ def pull(study: str, root: Path | None = None) -> int:
     root = root or clone_root()
     target = root / "outputs" / "studies" / study
     target.mkdir(parents=True, exist_ok=True)
-    for figure in [p for pattern in PAGE_FIGURES for p in (root / "docs" / "studies" / study).glob(pattern)]:
+    for figure in page_figures(root / "docs" / "studies" / study):
         if not (target / figure.name).exists():
             shutil.copy2(figure, target / figure.name)
     return _copy_runs(root / "docs" / "studies" / study / "runs", root / "outputs" / "studies" / study / "runs",
@@ -263,10 +268,7 @@ def push(study: str, root: Path | None = None, source: Path | None = None) -> in
     source = source or root / "outputs" / "studies" / study
     target = root / "docs" / "studies" / study
     target.mkdir(parents=True, exist_ok=True)
-    for path in [
-        *(source / name for name in PAGE_FILES),
-        *(p for pattern in PAGE_FIGURES for p in source.glob(pattern)),
-    ]:
+    for path in [*(source / name for name in PAGE_FILES), *page_figures(source)]:
         if path.is_file() and path.suffix == ".md":  # the page's command, as a user types it: no out= of ours
             text = path.read_text(encoding="utf-8").replace(f" out={source}", "")
             (target / path.name).write_text(text, encoding="utf-8")

@@ -31,6 +31,12 @@ def _rows(folder: Path) -> dict[tuple[str, str], dict[str, str]]:
     return {(r["task"], r["family"]): r for r in study_rows(folder) if r["split"] == "dev" and r["metric"] in MONITORED}
 
 
+def _tasks(rows: dict[tuple[str, str], dict[str, str]]) -> tuple[list[tuple[str, str]], list[str]]:
+    """(the tasks with runs, as (task, title), in the tables' order; the titles of those without)."""
+    run = [(task, title) for task, title in TASKS.items() if any((task, f) in rows for f in FAMILIES)]
+    return run, [title for task, title in TASKS.items() if (task, title) not in run]
+
+
 def _against(row: dict[str, str] | None, prefix: str) -> str:
     """A family's difference from `prefix` with its interval and verdict, as one cell ("–": no such comparison)."""
     if row is None or not row.get(f"{prefix}_diff"):
@@ -44,11 +50,9 @@ def table(folder: Path) -> str:
     (Holm over the page); a task without runs says so in one line."""
     rows = _rows(folder)
     labels = {family: row["label"] for (_, family), row in rows.items()}
-    blocks, waiting = [], []
-    for task, title in TASKS.items():
-        if not any((task, family) in rows for family in FAMILIES):
-            waiting.append(title)
-            continue
+    run, waiting = _tasks(rows)
+    blocks = []
+    for task, title in run:
         lines = [f"| {title} | dev, mean ± std | − CoDA, centred | − softmax, centred | gated − ungated |",
                  "|---|---|---|---|---|"]  # fmt: skip
         for family in FAMILIES:
@@ -78,11 +82,9 @@ def answer(folder: Path) -> str:
     attend to nothing against softmax centred and CoDA centred, and the gate's effect on each baseline (gated −
     ungated), each with its interval and verdict; the tasks not run yet named."""
     rows = _rows(folder)
-    said, waiting = [], []
-    for task, title in TASKS.items():
-        if not any((task, family) in rows for family in FAMILIES):
-            waiting.append(title)
-            continue
+    run, waiting = _tasks(rows)
+    said = []
+    for task, title in run:
         parts = []
         signed = _said(rows, task, SIGNED, "coda_centred")
         if signed:
