@@ -135,8 +135,9 @@ def test_a_run_stopped_mid_epoch_by_a_signal_resumes_to_the_uninterrupted_result
     with pytest.raises(SystemExit):
         training.train(stopped)
     resumed = training.train(compose_train(tmp_path / "stopped", f"resume={stopped.paths.output_dir}"))
-    untimed = lambda metrics: {k: v for k, v in metrics.items() if "seconds" not in k}  # noqa: E731
+    untimed = lambda metrics: {k: v for k, v in metrics.items() if "seconds" not in k and k != "sittings"}  # noqa: E731
     assert untimed(resumed) == untimed(reference) and "val/loss" in resumed
+    assert (reference["sittings"], resumed["sittings"]) == (1, 2)
 
     def weights(cfg_dir: Path, name: str) -> dict:
         return torch.load(cfg_dir / "run" / "checkpoints" / name, weights_only=False)["state_dict"]
@@ -149,6 +150,45 @@ def test_a_run_stopped_mid_epoch_by_a_signal_resumes_to_the_uninterrupted_result
         for d in (tmp_path / "whole", tmp_path / "stopped")
     ]
     assert logged[0] == logged[1] and len(logged[0]) == 2
+
+
+def test_last_ckpt_is_written_at_every_epoch_end_not_only_beside_a_new_best(make_cfg):
+    """With the weights held still (lr 0) no epoch after the first improves its dev score; last.ckpt is still
+    the last epoch's (Lightning 2.6 writes the checkpoint callback's copy only beside a new best, which left it at
+    the best epoch: a resumed run trained every epoch since again)."""
+    cfg = make_cfg("trainer.max_epochs=3", "optim.lr=0", "callbacks.early_stopping=null")
+    metrics = training.train(cfg)
+    checkpoints = Path(cfg.paths.output_dir) / "checkpoints"
+    assert metrics["best_epoch"] == 1 and torch.load(checkpoints / "best.ckpt", weights_only=False)["epoch"] == 0
+    last = torch.load(checkpoints / "last.ckpt", weights_only=False)
+    assert last["epoch"] == 2 and last["global_step"] == 9
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["best.ckpt", "last.ckpt"]  # no last-v1.ckpt beside it
+
+
+def test_a_resumed_run_counts_every_sitting_and_keeps_the_earlier_log_rows(make_cfg, caplog):
+    """Stopped in its second epoch (SIGTERM after step 4; an epoch is 3 steps) and resumed, a run's train_seconds
+    adds the first sitting's (the checkpoint's `timing`) to its own, its per-epoch seconds keep the first epoch's,
+    its CSV log keeps the first epoch's rows (Lightning's logger deletes the file it finds), and the epoch line
+    compares with the best so far of before the interruption."""
+    common = ("trainer.max_epochs=3", "optim.lr=0", "callbacks.early_stopping=null")
+    cfg = make_cfg(*common, f"+callbacks.signal._target_={__name__}.SignalAt", "+callbacks.signal.step=4",
+                   "+callbacks.signal.signal=SIGTERM")  # fmt: skip
+    with pytest.raises(SystemExit):
+        training.train(cfg)
+    run_dir = Path(cfg.paths.output_dir)
+    timing = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["timing"]
+    assert len(timing["epoch_seconds"]) == 1 and timing["fit_seconds"] > sum(timing["epoch_seconds"]) > 0
+    caplog.clear()
+    with caplog.at_level("INFO", logger="matching.training.callbacks"):
+        metrics = training.train(make_cfg(f"resume={run_dir}"))
+    assert metrics["epochs"] == 3 and metrics["train_seconds"] > timing["fit_seconds"] and metrics["sittings"] == 2
+    assert metrics["seconds_per_epoch_median"] > 0  # epoch 1's (restored) and epoch 3's; epoch 2 resumed mid-way
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch ")]
+    assert lines and all("(best)" not in line for line in lines), lines  # lr 0: no epoch beats the first
+    rows = list(csv.DictReader(open(run_dir / "logs" / "metrics.csv")))
+    validated = [(float(row["epoch"]), int(row["step"])) for row in rows if row.get("val/acc")]
+    # each epoch's dev score once (the first sitting's, then the resumed run's), then the best checkpoint's
+    assert validated == [(1.0, 2), (2.0, 5), (3.0, 8), (1.0, 9)], validated
 
 
 # A grid sweep in this process (the basic launcher), relaunched as a user would after an interruption.
@@ -178,8 +218,8 @@ def test_a_relaunched_sweep_skips_finished_runs_resumes_interrupted_ones_and_sta
     assert "skipped, complete" in (first / "train.log").read_text()
     assert "resumed from" in (second / "train.log").read_text()
     resumed = json.loads(second.joinpath("metrics.json").read_text())
-    assert {k: v for k, v in resumed.items() if "seconds" not in k} == {
-        k: v for k, v in reference.items() if "seconds" not in k
+    assert {k: v for k, v in resumed.items() if "seconds" not in k and k != "sittings"} == {
+        k: v for k, v in reference.items() if "seconds" not in k and k != "sittings"
     }
     # A run that never wrote a checkpoint starts again
     for path in (second / "checkpoints").iterdir():
@@ -294,11 +334,11 @@ def _run_sweep(tmp_path: Path, sweep_dir: Path, *extra: str, timeout: int = 900)
 
 
 def _outcome(sweep_dir: Path, tmp_path: Path) -> tuple[dict, str]:
-    """The run folders with their metrics (timings aside), and the report's table."""
+    """The run folders with their metrics (timings and sittings aside), and the report's table."""
     runs = {}
     for metrics_file in sorted(sweep_dir.glob("*/metrics.json")):
         metrics = json.loads(metrics_file.read_text())
-        runs[metrics_file.parent.name] = {k: v for k, v in metrics.items() if "seconds" not in k}
+        runs[metrics_file.parent.name] = {k: v for k, v in metrics.items() if "seconds" not in k and k != "sittings"}
     return runs, to_markdown(summarise(find_runs([sweep_dir])))
 
 

@@ -1,6 +1,6 @@
 """The callbacks of a training run besides the configured ones: the epoch timer, the guard against a non-finite
-loss, the checkpoint written when a run is told to stop and the epoch numbers of the logs; and the configured
-callbacks (`callbacks.<name>`, among them the progress bar).
+loss, `last.ckpt` at every epoch's end, the checkpoint written when a run is told to stop and the epoch numbers of
+the logs; and the configured callbacks (`callbacks.<name>`, among them the progress bar).
 
 Epochs are numbered from 1 everywhere a person reads them: the progress bar (`Epoch 1/20`), the `epoch` column of
 `logs/metrics.csv` (and of every tracker), `best_epoch` in metrics.json and the messages. Lightning counts from 0
@@ -20,7 +20,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint, ProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
@@ -53,14 +53,15 @@ def progress_bar_shown(cfg: DictConfig) -> bool:
 
 def run_callbacks(cfg: DictConfig) -> tuple[list[pl.Callback], ModelCheckpoint, EpochTimer]:
     """A training run's callbacks: the configured ones (`callbacks.checkpoint`, a ModelCheckpoint, among them), the
-    epoch timer, the finite-loss guard and the checkpoint on a stop signal; also the checkpoint callback and the
-    timer, whose results the run reports."""
+    epoch timer, the finite-loss guard, `last.ckpt` at every epoch's end and the checkpoint on a stop signal; also
+    the checkpoint callback and the timer, whose results the run reports."""
     configured = build_callbacks(cfg)
     checkpoint = configured.get("checkpoint")
     if not isinstance(checkpoint, ModelCheckpoint):
         raise ConfigError("callbacks.checkpoint must be a ModelCheckpoint: the run directory's best.ckpt comes from it")
     timer = EpochTimer()
-    callbacks = [*configured.values(), timer, FiniteLossGuard(), StopCheckpoint(), EpochNumbers()]
+    callbacks = [*configured.values(), timer, FiniteLossGuard(), LastEveryEpoch(checkpoint), StopCheckpoint(),
+                 EpochNumbers()]  # fmt: skip
     if threads_follow_free_cores(cfg):
         callbacks.append(SharedCores())
     return callbacks, checkpoint, timer
@@ -150,6 +151,11 @@ class EpochLine(pl.Callback):
         self.started = 0.0
         self.best: float | None = None
 
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # A resumed run's best so far is the checkpoint callback's, restored from the checkpoint it continues from.
+        best = getattr(trainer.checkpoint_callback, "best_model_score", None)
+        self.best = float(best) if best is not None else None
+
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.started = time.perf_counter()
 
@@ -185,17 +191,32 @@ class EpochProgressBar(TQDMProgressBar):
 
 
 class EpochTimer(pl.Callback):
-    """Wall-clock seconds of each training epoch, validation excluded.
+    """Wall-clock seconds of each training epoch, validation excluded, and of the whole fit, over every sitting of
+    a resumed run.
 
     Lightning validates inside the training epoch, before the epoch's end hook: the time from `on_validation_start`
     to `on_validation_end` is taken off the epoch's (the checkpoints written after a validation are still counted:
-    milliseconds for these models)."""
+    milliseconds for these models). Each checkpoint holds the figures up to the moment it was written (`timing`):
+    a resumed run adds its own to those of the sittings before, so that `train_seconds` is the training time of the
+    run, not of its last sitting, and work lost to an interruption (the part of an epoch after its last checkpoint)
+    is not counted."""
 
     def __init__(self) -> None:
         self.seconds: list[float] = []
         self._start: float | None = None  # None in an epoch resumed from a mid-epoch checkpoint: not timed
         self._validating_since: float | None = None
         self._validated = 0.0  # seconds of this epoch spent validating
+        self._sitting: float | None = None  # when this sitting's fit began
+        self._before = 0.0  # the fit seconds of the sittings before this one (a resumed run's checkpoint)
+        self.sittings: int | None = 1  # this one and those before; None after a checkpoint that did not count them
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage == "fit":
+            self._sitting, self._before, self.sittings = time.perf_counter(), 0.0, 1
+
+    def fit_seconds(self) -> float:
+        """The seconds of the fit so far: the sittings before this one (as their checkpoint holds them) and this."""
+        return self._before + (time.perf_counter() - self._sitting if self._sitting is not None else 0.0)
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._start, self._validated = time.perf_counter(), 0.0
@@ -213,6 +234,57 @@ class EpochTimer(pl.Callback):
         if self._start is not None:
             self.seconds.append(time.perf_counter() - self._start - self._validated)
         self._start = None
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        epochs = list(self.seconds)
+        if self._start is not None and batches_trained(trainer) >= trainer.num_training_batches:
+            # written after the epoch's closing validation, before its end hook: the epoch is whole
+            epochs.append(time.perf_counter() - self._start - self._validated)
+        checkpoint["timing"] = {"epoch_seconds": epochs, "fit_seconds": self.fit_seconds(), "sittings": self.sittings}
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        if trainer.state.fn != "fit":  # an evaluation of a checkpoint after the fit loads one too
+            return
+        timing = checkpoint.get("timing")
+        if timing is None or timing.get("sittings") is None:  # written before the sittings were counted
+            self.sittings = None  # the run's seconds are this sitting's: the run's metrics.json says no `sittings`
+            return
+        self.seconds = [float(s) for s in timing["epoch_seconds"]]
+        self._before = float(timing["fit_seconds"])
+        self.sittings = int(timing["sittings"]) + 1
+
+
+class LastEveryEpoch(Checkpoint):
+    """`last.ckpt` at the end of every epoch, so that a resumed run continues from its last finished epoch.
+
+    Lightning 2.6 writes the checkpoint callback's `save_last` copy only at a step where it writes a best checkpoint
+    too: an epoch that is not the best so far left last.ckpt at the best epoch, and a resumed run trained every
+    epoch since again (the same numbers, since a checkpoint holds the random streams, but time: hours of a long
+    run). A `Checkpoint`, so that Lightning calls it after the checkpoint callback, whose state (the best score and
+    path) the file then holds. Where that callback wrote its own copy at this step (an improving epoch, or a
+    Lightning that writes it every time), nothing is written."""
+
+    def __init__(self, checkpoint: ModelCheckpoint) -> None:
+        self.checkpoint = checkpoint
+        self._written = -1  # the global step of this callback's last write
+
+    def _write(self, trainer: pl.Trainer) -> None:
+        callback = self.checkpoint
+        if not callback.save_last or callback.dirpath is None or trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        # Lightning's own record of the step it last wrote at (no public accessor); where it lacks one, write.
+        if trainer.global_step in (self._written, getattr(callback, "_last_global_step_saved", None)):
+            return
+        path = Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}{callback.FILE_EXTENSION}"
+        callback.last_model_path = str(path)  # in the checkpoint too, as the checkpoint callback records its own
+        trainer.save_checkpoint(path, callback.save_weights_only)
+        self._written = trainer.global_step
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Where the checkpoint callback writes an epoch's (validating once an epoch): a checkpoint written at the
+        # validation's end, before the epoch is counted as processed, resumes into the epoch's end hooks without the
+        # dev metrics they check.
+        self._write(trainer)
 
 
 class NonFiniteLossError(UserError, ValueError):

@@ -15,10 +15,10 @@ or preemption) first writes `last.ckpt` at the end of the current training step.
 
 from __future__ import annotations
 
+import csv
 import logging
 import signal
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 # By name: a sweep launcher (submitit) pickles this module's functions, and cloudpickle cannot pickle
@@ -141,6 +142,34 @@ def build_loggers(cfg: DictConfig) -> list[pl.loggers.Logger] | bool:
     return loggers or False
 
 
+def keep_earlier_log_rows(loggers: list[pl.loggers.Logger], resume_from: Path) -> None:
+    """A resumed run's CSV log (`logs/metrics.csv`) keeps the rows of its earlier sittings up to the checkpoint it
+    continues from; the resumed run writes the rest. Lightning's CSV logger deletes the file it finds
+    when it starts, which left a resumed run's log, and the per-seed curves drawn from it, without its first epochs.
+    Rows after that step (the part of an epoch that the interruption lost) are left out: the resumed run logs them
+    again."""
+    csv_loggers = [each for each in loggers if isinstance(each, pl.loggers.CSVLogger)]
+    if not csv_loggers or rank_zero_only.rank != 0:
+        return
+    step = int(torch.load(resume_from, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+    for each in csv_loggers:
+        path = Path(each.log_dir) / "metrics.csv"
+        if not path.is_file():
+            continue
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            # a row's step is the global step before the one it was logged after: the checkpoint's holds every
+            # row written up to it
+            header, rows = list(reader.fieldnames or []), [row for row in reader if int(row["step"]) < step]
+        writer = each.experiment  # made now: it deletes the file
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            kept = csv.DictWriter(f, fieldnames=header)
+            kept.writeheader()
+            kept.writerows(rows)
+        writer.metrics_keys = header  # the writer appends its rows under this header (a new key rewrites the file)
+        log.info("%s: the %d rows of the earlier sittings kept (before step %d)", path, len(rows), step)
+
+
 def check_metrics(cfg: DictConfig, dm) -> None:
     """Before any data is prepared: the positive label is one of the task's labels, and every callback's monitored
     metric (`task.monitor`, which checkpointing and early stopping follow) is one the run logs."""
@@ -247,6 +276,8 @@ def _train(cfg: DictConfig) -> dict[str, float]:
 
     callbacks, checkpoint, timer = run_callbacks(cfg)
     logger = build_loggers(cfg)
+    if resume_from is not None and logger:
+        keep_earlier_log_rows(logger, resume_from)
     trainer: pl.Trainer = instantiate(
         cfg.trainer,
         callbacks=callbacks,
@@ -255,31 +286,31 @@ def _train(cfg: DictConfig) -> dict[str, float]:
         plugins=[AtomicCheckpointIO()],
         enable_progress_bar=progress_bar_shown(cfg),
     )
-    started = time.perf_counter()
     try:
         trainer.fit(system, datamodule=dm, ckpt_path=resume_from)
     except SIGTERMException:  # stopped, last.ckpt written (StopCheckpoint): a failure for the scheduler, not a success
         raise SystemExit(128 + signal.SIGTERM) from None
     metrics: dict[str, float] = {
-        "train_seconds": time.perf_counter() - started,
+        "train_seconds": timer.fit_seconds(),  # every sitting of a resumed run (EpochTimer)
         "epochs": trainer.current_epoch,
     }
+    if timer.sittings is not None:  # absent: resumed from a checkpoint that did not count the time before it
+        metrics["sittings"] = timer.sittings
     if timer.seconds:
         metrics["seconds_per_epoch_median"] = statistics.median(timer.seconds)
         metrics["seconds_last_epoch"] = timer.seconds[-1]
     if trainer.fast_dev_run or not checkpoint.best_model_path:
         metrics |= _floats({k: v for k, v in trainer.callback_metrics.items() if k != "epoch"})
     else:
+        best = checkpoint.best_model_path  # named: "best" would warn of two checkpoint callbacks (LastEveryEpoch)
         # Counted from 1, as people count epochs (and as the README's tables do); Lightning counts from 0.
-        metrics["best_epoch"] = 1 + int(
-            torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=False)["epoch"]
-        )
+        metrics["best_epoch"] = 1 + int(torch.load(best, map_location="cpu", weights_only=False)["epoch"])
         # The best checkpoint evaluated by a system that keeps each pair's prediction, for scores/
         # (matching.training.scores).
-        for result in trainer.validate(evaluation, datamodule=dm, ckpt_path="best", verbose=False):
+        for result in trainer.validate(evaluation, datamodule=dm, ckpt_path=best, verbose=False):
             metrics |= _floats(result)
         if cfg.test and dm.test_splits:
-            for result in trainer.test(evaluation, datamodule=dm, ckpt_path="best", verbose=False):
+            for result in trainer.test(evaluation, datamodule=dm, ckpt_path=best, verbose=False):
                 metrics |= _floats(result)
         if trainer.is_global_zero:
             write_recorded(run_dir, evaluation.recorded, dm, evaluation.labels, evaluation.kind)
