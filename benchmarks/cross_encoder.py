@@ -50,6 +50,7 @@ from bench_rerank import Question, ranking_questions  # noqa: E402
 from matching.files import write_atomic  # noqa: E402
 from matching.model.pretrained_encoder import MINILM, locate_encoder  # noqa: E402
 from matching.results.significance import holm, method_test  # noqa: E402
+from matching.studies.results import training_minutes  # noqa: E402
 from matching.training.metrics import question_scores  # noqa: E402
 from matching.training.scores import unit_scores  # noqa: E402
 
@@ -242,9 +243,12 @@ def seed_figures(folders: list[Path]) -> dict:
     minutes = []
     for folder in folders:
         metrics = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").is_file() else {}
-        if "train_minutes" in metrics or "train_seconds" in metrics:
-            minutes.append(metrics.get("train_minutes", metrics.get("train_seconds", 0) / 60))
+        # the CrossEncoder's minutes count every sitting (`fine_tune`); ours, where they are whole (training_minutes)
+        each = metrics.get("train_minutes", training_minutes(folder, metrics))
+        if each is not None:
+            minutes.append(each)
     figures["train_minutes"] = float(np.mean(minutes)) if minutes else None
+    figures["timed_seeds"] = len(minutes)  # a run resumed by an earlier version has no whole minutes
     return figures
 
 

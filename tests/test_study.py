@@ -375,3 +375,19 @@ def test_the_weights_table_says_what_each_familys_weights_do_and_keeps_it_for_ru
     # runs pulled with their small files alone (no checkpoint): the table is the one kept
     pulled = [SimpleNamespace(planned=r.planned, folder=tmp_path / "pulled" / r.planned.family) for r in firsts]
     assert weight_table(spec, "overlap", pulled, out) == lines
+
+
+def test_a_runs_minutes_are_left_out_where_they_cover_only_its_last_sitting(tmp_path):
+    """A run resumed by a version that timed only its last sitting (no `sittings` in metrics.json, the resume in its
+    train.log) has no whole minutes; one that counts its sittings, or was never resumed, has its train_seconds."""
+    from matching.studies.results import training_minutes
+
+    log = tmp_path / "train.log"
+    log.write_text("[2026-11-28 22:10:01,101][matching.training.run][INFO] - sweep run /x/seed5: resumed from "
+                   "/x/seed5/checkpoints/last.ckpt\n")  # fmt: skip
+    assert training_minutes(tmp_path, {"train_seconds": 263.0}) is None
+    assert training_minutes(tmp_path, {"train_seconds": 600.0, "sittings": 2}) == 10.0
+    log.write_text("[2026-11-28 22:10:01,101][matching.training.run][INFO] - sweep run /x/seed5: started\n")
+    assert training_minutes(tmp_path, {"train_seconds": 120.0}) == 2.0
+    log.unlink()
+    assert training_minutes(tmp_path, {"train_seconds": 120.0}) == 2.0 and training_minutes(tmp_path, {}) is None

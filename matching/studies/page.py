@@ -209,12 +209,17 @@ def write_page(
     if spec.budget == 1:
         budget = "the first setting of each grid (the values written first), so nothing is selected"
     planned_total = len(results)
+    untimed = len(finished) - len(minutes)  # resumed by an earlier version: results.training_minutes
+    left_out = (f" (left out: the minutes of {untimed} run{'s' * (untimed > 1)} resumed by a version that timed "
+                "the last sitting only)")  # fmt: skip
+    left_out = left_out if untimed else ""
     lines += [
         f"- Tasks: {tasks}.",
         f"- Every run: `{' '.join(spec.train) or '(the defaults)'}`; seeds {_seeds_text(spec)}; "
         f"selection at seed{'s' if len(spec.selection_seeds) > 1 else ''} {', '.join(map(str, spec.selection_seeds))}.",
         f"- Budget: {budget}; {planned_total} runs planned, {len(finished)} finished"
         + (f", {sum(minutes):.0f} training minutes in all ({_span(minutes)} per run)" if minutes else "")
+        + left_out
         + ".",
         f"- Selection: {rule(spec)}",
         f"- Baselines: {', '.join(spec.families[b].label for b in spec.baselines) or 'none'}. Each row's Δ is its "

@@ -44,8 +44,7 @@ class RunResult:
 
     @property
     def minutes(self) -> float | None:
-        seconds = (self.metrics or {}).get("train_seconds")
-        return None if seconds is None else seconds / 60
+        return training_minutes(self.folder, self.metrics) if self.metrics is not None else None
 
     @property
     def best_epoch(self) -> int | None:
@@ -57,6 +56,27 @@ class RunResult:
         if self.finished:
             return "finished"
         return "unfinished (started, no metrics.json)" if self.config is not None else "not started"
+
+
+#: What a run's train.log says when a run continues from a checkpoint (matching.training.run): `resume=`, or a
+#: relaunched sweep's job.
+RESUMED_LINES = ("][matching.training.run][INFO] - resuming ", ": resumed from ")
+
+
+def training_minutes(run_dir: Path, metrics: dict) -> float | None:
+    """A finished run's training minutes (metrics.json's `train_seconds`), or None where they are not the whole
+    run's: a run resumed by a version of matching that counted its last sitting only (its metrics.json has no
+    `sittings`, which the whole count comes with, and its train.log shows the resume). Pages leave such a run's
+    minutes out and say how many they left out."""
+    seconds = metrics.get("train_seconds")
+    if seconds is None:
+        return None
+    if "sittings" not in metrics:
+        log = run_dir / "train.log"
+        text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+        if any(line in text for line in RESUMED_LINES):
+            return None
+    return seconds / 60
 
 
 def read_result(planned: PlannedRun, runs_dir: Path) -> RunResult:

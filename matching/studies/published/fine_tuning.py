@@ -12,6 +12,7 @@ from pathlib import Path
 
 from matching.results.publish import OUTSIDE_BASELINE, interval_cell, study_rows, verdict_cell
 from matching.studies.published import declared_primary
+from matching.studies.results import training_minutes
 from matching.studies.spec import Primary
 
 #: The study's tasks and families as its table shows them, in order.
@@ -19,12 +20,19 @@ TASKS = {"wikiqa": "WikiQA dev (122 questions)", "trecqa": "TrecQA clean-dev (65
 FAMILIES = ("coda_frozen", "coda_n1", "coda_n2", "coda_n3", "softmax_n2")
 
 
-def training_minutes(folder: Path, task: str, family: str) -> str:
-    """Training minutes a run (the mean over the family's published seeds, from each run's metrics.json)."""
-    seconds = [json.loads(m.read_text()).get("train_seconds") for m in (folder / "runs" / task / family).glob(
-        "*/seed*/metrics.json")]  # fmt: skip
-    seconds = [s for s in seconds if s]
-    return f"{statistics.mean(seconds) / 60:.1f}" if seconds else "–"
+def family_minutes(folder: Path, task: str, family: str, compared: dict | None) -> str:
+    """Training minutes a run: the comparison's (benchmarks/cross_encoder.py), else the mean over the family's
+    runs; either counts the seeds whose minutes are whole (`training_minutes`) and says so where one is left out."""
+    if compared is not None:
+        mean, seeds = compared["train_minutes"], compared["seeds"]
+        timed = compared.get("timed_seeds", seeds)
+    else:
+        runs = sorted((folder / "runs" / task / family).glob("*/seed*/metrics.json"))
+        whole = [m for m in (training_minutes(r.parent, json.loads(r.read_text())) for r in runs) if m is not None]
+        mean, timed, seeds = (statistics.mean(whole) if whole else None), len(whole), len(runs)
+    if mean is None:
+        return "–"
+    return f"{mean:.1f}" + (f" ({timed} of {seeds} seeds)" if timed < seeds else "")
 
 
 def table(folder: Path) -> str:
@@ -63,7 +71,7 @@ def table(folder: Path) -> str:
                 else f"{interval_cell(r, 'coda_frozen')} ({verdict_cell(r, 'coda_frozen')})"
             )
             lines.append(f"| {r['label']} | {r['n']} | {spread(r)} | {spread(rows.get((task, family, 'mrr')))} | "
-                         f"{training_minutes(folder, task, family)} | {frozen} | {versus} |")  # fmt: skip
+                         f"{family_minutes(folder, task, family, ce)} | {frozen} | {versus} |")  # fmt: skip
         for family in missing:
             lines.append(f"| `{family}`: not run yet | – | – | – | – | – | – |")
         if comparison:
@@ -102,8 +110,11 @@ def headline(folder: Path, primary: dict[str, Primary] | None = None, study: str
         else:
             verdict = (f"{best['difference']:+.2f} [{best['low']:+.2f}, {best['high']:+.2f}], {best['verdict']}, "
                        f"p = {best['p_holm']:.2g}")  # fmt: skip
-        detail = (f"{best['seeds']} and {ce['seeds']} seeds; {verdict}; {best['train_minutes']:.0f} against "
-                  f"{ce['train_minutes']:.0f} training minutes a run on one thread")  # fmt: skip
+        timed = best.get("timed_seeds", best["seeds"])  # seeds whose minutes are whole (results.training_minutes)
+        ours = f"{best['train_minutes']:.0f}" if best["train_minutes"] is not None else "–"
+        ours += f" (over {timed} of its {best['seeds']} seeds)" if timed < best["seeds"] else ""
+        detail = (f"{best['seeds']} and {ce['seeds']} seeds; {verdict}; {ours} against {ce['train_minutes']:.0f} "
+                  f"training minutes a run on one thread")  # fmt: skip
         frozen = rows.get((task, best["name"], "map"))
         if frozen and frozen.get("coda_frozen_diff"):
             detail += (f"; over the frozen encoder {interval_cell(frozen, 'coda_frozen')}, "
