@@ -254,6 +254,16 @@ class EpochTimer(pl.Callback):
         self.sittings = int(timing["sittings"]) + 1
 
 
+def save_last(trainer: pl.Trainer, checkpoint: ModelCheckpoint) -> Path:
+    """The checkpoint callback's `last.ckpt`, written now (atomically: the trainer's AtomicCheckpointIO) and recorded
+    as its last one, in the file too: otherwise a run stopped before that callback's first save would, once resumed,
+    keep this file and write its own to last-v1.ckpt."""
+    path = Path(checkpoint.dirpath) / f"{checkpoint.CHECKPOINT_NAME_LAST}{checkpoint.FILE_EXTENSION}"
+    checkpoint.last_model_path = str(path)  # Lightning's object, which has no method for it
+    trainer.save_checkpoint(path, checkpoint.save_weights_only)
+    return path
+
+
 class LastEveryEpoch(Checkpoint):
     """`last.ckpt` at the end of every epoch, so that a resumed run continues from its last finished epoch.
 
@@ -275,9 +285,7 @@ class LastEveryEpoch(Checkpoint):
         # Lightning's own record of the step it last wrote at (no public accessor); where it lacks one, write.
         if trainer.global_step in (self._written, getattr(callback, "_last_global_step_saved", None)):
             return
-        path = Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}{callback.FILE_EXTENSION}"
-        callback.last_model_path = str(path)  # in the checkpoint too, as the checkpoint callback records its own
-        trainer.save_checkpoint(path, callback.save_weights_only)
+        save_last(trainer, callback)
         self._written = trainer.global_step
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -379,17 +387,10 @@ class StopCheckpoint(pl.Callback):
         self._previous: dict[int, Any] = {}
         self._pending: int | None = None
 
-    def _path(self, trainer: pl.Trainer) -> Path | None:
-        callback = trainer.checkpoint_callback
-        return Path(callback.dirpath) / "last.ckpt" if callback and callback.dirpath else None
-
     def _save(self, trainer: pl.Trainer, why: str) -> None:
-        path = self._path(trainer)
-        if path is not None:
-            # Recorded as the checkpoint callback's last.ckpt (in the checkpoint too): otherwise a run stopped before
-            # that callback's first save would, once resumed, keep this file and write its own to last-v1.ckpt.
-            trainer.checkpoint_callback.last_model_path = str(path)
-            trainer.save_checkpoint(path)
+        callback = trainer.checkpoint_callback
+        if callback is not None and callback.dirpath:
+            path = save_last(trainer, callback)
             if trainer.is_global_zero:
                 log.warning("%s: wrote %s (step %d); relaunch to continue from it", why, path, trainer.global_step)
 

@@ -157,16 +157,13 @@ def keep_earlier_log_rows(loggers: list[pl.loggers.Logger], resume_from: Path) -
         if not path.is_file():
             continue
         with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
             # a row's step is the global step before the one it was logged after: the checkpoint's holds every
             # row written up to it
-            header, rows = list(reader.fieldnames or []), [row for row in reader if int(row["step"]) < step]
-        writer = each.experiment  # made now: it deletes the file
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            kept = csv.DictWriter(f, fieldnames=header)
-            kept.writeheader()
-            kept.writerows(rows)
-        writer.metrics_keys = header  # the writer appends its rows under this header (a new key rewrites the file)
+            rows = [row for row in csv.DictReader(f) if int(row["step"]) < step]
+        writer = each.experiment  # made now: it deletes the file, then writes again what it is given
+        for row in rows:
+            writer.log_metrics({k: float(v) for k, v in row.items() if k != "step" and v != ""}, int(row["step"]))
+        writer.save()
         log.info("%s: the %d rows of the earlier sittings kept (before step %d)", path, len(rows), step)
 
 
