@@ -244,7 +244,7 @@ def seed_figures(folders: list[Path]) -> dict:
     for folder in folders:
         metrics = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").is_file() else {}
         # the CrossEncoder's minutes count every sitting (`fine_tune`); ours, where they are whole (training_minutes)
-        each = metrics.get("train_minutes", training_minutes(folder, metrics))
+        each = metrics["train_minutes"] if "train_minutes" in metrics else training_minutes(folder, metrics)
         if each is not None:
             minutes.append(each)
     figures["train_minutes"] = float(np.mean(minutes)) if minutes else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import yaml
@@ -42,7 +43,7 @@ class RunResult:
         value = (self.metrics or {}).get(self.monitor)
         return None if value is None or math.isnan(value) else float(value)
 
-    @property
+    @cached_property  # reads train.log: once a run, however many rows of a page ask
     def minutes(self) -> float | None:
         return training_minutes(self.folder, self.metrics) if self.metrics is not None else None
 

@@ -276,17 +276,15 @@ class LastEveryEpoch(Checkpoint):
 
     def __init__(self, checkpoint: ModelCheckpoint) -> None:
         self.checkpoint = checkpoint
-        self._written = -1  # the global step of this callback's last write
 
     def _write(self, trainer: pl.Trainer) -> None:
         callback = self.checkpoint
         if not callback.save_last or callback.dirpath is None or trainer.sanity_checking or trainer.state.fn != "fit":
             return
         # Lightning's own record of the step it last wrote at (no public accessor); where it lacks one, write.
-        if trainer.global_step in (self._written, getattr(callback, "_last_global_step_saved", None)):
+        if trainer.global_step == getattr(callback, "_last_global_step_saved", None):
             return
         save_last(trainer, callback)
-        self._written = trainer.global_step
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Where the checkpoint callback writes an epoch's (validating once an epoch): a checkpoint written at the
