@@ -322,6 +322,7 @@ def main() -> None:
                  "pip install sentence-transformers")  # fmt: skip
     if args.threads:
         torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)  # the arithmetic our runs train in (flush_denormal, docs/performance.md)
     args.out = args.out or Path("outputs/studies/fine_tuning/cross_encoder") / args.task
     _, train = ranking_questions(args.task, "train", args.data_dir)
     dev = ranking_questions(args.task, "dev", args.data_dir)

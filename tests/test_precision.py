@@ -151,3 +151,26 @@ def test_an_unknown_dtype_says_which_there_are(make_cfg):
         train(make_cfg("dtype=bf61"))
     with pytest.raises(ValueError, match="dtype='half'"):
         Matcher.load("nowhere", dtype="half")
+
+
+def test_denormals_flushed_within_the_block_and_the_process_setting_restored_after_it():
+    """Inside `denormals_flushed(True)` a float32 product below the smallest normal number is 0; after it the
+    process computes with denormals as before, and a caller that already flushed them still does."""
+    import torch
+
+    from matching.model.precision import denormals_flushed, flushes_denormals
+
+    def product() -> float:
+        return (torch.tensor([1e-30]) * torch.tensor([1e-10])).item()
+
+    assert not flushes_denormals() and product() > 0
+    with denormals_flushed(True) as flushed:
+        assert flushed and flushes_denormals() and product() == 0.0
+    assert not flushes_denormals() and product() > 0
+    torch.set_flush_denormal(True)
+    try:
+        with denormals_flushed(False) as flushed:
+            assert not flushed and product() > 0
+        assert flushes_denormals()
+    finally:
+        torch.set_flush_denormal(False)

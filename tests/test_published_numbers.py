@@ -199,3 +199,26 @@ def test_the_frontier_sentence_quotes_each_task_from_its_own_data_file(tmp_path)
     assert "WikiQA dev **12.3x**" in said and "**1.1x** on texts seen once" in said
     assert "33.3 s for 2,733 candidates" in said and "79.50 against 78.91 dev MAP (2030-01-02 03:04 UTC)" in said
     assert "| fine-tuned+index+ort | 1 |" in wikiqa_frontier_table(tmp_path)
+
+
+def test_the_denormals_table_is_rendered_from_its_sitting_file(tmp_path):
+    """docs/performance.md's denormals block: each case's training seconds kept and flushed, their ratio, the first
+    and last epoch both ways and whether the dev scores agree, from benchmarks/denormals.py's file; without the file
+    it says the sitting has not run."""
+    from matching.studies.published.measured_elsewhere import denormals_table
+
+    assert "has not run yet" in denormals_table(tmp_path)
+    run = {"train_seconds": 132.3, "first_epoch": 10.2, "last_epoch": 21.1}
+    data = {"command": "python benchmarks/denormals.py --case frozen", "date": "2030-01-02 03:04 UTC",
+            "processor": "a CPU", "cores": 2, "torch": "2.13.0", "results": [
+                {"case": "frozen", "what": "CoDA over the frozen MiniLM encoder", "kept": run, "same_scores": True,
+                 "flushed": {**run, "train_seconds": 107.8, "last_epoch": 13.4}, "speedup": 1.23},
+                {"case": "static", "what": "CoDA over static MiniLM vectors", "kept": run, "flushed": run,
+                 "speedup": 1.0, "same_scores": False}]}  # fmt: skip
+    (tmp_path / "denormals.json").write_text(json.dumps(data), encoding="utf-8")
+    table = denormals_table(tmp_path)
+    assert (
+        "| CoDA over the frozen MiniLM encoder | 132.3 | 107.8 | 1.23x | 10.2 → 21.1 | 10.2 → 13.4 | the same" in table
+    )
+    assert table.splitlines()[-1].endswith("| 1.00x | 10.2 → 21.1 | 10.2 → 21.1 | differ |")
+    assert "(2030-01-02 03:04 UTC, a CPU, 2 cores, torch 2.13.0;" in table

@@ -218,6 +218,25 @@ def test_a_run_logs_what_its_numbers_depend_on_besides_the_config(make_cfg, capl
     assert not cpu_model() or f"processor {cpu_model()}" in line  # Intel and AMD gave one seed other numbers
 
 
+def test_denormals_are_flushed_while_training_and_the_callers_arithmetic_comes_back(make_cfg, caplog):
+    """flush_denormal (the default) sets CPU float results below 1.2e-38 to 0 during the run, the numerics line says
+    so, a run with flush_denormal=false does not, and the caller's process computes with denormals again after either;
+    the seed's metrics are the same both ways."""
+    from matching.model.precision import flushes_denormals
+
+    assert not flushes_denormals()
+    results, lines = [], []
+    for flush in ("true", "false"):
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            results.append(train(make_cfg("debug=fast", f"flush_denormal={flush}")))
+        lines.append(next(r.getMessage() for r in caplog.records if r.getMessage().startswith("numerics: ")))
+        assert not flushes_denormals()
+    assert "denormals flushed to 0" in lines[0] and "denormals" not in lines[1]
+    dev = [{k: v for k, v in r.items() if k.startswith("val/")} for r in results]
+    assert dev[0] == dev[1]
+
+
 def test_threads_fixed_or_following_the_free_cores(make_cfg, monkeypatch):
     """`threads=N` trains on N threads; `threads=0` (the default) on the cores free when the run starts, re-checked
     every epoch (SharedCores), unless a launcher set OMP_NUM_THREADS; a negative count is a clear error."""

@@ -37,6 +37,8 @@ given) agree within it, and benchmarks/bench_serve.py checks every answer agains
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +108,26 @@ def cpu_flags() -> frozenset[str]:
 def bf16_instructions() -> str | None:
     """The best of BF16_FLAGS this CPU has, or None."""
     return next((flag for flag in BF16_FLAGS if flag in cpu_flags()), None)
+
+
+def flushes_denormals() -> bool:
+    """Whether this process's CPU arithmetic sets denormal float results to 0 now (PyTorch has no getter: the
+    smallest float64 denormal survives a tensor's creation only when they are kept)."""
+    return torch.tensor([5e-324], dtype=torch.float64).item() == 0.0
+
+
+@contextmanager
+def denormals_flushed(flush: bool) -> Iterator[bool]:
+    """Within the block, CPU float results below the smallest normal number (1.2e-38 in float32) are 0 when `flush`
+    (`torch.set_flush_denormal`, x86's flush-to-zero and denormals-are-zero); the process's own setting is restored
+    after it, so that training from Python leaves the caller's arithmetic as it was. Yields whether they are flushed
+    (False where the CPU cannot)."""
+    before = flushes_denormals()
+    flushed = torch.set_flush_denormal(flush) and flush
+    try:
+        yield flushed
+    finally:
+        torch.set_flush_denormal(before)
 
 
 def forward_in(dtype: torch.dtype, model: nn.Module, *args: Any, **kwargs: Any) -> Any:

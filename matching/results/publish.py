@@ -96,13 +96,16 @@ def figures(folder: Path) -> dict:
 
 #: The reranking frontier's data files (benchmarks/bench_rerank.py --json), by task: both conditions, one sitting.
 FRONTIER = "rerank_frontier_{task}.json"
+#: Training with denormal floats kept and flushed, each case's two runs at the same time (benchmarks/denormals.py).
+DENORMALS = "denormals.json"
 
 
 def page_data(folder: Path) -> list[Path]:
     """The files a block's rendered numbers come from: a study page's table and an outside baseline's comparison, or
-    the file of figures measured elsewhere and the reranking frontier's data files."""
+    the file of figures measured elsewhere, the reranking frontier's data files and the denormals sitting's."""
     return [path for path in (folder / "study.csv", *sorted(folder.glob(f"{OUTSIDE_BASELINE}/*/comparison.json")),
-                              folder / FIGURES.name, *sorted(folder.glob(FRONTIER.format(task="*"))))
+                              folder / FIGURES.name, *sorted(folder.glob(FRONTIER.format(task="*"))),
+                              folder / DENORMALS)
             if path.is_file()]  # fmt: skip
 
 

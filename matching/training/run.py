@@ -40,7 +40,7 @@ from matching.errors import RunError
 from matching.extras import check_installed
 from matching.files import write_json, write_text_atomic
 from matching.model.assembly import build_model
-from matching.model.precision import arithmetic_summary
+from matching.model.precision import arithmetic_summary, denormals_flushed, flushes_denormals
 from matching.saved.earlier_versions import upgraded
 from matching.saved.examples import curated, write_run_examples
 from matching.saved.provenance import write_provenance
@@ -92,7 +92,8 @@ def numerics(cfg: DictConfig) -> str:
     is computed element by element by the AVX-512 kernels and vectorised by the AVX2 ones, and a longer one sums in
     another order; `ATEN_CPU_CAPABILITY=avx2` makes an AVX-512 machine use the AVX2 kernels), the processor (the
     same seed, code and kernel set gave other numbers on an Intel Xeon than on an AMD EPYC), the threads, the GPU,
-    and the arithmetic the model computes in (`dtype`, matching.model.precision)."""
+    the arithmetic the model computes in (`dtype`, matching.model.precision) and whether denormal results are set to
+    0 (`flush_denormal`)."""
     threads = torch.get_num_threads()
     parts = [f"torch {torch.__version__}", f"CPU kernels {get_cpu_capability()}"]
     if processor := cpu_model():
@@ -104,6 +105,8 @@ def numerics(cfg: DictConfig) -> str:
     parts.append(f"dtype {arithmetic_summary(cfg.get('dtype', 'fp32'), 'cuda' if gpu else 'cpu')}")
     if cfg.get("deterministic"):
         parts.append("deterministic algorithms")
+    if flushes_denormals():
+        parts.append("denormals flushed to 0")
     return ", ".join(parts)
 
 
@@ -186,7 +189,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     fresh = not cfg.get("resume") and not is_sweep_job()
     lines_once()
     try:
-        return _train(cfg)
+        with denormals_flushed(bool(cfg.get("flush_denormal", True))):  # a run saved before the key: flushed too
+            return _train(cfg)
     except BaseException as err:
         if fresh and not isinstance(err, SystemExit):
             set_aside(cfg, err)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from matching.results.publish import FRONTIER, figures
+from matching.results.publish import DENORMALS, FRONTIER, figures
 
 
 def spread(pair: list[float]) -> str:
@@ -65,6 +65,30 @@ def trecqa_frontier_table(folder: Path) -> str:
 def wikiqa_frontier_table(folder: Path) -> str:
     """WikiQA dev's frontier under both conditions (frontier_table)."""
     return frontier_table(folder, "wikiqa")
+
+
+def denormals_table(folder: Path) -> str:
+    """docs/performance.md's table of training with denormal floats kept and flushed (benchmarks/denormals.py
+    --json): each case's training seconds both ways, its first and last epoch's, and whether the dev scores agree."""
+    path = folder / DENORMALS
+    if not path.is_file():
+        return f"This sitting has not run yet: `python benchmarks/denormals.py ... --json docs/figures/{DENORMALS}`."
+    data = json.loads(path.read_text(encoding="utf-8"))
+    lines = [
+        f"`{data['command']}` ({data['date']}, {data['processor']}, {data['cores']} cores, torch {data['torch']}; one "
+        "thread a run, a case's two runs at the same time):",
+        "",
+        "| TrecQA, 8 epochs, seed 1 | training s, denormals kept | flushed | kept / flushed | epoch 1 → 8 s, kept | "
+        "flushed | dev scores |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in data["results"]:
+        kept, flushed = r["kept"], r["flushed"]
+        same = "the same to the bit" if r["same_scores"] else "differ"
+        lines.append(f"| {r['what']} | {kept['train_seconds']:.1f} | {flushed['train_seconds']:.1f} | "
+                     f"{r['speedup']:.2f}x | {kept['first_epoch']:.1f} → {kept['last_epoch']:.1f} | "
+                     f"{flushed['first_epoch']:.1f} → {flushed['last_epoch']:.1f} | {same} |")  # fmt: skip
+    return "\n".join(lines)
 
 
 def frontier_clause(folder: Path, task: str, name: str) -> str | None:
