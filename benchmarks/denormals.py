@@ -113,8 +113,8 @@ def main() -> None:
         print(line(rows[-1]), flush=True)
     if args.json:
         said = ["/path/to/corpora" if a == args.data_dir else a for a in sys.argv[1:]]
-        if args.cache_dir:
-            said = [a for a in said if a not in ("--cache-dir", args.cache_dir)]
+        for option, value in (("--cache-dir", args.cache_dir), ("--out", str(args.out))):  # where, not what
+            said = [a for i, a in enumerate(said) if not (a == option or (a == value and said[i - 1] == option))]
         data = {"command": "python benchmarks/denormals.py " + shlex.join(said),
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "processor": cpu_model() or
                 platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__, "results": rows}  # fmt: skip
