@@ -185,6 +185,8 @@ def test_a_resumed_run_counts_every_sitting_and_keeps_the_earlier_log_rows(make_
     assert metrics["seconds_per_epoch_median"] > 0  # epoch 1's (restored) and epoch 3's; epoch 2 resumed mid-way
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch ")]
     assert lines and all("(best)" not in line for line in lines), lines  # lr 0: no epoch beats the first
+    assert lines[0].startswith("epoch 2/3") and lines[0].endswith("resumed in this epoch"), lines  # not "0.0 s"
+    assert lines[1].startswith("epoch 3/3") and lines[1].endswith(" s"), lines
     rows = list(csv.DictReader(open(run_dir / "logs" / "metrics.csv")))
     validated = [(float(row["epoch"]), int(row["step"])) for row in rows if row.get("val/acc")]
     # each epoch's dev score once (the first sitting's, then the resumed run's), then the best checkpoint's

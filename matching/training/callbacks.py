@@ -176,8 +176,9 @@ class EpochLine(pl.Callback):
         if "train/loss" in metrics:
             parts.append(f"train/loss {float(metrics['train/loss']):.4f}")
         planned = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
-        seconds = time.perf_counter() - self.started if self.started else 0.0
-        log.info("epoch %d%s: %s, %.1f s", trainer.current_epoch + 1, planned, ", ".join(parts), seconds, extra=CONSOLE)
+        # an epoch resumed from a checkpoint written inside it (a stop signal) did not start in this sitting
+        timing = f"{time.perf_counter() - self.started:.1f} s" if self.started else "resumed in this epoch"
+        log.info("epoch %d%s: %s, %s", trainer.current_epoch + 1, planned, ", ".join(parts), timing, extra=CONSOLE)
 
 
 class EpochProgressBar(TQDMProgressBar):
