@@ -58,6 +58,7 @@ def study_command(cfg: DictConfig) -> Path:
     # second (benchmarks/bench_cli_errors.py).
     from matching.studies.page import write_page
     from matching.studies.protocol import Launch, StudyIncomplete, run_study
+    from matching.studies.running import only_process
     from matching.studies.spec import read_spec
 
     chosen = HydraConfig.get().runtime.choices.get("study")
@@ -70,17 +71,18 @@ def study_command(cfg: DictConfig) -> Path:
         threads=int(cfg.threads) if cfg.threads else None,
     )  # fmt: skip
     check_plugins(how.hydra_overrides())  # a wrong launcher= or jobs=, or its missing extra, before anything runs
-    outcome = run_study(spec, out, how, train=bool(cfg.train_runs))
-    results = outcome.results
-    tested_file = out / "test.json"
-    tested = json.loads(tested_file.read_text()) if tested_file.is_file() else None
-    # the page's command: what reproduces the study, without this machine's folders (the page says where the
-    # corpora go: paths.data_dir=/path/to/corpora)
-    given = [o for o in HydraConfig.get().overrides.task
-             if o.split("=", 1)[0] not in _NOT_REPRODUCING and not o.startswith("paths.")]  # fmt: skip
-    typed = "python -m matching.study " + shlex.join(given)
-    page = write_page(spec, out, outcome.choices, list(results.values()), typed, tested, figures=bool(cfg.figures),
-                      seeds=outcome.seeds)  # fmt: skip
+    with only_process(out):  # a second study process in the folder would train the same runs at the same time
+        outcome = run_study(spec, out, how, train=bool(cfg.train_runs))
+        results = outcome.results
+        tested_file = out / "test.json"
+        tested = json.loads(tested_file.read_text()) if tested_file.is_file() else None
+        # the page's command: what reproduces the study, without this machine's folders (the page says where the
+        # corpora go: paths.data_dir=/path/to/corpora)
+        given = [o for o in HydraConfig.get().overrides.task
+                 if o.split("=", 1)[0] not in _NOT_REPRODUCING and not o.startswith("paths.")]  # fmt: skip
+        typed = "python -m matching.study " + shlex.join(given)
+        page = write_page(spec, out, outcome.choices, list(results.values()), typed, tested, figures=bool(cfg.figures),
+                          seeds=outcome.seeds)  # fmt: skip
     print(f"wrote {page} (and study.csv{', the figures' if cfg.figures else ''}) in {out}")
     if not outcome.complete:
         missing = [r.planned.relative for r in results.values() if not r.finished]

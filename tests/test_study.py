@@ -391,3 +391,40 @@ def test_a_runs_minutes_are_left_out_where_they_cover_only_its_last_sitting(tmp_
     assert training_minutes(tmp_path, {"train_seconds": 120.0}) == 2.0
     log.unlink()
     assert training_minutes(tmp_path, {"train_seconds": 120.0}) == 2.0 and training_minutes(tmp_path, {}) is None
+
+
+def test_one_study_process_at_a_time_in_a_folder_and_a_gone_ones_file_taken_over(tmp_path, caplog):
+    """A second `matching.study` in a folder whose study runs stops before anything, naming the process that holds it
+    (two would train the same runs into the same files); a holder on another machine cannot be asked, so the message
+    says how to free the folder; the file of a process that is gone is taken over; the holder's file goes with it."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from matching.errors import RunError
+    from matching.studies.running import RUNNING, only_process
+
+    held = tmp_path / RUNNING
+    with only_process(tmp_path):
+        mine = json.loads(held.read_text())
+        assert mine["pid"] == os.getpid() and mine["host"] == socket.gethostname()
+    assert not held.exists()
+
+    held.write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname(), "since": "2030-01-02 03:04:05"}))
+    with pytest.raises(RunError, match=rf"another matching.study \(process {os.getppid()} on .*since 2030-01-02"):
+        with only_process(tmp_path):
+            pass
+    assert json.loads(held.read_text())["pid"] == os.getppid()  # not ours to remove
+
+    held.write_text(json.dumps({"pid": 1, "host": "another-machine", "since": "2030-01-02 03:04:05"}))
+    with pytest.raises(RunError, match=f"if that process is gone, delete {held}"):
+        with only_process(tmp_path):
+            pass
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    held.write_text(json.dumps({"pid": int(gone.stdout), "host": socket.gethostname(), "since": "earlier"}))
+    with caplog.at_level("WARNING", logger="matching.studies.running"), only_process(tmp_path):
+        assert json.loads(held.read_text())["pid"] == os.getpid()
+    assert "no longer running" in caplog.text and not held.exists()
