@@ -163,14 +163,16 @@ def test_denormals_flushed_within_the_block_and_the_process_setting_restored_aft
     def product() -> float:
         return (torch.tensor([1e-30]) * torch.tensor([1e-10])).item()
 
-    assert not flushes_denormals() and product() > 0
-    with denormals_flushed(True) as flushed:
-        assert flushed and flushes_denormals() and product() == 0.0
-    assert not flushes_denormals() and product() > 0
-    torch.set_flush_denormal(True)
+    before = flushes_denormals()
     try:
+        torch.set_flush_denormal(False)
+        assert not flushes_denormals() and product() > 0
+        with denormals_flushed(True) as flushed:
+            assert flushed and flushes_denormals() and product() == 0.0
+        assert not flushes_denormals() and product() > 0
+        torch.set_flush_denormal(True)
         with denormals_flushed(False) as flushed:
             assert not flushed and product() > 0
         assert flushes_denormals()
     finally:
-        torch.set_flush_denormal(False)
+        torch.set_flush_denormal(before)
