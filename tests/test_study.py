@@ -423,6 +423,17 @@ def test_one_study_process_at_a_time_in_a_folder_and_a_gone_ones_file_taken_over
         with only_process(tmp_path):
             pass
 
+    import threading
+
+    held.write_text("")  # created, not yet written: a holder between its create and its write is not taken over
+    writer = threading.Timer(0.3, lambda: held.write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname(),
+                                                                      "since": "now"})))  # fmt: skip
+    writer.start()
+    with pytest.raises(RunError, match=rf"another matching.study \(process {os.getppid()} "):
+        with only_process(tmp_path):
+            pass
+    writer.join()
+
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     held.write_text(json.dumps({"pid": int(gone.stdout), "host": socket.gethostname(), "since": "earlier"}))
     with caplog.at_level("WARNING", logger="matching.studies.running"), only_process(tmp_path):

@@ -25,11 +25,16 @@ log = logging.getLogger(__name__)
 RUNNING = "running.json"
 
 
-def _holder(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # removed meanwhile, or half written by a process killed while writing it
+def _holder(path: Path, tries: int = 1) -> dict | None:
+    """The holder the file names; None when it is gone or unreadable after `tries` reads a tenth of a second apart
+    (a holder writes it just after creating it: an empty file read at once may be one being written)."""
+    for attempt in range(tries):
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # removed meanwhile, being written, or left half written by a killed process
+            if attempt + 1 < tries:
+                time.sleep(0.1)
+    return None
 
 
 def _alive(holder: dict) -> bool:
@@ -56,7 +61,7 @@ def only_process(study_dir: Path) -> Iterator[None]:
         try:
             handle = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            holder = _holder(path)
+            holder = _holder(path, tries=10)
             if holder is not None and _alive(holder):
                 elsewhere = holder.get("host") != me["host"]
                 raise RunError(
