@@ -122,3 +122,39 @@ def test_the_page_of_an_adaptive_study_shows_each_familys_seeds_and_why_it_stopp
     decided = next(line for line in page.splitlines() if "resolved at 3 seeds a side (Holm-adjusted p = " in line)
     used = decided.split("Holm-adjusted p = ")[1].split(" ")[0]
     assert f"| {used} (raw " in decided and "Holm over look 1's comparisons" in decided and "m = " not in decided
+
+
+def test_each_task_looks_on_its_own_whichever_tasks_the_command_names(tmp_path: Path, monkeypatch):
+    """A study run task by task (`tasks=[x]`) takes the seeds, and reaches the decisions, that its page replays over
+    every task; a task whose runs are missing holds back no other task's looks."""
+    from matching.studies.protocol import results_of
+    from matching.studies.seeds import plan_seeds
+
+    monkeypatch.setattr(protocol, "launch", _fake_launch([]))
+    tasks = {"snli": ["task=snli"], "other": ["task=snli", "trainer.max_epochs=2"]}
+    spec = read_spec({"name": "s", "tasks": tasks, "families": FAMILIES, "baselines": ["softmax"],
+                      "seeds": {"min": 3, "max": 9, "step": 2}})  # fmt: skip
+    alone = {}
+    for task in tasks:
+        alone[task] = run_study(read_spec({"name": "s", "tasks": {task: tasks[task]}, "families": FAMILIES,
+                                           "baselines": ["softmax"], "seeds": {"min": 3, "max": 9, "step": 2}}),
+                                tmp_path, Launch()).seeds  # fmt: skip
+    together = run_study(spec, tmp_path, Launch(), train=False).seeds
+    for task, plan in alone.items():
+        mine = [d for d in together.decisions if d.task == task]
+        assert mine == plan.decisions and len(mine) == 3
+        assert {k: n for k, n in together.wanted.items() if k[0] == task} == plan.wanted
+    # one task's later runs gone: its looks stop where its runs end; the other task's decisions are untouched
+    for seed in range(4, 10):
+        for family in FAMILIES:
+            for folder in (tmp_path / "runs" / "other" / family).glob(f"*/seed{seed}"):
+                (folder / "metrics.json").unlink()
+    choices = run_study(spec, tmp_path, Launch(), train=False).choices
+    kept = {(c.task, c.family): c.chosen.slug for c in choices}
+    every = protocol.planned_runs(spec, choices)
+    every += protocol.confirmation_runs(spec, {(c.task, c.family): c.chosen for c in choices}, together.wanted)
+    replayed = plan_seeds(spec, results_of(every, tmp_path / "runs"), kept)
+    assert [d for d in replayed.decisions if d.task == "snli"] == alone["snli"].decisions
+    waiting = [d for d in replayed.decisions if d.task == "other" and d.status == WAITING]
+    assert waiting == [d for d in replayed.decisions if d.task == "other" and d.looks[-1].seeds == 3 and
+                       d.status == WAITING]  # fmt: skip

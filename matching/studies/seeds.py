@@ -3,8 +3,8 @@
 Every family starts with seeds 1..min. At each look (min, min + step, ..., max seeds a side: `looks`), every
 comparison still undecided (a family against a baseline, on the task's monitored dev metric) is tested with the
 method-level test of `matching.results.significance` over the first r seeds of both sides, its p adjusted by Holm
-over the comparisons looked at together, and compared with the look's nominal level from the alpha-spending rule of
-`matching.results.sequential`:
+over the task's comparisons looked at together (each task looks on its own, whichever tasks the command names), and
+compared with the look's nominal level from the alpha-spending rule of `matching.results.sequential`:
 
 - below it: **resolved** at r seeds a side; the comparison takes no more seeds;
 - else, before the last look, when even the maximum seeds could not find its Δ (futility): **stopped**, not
@@ -102,10 +102,10 @@ class SeedPlan:
 RULE = (
     "Every family starts with the minimum seeds; at each look every undecided comparison (a family against a baseline"
     " or its twin, on the task's monitored dev metric) is tested over the first seeds of both sides with the seed-"
-    "aware test, Holm-adjusted over the comparisons of the look, against the look's level from an O'Brien-Fleming-"
-    "type alpha-spending function (Lan & DeMets) over the seeds (information fraction: seeds / maximum); a comparison"
-    " below it is resolved, one whose Δ even the maximum seeds could not find stops (futility), the others ask for "
-    "the next look's seeds for both of their families"
+    "aware test, Holm-adjusted over the task's comparisons of the look (each task looks on its own), against the "
+    "look's level from an O'Brien-Fleming-type alpha-spending function (Lan & DeMets) over the seeds (information "
+    "fraction: seeds / maximum); a comparison below it is resolved, one whose Δ even the maximum seeds could not find "
+    "stops (futility), the others ask for the next look's seeds for both of their families"
 )
 
 
@@ -139,33 +139,46 @@ def _scores(
 
 def plan_seeds(spec: StudySpec, results: Mapping[tuple[str, str, str, int], RunResult],
                kept: Mapping[tuple[str, str], str]) -> SeedPlan:  # fmt: skip
-    """Replays the looks on the runs there are; returns the decisions and the seeds each family needs now."""
+    """Replays the looks on the runs there are; returns the decisions and the seeds each family needs now. Each task
+    looks on its own (`_task_looks`), so a task's seeds do not depend on which other tasks the command named."""
     schedule = looks(len(spec.seeds), int(spec.max_seeds or len(spec.seeds)), spec.seed_step)
     levels = nominal_levels(tuple(schedule))
-    pending = {c: [] for c in comparisons(spec)}
-    status = dict.fromkeys(pending, WAITING)
-    metric = {}
+    every = comparisons(spec)
+    pending: dict[tuple[str, str, str], list[Look]] = {c: [] for c in every}
+    status = dict.fromkeys(every, WAITING)
+    metric: dict[tuple[str, str, str], str] = {}
     wanted = {(t, f): schedule[0] for t in spec.tasks for f in spec.families}
+    for task in spec.tasks:
+        mine = [c for c in every if c[0] == task]
+        _task_looks(mine, results, kept, schedule, levels, pending, status, metric, wanted)
+    decisions = [Decision(t, f, b, metric.get((t, f, b), ""), tuple(pending[(t, f, b)]), status[(t, f, b)])
+                 for (t, f, b) in pending]  # fmt: skip
+    return SeedPlan(schedule, levels, decisions, wanted)
+
+
+def _task_looks(mine, results, kept, schedule, levels, pending, status, metric, wanted) -> None:
+    """One task's looks, in place: its comparisons are Holm-adjusted together at each look (one family of
+    comparisons per task's dev split, as a page with fixed seeds adjusts them), and a look waits only for that
+    task's runs. Looks pooled over the tasks made a study run with `tasks=[x]` take other seeds than its page
+    replayed over every task, and one task's missing runs held back the others' decisions."""
     for k, r in enumerate(schedule):
-        open_ = [c for c in pending if status[c] == WAITING]
+        open_ = [c for c in mine if status[c] == WAITING]
         if not open_:
-            break
+            return
         for task, family, baseline in open_:
             wanted[(task, family)] = max(wanted[(task, family)], r)
             wanted[(task, baseline)] = max(wanted[(task, baseline)], r)
         tables = {}
         for c in open_:
             task, family, baseline = c
-            mine, theirs = _scores(results, kept, task, family, r), _scores(results, kept, task, baseline, r)
-            if mine is None or theirs is None:
-                break
-            (a, metric[c]), (b, _) = mine, theirs
+            ours, theirs = _scores(results, kept, task, family, r), _scores(results, kept, task, baseline, r)
+            if ours is None or theirs is None:
+                return  # runs of this look are missing: `wanted` says which
+            (a, metric[c]), (b, _) = ours, theirs
             units = common_units(a, b)
             if len(units) < 2:
-                break
+                return
             tables[c] = (unit_table(a, units), unit_table(b, units))
-        if len(tables) < len(open_):
-            break  # runs of this look are missing: `wanted` says which
         parts = {c: variance_parts(*tables[c]) for c in open_}
         raw = {c: float(t_p_value(p.difference, p.variance, p.df)) for c, p in parts.items()}
         adjusted = dict(zip(open_, holm([raw[c] for c in open_]), strict=True))
@@ -177,9 +190,6 @@ def plan_seeds(spec: StudySpec, results: Mapping[tuple[str, str, str, int], RunR
                 status[c] = AT_MAX
             elif bool(futile(parts[c], schedule[-1])):
                 status[c] = STOPPED
-    decisions = [Decision(t, f, b, metric.get((t, f, b), ""), tuple(pending[(t, f, b)]), status[(t, f, b)])
-                 for (t, f, b) in pending]  # fmt: skip
-    return SeedPlan(schedule, levels, decisions, wanted)
 
 
 def write_record(study_dir: Path, plan: SeedPlan) -> Path:
