@@ -155,6 +155,9 @@ def test_each_task_looks_on_its_own_whichever_tasks_the_command_names(tmp_path: 
     every += protocol.confirmation_runs(spec, {(c.task, c.family): c.chosen for c in choices}, together.wanted)
     replayed = plan_seeds(spec, results_of(every, tmp_path / "runs"), kept)
     assert [d for d in replayed.decisions if d.task == "snli"] == alone["snli"].decisions
+    # and the study replayed without training (the page's command) goes through the looks of the task that has runs
+    again = run_study(spec, tmp_path, Launch(), train=False).seeds
+    assert [d for d in again.decisions if d.task == "snli"] == alone["snli"].decisions
     waiting = [d for d in replayed.decisions if d.task == "other" and d.status == WAITING]
     assert waiting == [d for d in replayed.decisions if d.task == "other" and d.looks[-1].seeds == 3 and
                        d.status == WAITING]  # fmt: skip

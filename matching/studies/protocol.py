@@ -213,8 +213,10 @@ def add_seeds(
         known |= {r.relative for r in new}
         results = results_of(every, runs_dir)
         todo = [r for r in needed if not results[(r.task, r.family, r.setting.slug, r.seed)].finished]
-        if not todo and new:
-            continue  # runs of a look were there already (a resumed study): plan again with them
+        if any(results[(r.task, r.family, r.setting.slug, r.seed)].finished for r in new):
+            # runs of a look were there already (a resumed study, or a page replayed over every task while another
+            # task's runs are missing): plan again with them
+            continue
         if not todo or not train or not ok or {r.relative for r in todo} <= launched:
             return every, results, plan, ok  # decided, not training, or a launch left runs unfinished: stop here
         launched |= {r.relative for r in todo}
