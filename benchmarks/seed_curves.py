@@ -7,6 +7,9 @@ curves of a family (grey) and of its variant (blue), e.g. an aligner uncentred a
 
 Reads each run's logs/metrics.csv (what Lightning's CSV logger wrote while it trained) under
 <study folder>/runs/<task>/<family>/default/seed<N>/; a study page's folder (docs/studies/<name>) holds them too.
+The metric is the runs' monitored one (`task.monitor` in their config.yaml: accuracy, MAP) unless `--metric` names
+another. The best checkpoint's evaluation after training, logged last with its own (earlier) epoch, is not a point of
+the curve.
 """
 
 from __future__ import annotations
@@ -16,19 +19,32 @@ import csv
 import sys
 from pathlib import Path
 
+import yaml
+
 #: The centring study's pairs (its default): each aligner uncentred, then centred.
 CENTRING = [("softmax", "softmax_centred"), ("coda", "coda_centred"), ("conflict", "conflict_centred"),
             ("softmax_conflict", "softmax_conflict_centred")]  # fmt: skip
 
 
 def curve(run: Path, key: str) -> tuple[list[float], list[float]]:
+    """The run's dev `key` after each epoch, in the order trained. A row whose epoch is not after the last one kept is
+    the best checkpoint's evaluation after training (logged at its own epoch): drawn, it was a line back to it."""
     epochs, values = [], []
     with (run / "logs" / "metrics.csv").open(newline="") as f:
         for row in csv.DictReader(f):
-            if row.get(key):
+            if row.get(key) and (not epochs or float(row["epoch"]) > epochs[-1]):
                 epochs.append(float(row["epoch"]))
                 values.append(100 * float(row[key]))
     return epochs, values
+
+
+def monitored(runs: list[Path]) -> str:
+    """The metric the runs were selected on (`task.monitor` of the first one's config.yaml), val/acc without one."""
+    config = runs[0] / "config.yaml" if runs else None
+    if config is None or not config.is_file():
+        return "val/acc"
+    task = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("task") or {}
+    return str(task.get("monitor") or "val/acc")
 
 
 def runs_of(study: Path, task: str, family: str) -> list[Path]:
@@ -41,7 +57,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("study", type=Path)
     parser.add_argument("--task", default="snli_check")
-    parser.add_argument("--metric", default="val/acc")
+    parser.add_argument("--metric", help="a logged dev metric (val/map); default: the runs' task.monitor")
     parser.add_argument("--panel", action="append", default=[], help="FAMILY,VARIANT (repeat; default: centring's)")
     parser.add_argument("--variant", default="centred", help="what the second family of a panel is, for the legend")
     parser.add_argument("--out", type=Path, default=Path("curves.png"))
@@ -54,6 +70,7 @@ def main() -> None:
     if empty:
         sys.exit(f"no run with logs/metrics.csv under {args.study}/runs/{args.task}/<family>/default/ for: "
                  f"{', '.join(empty)}; name the study's folder and families as its page does")  # fmt: skip
+    metric = args.metric or monitored(next(iter(runs.values())))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -65,7 +82,7 @@ def main() -> None:
     for ax, (plain, variant) in zip(axes.flat, panels, strict=False):
         for family, colour, label in ((plain, "#999999", f"not {args.variant}"), (variant, "#1f5fa8", args.variant)):
             for i, run in enumerate(runs[family]):
-                x, y = curve(run, args.metric)
+                x, y = curve(run, metric)
                 ax.plot(x, y, color=colour, lw=1.4, alpha=0.9, label=label if i == 0 else None)
         ax.set_title(plain)
         ax.set_xlabel("epoch")
@@ -73,7 +90,7 @@ def main() -> None:
     for ax in axes.flat[len(panels) :]:
         ax.axis("off")
     for ax in axes[:, 0]:
-        ax.set_ylabel(f"dev {args.metric.split('/')[-1]} (%)")
+        ax.set_ylabel(f"dev {metric.split('/')[-1]} (%)")
     axes[0, 0].legend(loc="lower right")
     fig.suptitle(f"{args.task}: dev per epoch, every seed, not {args.variant} (grey) and {args.variant} (blue)",
                  fontsize=10)  # fmt: skip

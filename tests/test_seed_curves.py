@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "seed_curves.py"
 
@@ -52,3 +54,31 @@ def test_seeds_are_ordered_by_number(tmp_path):
     for seed in (10, 2, 1):
         write_run(tmp_path, "coda", seed, [0.5])
     assert [r.name for r in runs_of(tmp_path, "snli_check", "coda")] == ["seed1", "seed2", "seed10"]
+
+
+def _script():
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import seed_curves
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return seed_curves
+
+
+def test_the_best_checkpoints_evaluation_after_training_is_not_a_point_of_the_curve(tmp_path):
+    """Training logs a dev row per epoch, then the best checkpoint's evaluation at that checkpoint's epoch: drawn, it
+    was a line from the last epoch back to the best one."""
+    write_run(tmp_path, "coda", 1, [0.5, 0.7, 0.6, 0.55])
+    logs = tmp_path / "runs" / "snli_check" / "coda" / "default" / "seed1" / "logs" / "metrics.csv"
+    logs.write_text(logs.read_text() + "1,31,,0.7\n")  # the best (epoch 1) evaluated again after epoch 3
+    epochs, values = _script().curve(logs.parent.parent, "val/acc")
+    assert epochs == [0, 1, 2, 3] and values == pytest.approx([50.0, 70.0, 60.0, 55.0])
+
+
+def test_the_metric_drawn_is_the_runs_monitored_one(tmp_path):
+    seed_curves = _script()
+    write_run(tmp_path, "coda", 1, [0.5])
+    run = tmp_path / "runs" / "snli_check" / "coda" / "default" / "seed1"
+    assert seed_curves.monitored([run]) == "val/acc"  # no config.yaml: accuracy
+    (run / "config.yaml").write_text("task:\n  name: trecqa\n  monitor: val/map\n")
+    assert seed_curves.monitored([run]) == "val/map"
