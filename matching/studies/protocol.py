@@ -98,7 +98,7 @@ def launch(runs: Sequence[PlannedRun], spec: StudySpec, study_dir: Path, how: La
 
 
 def results_of(runs: Sequence[PlannedRun], runs_dir: Path) -> dict[tuple[str, str, str, int], RunResult]:
-    return {(r.task, r.family, r.setting.slug, r.seed): read_result(r, runs_dir) for r in runs}
+    return {r.key: read_result(r, runs_dir) for r in runs}
 
 
 def planned_runs(spec: StudySpec, choices: Sequence[Choice]) -> list[PlannedRun]:
@@ -212,8 +212,8 @@ def add_seeds(
         every += new
         known |= {r.relative for r in new}
         results = results_of(every, runs_dir)
-        todo = [r for r in needed if not results[(r.task, r.family, r.setting.slug, r.seed)].finished]
-        if any(results[(r.task, r.family, r.setting.slug, r.seed)].finished for r in new):
+        todo = [r for r in needed if not results[r.key].finished]
+        if any(results[r.key].finished for r in new):
             # runs of a look were there already (a resumed study, or a page replayed over every task while another
             # task's runs are missing): plan again with them
             continue

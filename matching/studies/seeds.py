@@ -109,7 +109,10 @@ RULE = (
 )
 
 
-def comparisons(spec: StudySpec) -> list[tuple[str, str, str]]:
+Comparison = tuple[str, str, str]  # (task, family, baseline)
+
+
+def comparisons(spec: StudySpec) -> list[Comparison]:
     """(task, family, baseline) of every comparison the seeds are added for: each family against each baseline,
     and each family against its twin (`study.twins`), each pair once."""
     against_baselines = [(t, f, b) for t in spec.tasks for b in spec.baselines for f in spec.families if f != b]
@@ -144,52 +147,65 @@ def plan_seeds(spec: StudySpec, results: Mapping[tuple[str, str, str, int], RunR
     schedule = looks(len(spec.seeds), int(spec.max_seeds or len(spec.seeds)), spec.seed_step)
     levels = nominal_levels(tuple(schedule))
     every = comparisons(spec)
-    pending: dict[tuple[str, str, str], list[Look]] = {c: [] for c in every}
-    status = dict.fromkeys(every, WAITING)
-    metric: dict[tuple[str, str, str], str] = {}
     wanted = {(t, f): schedule[0] for t in spec.tasks for f in spec.families}
+    decided: dict[tuple[str, str, str], Decision] = {}
     for task in spec.tasks:
-        mine = [c for c in every if c[0] == task]
-        _task_looks(mine, results, kept, schedule, levels, pending, status, metric, wanted)
-    decisions = [Decision(t, f, b, metric.get((t, f, b), ""), tuple(pending[(t, f, b)]), status[(t, f, b)])
-                 for (t, f, b) in pending]  # fmt: skip
-    return SeedPlan(schedule, levels, decisions, wanted)
+        decisions, needs = _task_looks([c for c in every if c[0] == task], results, kept, schedule, levels)
+        decided |= decisions
+        wanted |= needs
+    return SeedPlan(schedule, levels, [decided[c] for c in every], wanted)
 
 
-def _task_looks(mine, results, kept, schedule, levels, pending, status, metric, wanted) -> None:
-    """One task's looks, in place: its comparisons are Holm-adjusted together at each look (one family of
-    comparisons per task's dev split, as a page with fixed seeds adjusts them), and a look waits only for that
-    task's runs. Looks pooled over the tasks made a study run with `tasks=[x]` take other seeds than its page
-    replayed over every task, and one task's missing runs held back the others' decisions."""
+def _task_looks(
+    mine: list[Comparison], results: Mapping, kept: Mapping, schedule: list[int], levels: tuple[float, ...]
+) -> tuple[dict[Comparison, Decision], dict[tuple[str, str], int]]:
+    """One task's looks: its comparisons are Holm-adjusted together at each look (one family of comparisons per
+    task's dev split, as a page with fixed seeds adjusts them), and a look waits only for that task's runs. Looks
+    pooled over the tasks made a study run with `tasks=[x]` take other seeds than its page replayed over every task,
+    and one task's missing runs held back the others' decisions. Returns each comparison's decision and the seeds
+    its families need (those of the last look an undecided comparison reached)."""
+    made: dict[Comparison, list[Look]] = {c: [] for c in mine}
+    status = dict.fromkeys(mine, WAITING)
+    metric: dict[Comparison, str] = {}
+    needs: dict[tuple[str, str], int] = {}
     for k, r in enumerate(schedule):
         open_ = [c for c in mine if status[c] == WAITING]
         if not open_:
-            return
+            break
         for task, family, baseline in open_:
-            wanted[(task, family)] = max(wanted[(task, family)], r)
-            wanted[(task, baseline)] = max(wanted[(task, baseline)], r)
-        tables = {}
-        for c in open_:
-            task, family, baseline = c
-            ours, theirs = _scores(results, kept, task, family, r), _scores(results, kept, task, baseline, r)
-            if ours is None or theirs is None:
-                return  # runs of this look are missing: `wanted` says which
-            (a, metric[c]), (b, _) = ours, theirs
-            units = common_units(a, b)
-            if len(units) < 2:
-                return
-            tables[c] = (unit_table(a, units), unit_table(b, units))
+            needs[(task, family)] = needs[(task, baseline)] = r  # the looks' seeds only grow
+        tables = _look_tables(open_, results, kept, r, metric)
+        if tables is None:
+            break  # runs of this look are missing: `needs` says which
         parts = {c: variance_parts(*tables[c]) for c in open_}
         raw = {c: float(t_p_value(p.difference, p.variance, p.df)) for c, p in parts.items()}
         adjusted = dict(zip(open_, holm([raw[c] for c in open_]), strict=True))
         for c in open_:
-            pending[c].append(Look(r, 100 * float(parts[c].difference), raw[c], adjusted[c], levels[k]))
+            made[c].append(Look(r, 100 * float(parts[c].difference), raw[c], adjusted[c], levels[k]))
             if adjusted[c] < levels[k]:
                 status[c] = RESOLVED
             elif k == len(schedule) - 1:
                 status[c] = AT_MAX
             elif bool(futile(parts[c], schedule[-1])):
                 status[c] = STOPPED
+    return {c: Decision(*c, metric.get(c, ""), tuple(made[c]), status[c]) for c in mine}, needs
+
+
+def _look_tables(open_: list[Comparison], results: Mapping, kept: Mapping, seeds: int, metric: dict) -> dict | None:
+    """Each open comparison's two unit tables over the first `seeds` seeds and their common units (its metric's
+    name put in `metric`); None while a run of the look is missing or fewer than 2 units are shared."""
+    tables = {}
+    for c in open_:
+        task, family, baseline = c
+        ours, theirs = _scores(results, kept, task, family, seeds), _scores(results, kept, task, baseline, seeds)
+        if ours is None or theirs is None:
+            return None
+        (a, metric[c]), (b, _) = ours, theirs
+        units = common_units(a, b)
+        if len(units) < 2:
+            return None
+        tables[c] = (unit_table(a, units), unit_table(b, units))
+    return tables
 
 
 def write_record(study_dir: Path, plan: SeedPlan) -> Path:

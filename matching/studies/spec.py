@@ -125,6 +125,11 @@ class PlannedRun:
     def relative(self) -> str:
         return f"{self.task}/{self.family}/{self.setting.slug}/seed{self.seed}"
 
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        """How a study's results are keyed: (task, family, setting slug, seed)."""
+        return self.task, self.family, self.setting.slug, self.seed
+
     def folder(self, runs_dir: Path) -> Path:
         return runs_dir / self.relative
 
