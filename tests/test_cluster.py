@@ -152,6 +152,41 @@ def test_a_run_stopped_mid_epoch_by_a_signal_resumes_to_the_uninterrupted_result
     assert logged[0] == logged[1] and len(logged[0]) == 2
 
 
+class SignalInValidation(pl.Callback):
+    """Sends the process SIGTERM during the first batch of the dev validation at the end of epoch `epoch` (0-based),
+    once: not again when `mark` exists (the resumed run repeats that epoch)."""
+
+    def __init__(self, epoch: int, mark: str) -> None:
+        self.epoch, self.mark = epoch, Path(mark)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        if trainer.state.fn == "fit" and not trainer.sanity_checking and trainer.current_epoch == self.epoch:
+            if batch_idx == 0 and not self.mark.exists():
+                self.mark.touch()
+                os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.parametrize("epoch", [1, 2])
+def test_a_run_stopped_during_its_validation_resumes_to_the_uninterrupted_result(tmp_path, epoch):
+    """SIGTERM in the first of the dev split's batches at the end of the second or the last epoch: Lightning stops the
+    validation there, and a checkpoint written then resumed as if the validation had finished, without the epoch's
+    dev score, so early stopping failed ('conditioned on metric val/acc which is not available', a SciTail run of the
+    study). Now no checkpoint is written then; last.ckpt stays the previous epoch's end, and the resumed run repeats
+    the epoch and equals one never stopped."""
+    common = ("trainer.max_epochs=3", "deterministic=true", "seed=4", "data.eval_batch_size=2")
+    reference = training.train(compose_train(tmp_path / "whole", *common))
+    signal_at = (f"+callbacks.signal._target_={__name__}.SignalInValidation", f"+callbacks.signal.epoch={epoch}",
+                 f"+callbacks.signal.mark={tmp_path / 'signalled'}")  # fmt: skip
+    stopped = compose_train(tmp_path / "stopped", *common, *signal_at)
+    with pytest.raises(SystemExit):
+        training.train(stopped)
+    last = torch.load(Path(stopped.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["global_step"] == 3 * epoch  # the previous epoch's end (an epoch is 3 steps)
+    resumed = training.train(compose_train(tmp_path / "stopped", f"resume={stopped.paths.output_dir}"))
+    untimed = lambda metrics: {k: v for k, v in metrics.items() if "seconds" not in k and k != "sittings"}  # noqa: E731
+    assert untimed(resumed) == untimed(reference) and resumed["sittings"] == 2
+
+
 def test_last_ckpt_is_written_at_every_epoch_end_not_only_beside_a_new_best(make_cfg):
     """With the weights held still (lr 0) no epoch after the first improves its dev score; last.ckpt is still
     the last epoch's (Lightning 2.6 writes the checkpoint callback's copy only beside a new best, which left it at

@@ -378,7 +378,13 @@ class StopCheckpoint(pl.Callback):
     before a time limit: `--signal`, submitit's and Lightning's requeue signal) are caught here: at the end of the
     current step the checkpoint is written, then the handler that was there before runs (submitit's or Lightning's
     requeue of the job; by default, the signal ends the process as it would have). Under DDP the processes agree
-    every `log_every_n_steps` steps whether one was signalled; then all write and stop at that same step."""
+    every `log_every_n_steps` steps whether one was signalled; then all write and stop at that same step.
+
+    A SIGTERM that stops a validation inside training writes no checkpoint; the last one written (the previous
+    epoch's end, or a step before) is kept, and the relaunched run repeats the steps since, with the same numbers (a
+    checkpoint holds the random streams). Lightning 2.6 stops a validation between two of its batches, and resumes a
+    checkpoint written then as if the validation had finished: the epoch's dev score was lost, and the epoch's end
+    failed for want of it (early stopping: "conditioned on metric val/acc which is not available")."""
 
     SIGNALS = ("SIGUSR1", "SIGUSR2")
 
@@ -427,7 +433,15 @@ class StopCheckpoint(pl.Callback):
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if isinstance(exception, SIGTERMException) and trainer.state.fn == "fit":
-            self._save(trainer, "received SIGTERM")
+            if not trainer.validating:
+                self._save(trainer, "received SIGTERM")
+            elif trainer.is_global_zero:  # see the class's docstring
+                callback = trainer.checkpoint_callback
+                last = Path(callback.dirpath) / "last.ckpt" if callback is not None and callback.dirpath else None
+                kept = (f"{last} is kept, and a relaunch continues from it" if last is not None and last.exists()
+                        else "none was written before, and a relaunch starts again")  # fmt: skip
+                log.warning("received SIGTERM during validation, at step %d: no checkpoint written (one written now "
+                            "would resume without this validation); %s", trainer.global_step, kept)  # fmt: skip
         self._restore()
 
     def _restore(self) -> None:
