@@ -255,11 +255,25 @@ class EpochTimer(pl.Callback):
         self.sittings = int(timing["sittings"]) + 1
 
 
+def last_path(checkpoint: ModelCheckpoint) -> Path:
+    """Where the checkpoint callback's `last.ckpt` goes."""
+    return Path(checkpoint.dirpath) / f"{checkpoint.CHECKPOINT_NAME_LAST}{checkpoint.FILE_EXTENSION}"
+
+
+def last_written(trainer: pl.Trainer) -> Path | None:
+    """The run's `last.ckpt` where one has been written so far; None before (or without a checkpoint callback)."""
+    callback = trainer.checkpoint_callback
+    if callback is None or not callback.dirpath:
+        return None
+    path = last_path(callback)
+    return path if path.exists() else None
+
+
 def save_last(trainer: pl.Trainer, checkpoint: ModelCheckpoint) -> Path:
     """The checkpoint callback's `last.ckpt`, written now (atomically: the trainer's AtomicCheckpointIO) and recorded
     as its last one, in the file too: otherwise a run stopped before that callback's first save would, once resumed,
     keep this file and write its own to last-v1.ckpt."""
-    path = Path(checkpoint.dirpath) / f"{checkpoint.CHECKPOINT_NAME_LAST}{checkpoint.FILE_EXTENSION}"
+    path = last_path(checkpoint)
     checkpoint.last_model_path = str(path)  # Lightning's object, which has no method for it
     trainer.save_checkpoint(path, checkpoint.save_weights_only)
     return path
@@ -362,8 +376,8 @@ class FiniteLossGuard(pl.Callback):
 
     def _stop(self, trainer, step: int, loss: float) -> None:
         epoch, batch_idx = self._where.get(step, (trainer.current_epoch, -1))
-        last = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt" if trainer.checkpoint_callback else None
-        kept = f"the last good checkpoint is {last}" if last and last.exists() else "no checkpoint was written yet"
+        last = last_written(trainer)
+        kept = f"the last good checkpoint is {last}" if last else "no checkpoint was written yet"
         raise NonFiniteLossError(
             f"training loss became {loss} at global step {step} (epoch {epoch + 1}, batch {batch_idx}); "
             f"{kept}. Lower optim.lr, set trainer.gradient_clip_val, or check the data."
@@ -436,9 +450,8 @@ class StopCheckpoint(pl.Callback):
             if not trainer.validating:
                 self._save(trainer, "received SIGTERM")
             elif trainer.is_global_zero:  # see the class's docstring
-                callback = trainer.checkpoint_callback
-                last = Path(callback.dirpath) / "last.ckpt" if callback is not None and callback.dirpath else None
-                kept = (f"{last} is kept, and a relaunch continues from it" if last is not None and last.exists()
+                last = last_written(trainer)
+                kept = (f"{last} is kept, and a relaunch continues from it" if last
                         else "none was written before, and a relaunch starts again")  # fmt: skip
                 log.warning("received SIGTERM during validation, at step %d: no checkpoint written (one written now "
                             "would resume without this validation); %s", trainer.global_step, kept)  # fmt: skip
