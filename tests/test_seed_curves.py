@@ -45,24 +45,20 @@ def test_curves_of_family_pairs_are_drawn_and_a_family_without_runs_is_named(tmp
     assert bad.returncode != 0 and "two families" in bad.stderr
 
 
-def test_seeds_are_ordered_by_number(tmp_path):
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        from seed_curves import runs_of
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-    for seed in (10, 2, 1):
-        write_run(tmp_path, "coda", seed, [0.5])
-    assert [r.name for r in runs_of(tmp_path, "snli_check", "coda")] == ["seed1", "seed2", "seed10"]
-
-
 def _script():
+    """The script as a module (benchmarks/ is not a package)."""
     sys.path.insert(0, str(SCRIPT.parent))
     try:
         import seed_curves
     finally:
         sys.path.remove(str(SCRIPT.parent))
     return seed_curves
+
+
+def test_seeds_are_ordered_by_number(tmp_path):
+    for seed in (10, 2, 1):
+        write_run(tmp_path, "coda", seed, [0.5])
+    assert [r.name for r in _script().runs_of(tmp_path, "snli_check", "coda")] == ["seed1", "seed2", "seed10"]
 
 
 def test_the_best_checkpoints_evaluation_after_training_is_not_a_point_of_the_curve(tmp_path):
