@@ -10,8 +10,10 @@ from pathlib import Path
 from matching.results.publish import interval_cell, mean_cell, study_rows, verdict_cell
 from matching.studies.published import centring
 
-#: The study's tasks as its tables say them, in order (as the centring study's, whose tasks these are).
+#: The study's tasks as its tables say them, in order: the centring study's, whose tasks these are, and SciTail over
+#: the frozen encoder (the SciTail study's task).
 TASKS = {t: centring.TASKS[t] for t in ("snli_check", "trecqa", "wikiqa", "snli_check_encoder", "trecqa_encoder")}
+TASKS["scitail_encoder"] = "SciTail dev acc, frozen encoder"
 #: The families, in the order the tables list them: the two baselines, then the aligners after CoDA, each followed by
 #: its gated twin.
 FAMILIES = (
