@@ -355,7 +355,8 @@ def test_the_published_answer_says_each_question_from_the_pages_rows_and_names_t
     assert "the gate, gated − ungated: CoDA, centred, gated +0.50 [-1.50, +2.50]" in answer
     assert "cog" not in answer  # a family without runs says nothing
     assert answer.endswith("Tasks not run yet: TrecQA clean-dev MAP (65 questions); WikiQA dev MAP (122 questions); "
-                           "SNLI check acc, frozen encoder; TrecQA clean-dev MAP, frozen encoder.")  # fmt: skip
+                           "SNLI check acc, frozen encoder; TrecQA clean-dev MAP, frozen encoder; SciTail dev acc, "
+                           "frozen encoder.")  # fmt: skip
     table = signed_aligners.table(tmp_path)
     assert "| CoDA, centred | 74.00 ± 0.50 (3 seeds) | – | +10.50 [+8.00, +13.00], resolved, p = 0.02 | – |" in table
     assert table.index("| CoDA, centred |") < table.index("| CoDA, centred, gated |") < table.index("| differential")
