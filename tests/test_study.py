@@ -190,6 +190,30 @@ def test_a_stopped_study_trains_only_what_is_missing(study, tmp_path):
     assert logs
 
 
+def test_a_test_split_that_cannot_be_read_is_one_paragraph_and_the_study_goes_on_after_it(study, tmp_path):
+    """The test evaluation runs in the study's process: a user's error there (the test file moved away) fails that
+    run's test alone, says so in a paragraph without a traceback, and a relaunch with the file back tests it."""
+    shutil.copytree(study / "study", tmp_path / "study")
+    shutil.copytree(study / "data", tmp_path / "data")
+    text = (study / "fixture_study.yaml").read_text().replace(str(study / "data"), str(tmp_path / "data"))
+    (tmp_path / "fixture_study.yaml").write_text(text)
+    for config in (tmp_path / "study" / "runs").rglob("config.yaml"):
+        config.write_text(config.read_text().replace(str(study), str(tmp_path)))
+    (tmp_path / "study" / "test.json").unlink()
+    (tmp_path / "data" / "test.tsv").rename(tmp_path / "test.tsv.away")
+    done = run_study(tmp_path, "train_runs=false", check=False)
+    assert done.returncode != 0
+    assert "the test evaluation of 6 runs failed" in done.stderr and "Traceback" not in done.stderr
+    assert json.loads((tmp_path / "study" / "test.json").read_text())["runs"] == {}
+    (tmp_path / "test.tsv.away").rename(tmp_path / "data" / "test.tsv")
+    run_study(tmp_path, "train_runs=false")
+    tested = json.loads((tmp_path / "study" / "test.json").read_text())["runs"]
+    assert len(tested) == 6
+    kept = study / "study" / "runs" / "overlap" / "coda" / "lr-0.01" / "seed1" / "eval_test.json"
+    again = tmp_path / "study" / "runs" / "overlap" / "coda" / "lr-0.01" / "seed1" / "eval_test.json"
+    assert _metrics(again.parent, again.name) == _metrics(kept.parent, kept.name)  # as the first study's process
+
+
 def test_a_changed_study_is_not_tested_again_in_the_same_folder(study, tmp_path):
     shutil.copytree(study / "study", tmp_path / "study")
     record = json.loads((tmp_path / "study" / "test.json").read_text())

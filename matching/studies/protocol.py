@@ -232,8 +232,9 @@ def has_test_split(result: RunResult) -> bool:
 
 
 def test_once(spec: StudySpec, study_dir: Path, selection: dict, results: dict, how: Launch) -> None:
-    """Evaluates every kept run on the test split(s) (`matching-evaluate split=test`, each in its own process), once,
-    after the selection is complete; records it in test.json. A run already tested is not tested again."""
+    """Evaluates every kept run on the test split(s) (what `matching-evaluate split=test` does, in this process:
+    `evaluate_on_test`), once, after the selection is complete; records it in test.json. A run already tested is not
+    tested again."""
     record_file = study_dir / "test.json"
     digest = _sha256(selection)
     record = json.loads(record_file.read_text()) if record_file.is_file() else None
@@ -253,10 +254,11 @@ def test_once(spec: StudySpec, study_dir: Path, selection: dict, results: dict, 
         if not has_test_split(result):
             untested[result.planned.task] = "its task has no labelled test split"
             continue
-        command = [sys.executable, "-m", "matching.evaluate", f"ckpt={result.folder / 'checkpoints' / 'best.ckpt'}",
-                   "split=test", *how.paths]  # fmt: skip
         log.info("test: %s", result.planned.relative)
-        if subprocess.run(command, check=False).returncode != 0:
+        try:
+            evaluate_on_test(result.folder / "checkpoints" / "best.ckpt", how.paths)
+        except UserError as err:  # a missing test file, say: the others are still tested; a bug stops the study
+            log.error("test: %s: %s", result.planned.relative, err)
             failed.append(result.planned.relative)
             continue
         tested[result.planned.relative] = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -268,6 +270,17 @@ def test_once(spec: StudySpec, study_dir: Path, selection: dict, results: dict, 
             f"{', ...' if len(failed) > 5 else ''}; the error is above). The runs tested so far are kept in test.json; "
             "fix it (e.g. paths.data_dir= where the test split is) and run the same command again"
         )
+
+
+def evaluate_on_test(checkpoint: Path, paths: Sequence[str]) -> dict[str, float]:
+    """`matching-evaluate ckpt=<checkpoint> split=test <paths>`, in this process (a process of its own spent seconds
+    importing what this one has loaded): the run's saved config with the study's `paths.*` overrides, its metrics
+    written to `<run dir>/eval_test.json` and its per-unit scores beside the dev ones."""
+    from matching.saved.run_folder import load_run
+    from matching.training.evaluation import evaluate_run
+
+    settings = dict(override.split("=", 1) for override in paths)
+    return evaluate_run(load_run(checkpoint, settings=settings), "test")
 
 
 def _test_record(digest: str, tested: dict, untested: dict, before: dict | None) -> dict:
