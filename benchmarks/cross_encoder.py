@@ -51,7 +51,7 @@ from matching.files import write_atomic  # noqa: E402
 from matching.model.pretrained_encoder import MINILM, locate_encoder  # noqa: E402
 from matching.results.significance import holm, method_test  # noqa: E402
 from matching.studies.results import training_minutes  # noqa: E402
-from matching.training.metrics import question_scores  # noqa: E402
+from matching.training.question_scores import question_scores  # noqa: E402
 from matching.training.scores import unit_scores  # noqa: E402
 
 

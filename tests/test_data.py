@@ -12,12 +12,12 @@ from conftest import FIXTURE_VECTORS, FIXTURES
 from matching.data.encoding import LabelError
 from matching.data.readers import read_snli_jsonl
 from matching.data.sources import CorpusNotFoundError
-from matching.data.tasks import Task
+from matching.data.tasks import Task, split_prefix
 from matching.data.vocab import NULL_ID, PAD_ID, Tokenizer, Vocabulary
 from matching.model.pipeline import pad_batch
 from matching.training.batching import BucketBatchSampler, PadCollator
 from matching.training.build import build_datamodule
-from matching.training.datamodule import DataSettings, PairDataModule, split_prefix
+from matching.training.datamodule import DataSettings, PairDataModule
 
 
 def test_tokenizer_lowercases_and_splits_punctuation():

@@ -18,8 +18,8 @@ from matching.training.metrics import (
     label_keys,
     metric_names,
     positive_index,
-    question_scores,
 )
+from matching.training.question_scores import question_scores
 
 # group, score, target  (see the expected values below)
 EXAMPLE = [
@@ -365,7 +365,7 @@ def test_an_unknown_monitor_is_refused_before_any_data_is_prepared(tmp_path):
 
 
 def test_a_ranking_no_better_than_chance_is_told_apart_from_one_that_ranks():
-    from matching.training.metrics import chance_map, chance_warning, filtered_map
+    from matching.training.question_scores import chance_map, chance_warning, filtered_map
 
     rng = np.random.default_rng(3)
     groups = np.repeat(np.arange(60), 10)  # 60 questions of 10 candidates, 1-3 correct each

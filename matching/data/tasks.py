@@ -117,6 +117,11 @@ class Task:
         }
 
 
+def split_prefix(split: str) -> str:
+    """Logged-key prefix of a split: dev -> val, dev_mismatched -> val_mismatched, test -> test."""
+    return "val" + split[3:] if split.startswith("dev") else split
+
+
 def _split(name: str, spec: Split | Mapping[str, Any] | str | None) -> Split | None:
     if spec is None or isinstance(spec, Split):
         return spec

@@ -26,7 +26,7 @@ from matching.configs import build
 from matching.data.negatives import MeanWordVectors, NegativeMiner
 from matching.data.pairs import Pair
 from matching.data.sources import labels_from_data, resolve_path
-from matching.data.tasks import Task
+from matching.data.tasks import Task, split_prefix
 from matching.data.vocab import Vocabulary
 from matching.errors import (
     ConfigError,
@@ -42,7 +42,7 @@ from matching.model.decomposable import DecomposableAttention
 from matching.model.embeddings import EmbeddingSource, PretrainedVectors, embeddings_choice
 from matching.saved.run_folder import find_checkpoint
 from matching.training.batching import TrainingBatches
-from matching.training.datamodule import DataSettings, PairDataModule, split_prefix
+from matching.training.datamodule import DataSettings, PairDataModule
 from matching.training.distillation import teacher_logits
 from matching.training.losses import Distillation, DistilledLoss, TrainingLoss, compares_candidates, loss_class
 from matching.training.metrics import TaskMetrics

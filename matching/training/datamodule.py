@@ -36,11 +36,6 @@ from matching.training.callbacks import batches_trained
 log = logging.getLogger(__name__)
 
 
-def split_prefix(split: str) -> str:
-    """Logged-key prefix of a split: dev -> val, dev_mismatched -> val_mismatched, test -> test."""
-    return "val" + split[3:] if split.startswith("dev") else split
-
-
 @dataclass(frozen=True)
 class DataSettings:
     """How a run reads and batches its pairs: the `data` node of its config (`_target_`), checked once here.

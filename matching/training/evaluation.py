@@ -56,9 +56,10 @@ def evaluate_run(run: TrainedModel, split: str = "dev", out: str | None = None, 
                  quantize: str | None = None) -> dict[str, float]:  # fmt: skip
     """Score the run on `split` as its validation did (the same batches, metrics and per-unit scores), through
     its data module and an evaluation-only LightningModule around the trained model."""
+    from matching.data.tasks import split_prefix
     from matching.training.build import evaluation_data
-    from matching.training.datamodule import split_prefix
-    from matching.training.metrics import TaskMetrics, chance_warnings
+    from matching.training.metrics import TaskMetrics
+    from matching.training.question_scores import chance_warnings
     from matching.training.scores import write_recorded
     from matching.training.system import MatchingSystem
 

@@ -35,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.backends.cpu import get_cpu_capability
 
 from matching.console import CONSOLE, lines_once
+from matching.data.tasks import split_prefix
 from matching.data.vocab import Vocabulary
 from matching.errors import RunError
 from matching.extras import check_installed
@@ -48,8 +49,9 @@ from matching.saved.run_folder import find_run_dir
 from matching.training.build import AtomicCheckpointIO, build_datamodule, build_systems, check_writable
 from matching.training.callbacks import progress_bar_shown, run_callbacks, training_threads
 from matching.training.config_checks import check_config
-from matching.training.datamodule import PairDataModule, split_prefix
-from matching.training.metrics import chance_warnings, check_monitor, positive_index
+from matching.training.datamodule import PairDataModule
+from matching.training.metrics import check_monitor, positive_index
+from matching.training.question_scores import chance_warnings
 from matching.training.scores import write_recorded
 from matching.training.sweeps import check_sweep_processes, is_sweep_job, prior_run
 

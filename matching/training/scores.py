@@ -7,7 +7,7 @@ write, for each evaluated split (by its logged prefix: `val`, `val_raw`, `val_mi
   `label`, `predicted`, `p_predicted` and `correct` (1 or 0). The split's accuracy is the mean of `correct`.
 - ranking: `scores/<prefix>.csv`, one row per question: `unit` (the corpus's question id), `question` (its text),
   `candidates`, `positives`, `ap`, `rr`, `top1`, `top2`, `top5`, `p1`, `rr10`, `ndcg10` (see
-  `matching.training.metrics.question_scores`); and
+  `matching.training.question_scores`); and
   `scores/<prefix>_pairs.csv`, one row per candidate: `unit`, `index`, `answer`, `label`, `score` (the ranking
   margin) and `rank` (1 = ranked first).
 
@@ -27,13 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from matching.data.encoding import EncodedSplit
+from matching.data.tasks import split_prefix
 from matching.data.vocab import Vocabulary
 from matching.files import write_text_atomic
-from matching.training.datamodule import split_prefix
-from matching.training.metrics import TOP_K, question_order, question_scores
+from matching.training.question_scores import TOP_K, question_order, question_scores
 
 FOLDER = "scores"
-#: The per-question scores a ranking split's `<prefix>.csv` holds (`matching.training.metrics.question_scores`).
+#: The per-question scores a ranking split's `<prefix>.csv` holds (`matching.training.question_scores`).
 QUESTION_COLUMNS = ("ap", "rr", *(f"top{k}" for k in TOP_K), "p1", "rr10", "ndcg10")
 
 #: The per-unit column behind each reported metric, and whether it averages only the questions with both a
