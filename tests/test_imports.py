@@ -334,6 +334,24 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in ("lightning", "pytorch
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-2000:]
 
 
+def test_reading_results_imports_neither_lightning_nor_torchmetrics():
+    """A report, a study's page and the published blocks read scores files: every module of results/ and studies/
+    loads without Lightning or torchmetrics (seconds at every start)."""
+    import subprocess
+    import sys
+
+    script = """
+import importlib, pkgutil, sys
+for room in ("matching.results", "matching.studies"):
+    for module in pkgutil.iter_modules(importlib.import_module(room).__path__):
+        importlib.import_module(room + "." + module.name)
+print(sorted({m.split(".")[0] for m in sys.modules} & {"lightning", "pytorch_lightning", "torchmetrics"}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-2000:]
+
+
 #: The package's rooms, lowest first: each imports only rooms before it (docs/architecture.md draws them).
 ROOMS = ("data", "model", "saved", "inference", "training", "results", "studies", "serving")
 
