@@ -204,6 +204,7 @@ def test_a_test_split_that_cannot_be_read_is_one_paragraph_and_the_study_goes_on
     done = run_study(tmp_path, "train_runs=false", check=False)
     assert done.returncode != 0
     assert "the test evaluation of 6 runs failed" in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.count("test split not found") == 1 and done.stderr.count("the same error as above") == 5
     assert json.loads((tmp_path / "study" / "test.json").read_text())["runs"] == {}
     (tmp_path / "test.tsv.away").rename(tmp_path / "data" / "test.tsv")
     run_study(tmp_path, "train_runs=false")

@@ -246,7 +246,7 @@ def test_once(spec: StudySpec, study_dir: Path, selection: dict, results: dict, 
         )
     tested = dict((record or {}).get("runs") or {})
     untested = dict((record or {}).get("no_test_split") or {})
-    failed = []
+    failed, errors = [], set()
     for key in sorted(results):
         result = results[key]
         if result.planned.relative in tested or result.planned.task in untested:
@@ -258,7 +258,9 @@ def test_once(spec: StudySpec, study_dir: Path, selection: dict, results: dict, 
         try:
             evaluate_on_test(result.folder / "checkpoints" / "best.ckpt", how.paths)
         except UserError as err:  # a missing test file, say: the others are still tested; a bug stops the study
-            log.error("test: %s: %s", result.planned.relative, err)
+            said = str(err) in errors
+            log.error("test: %s: %s", result.planned.relative, "the same error as above" if said else err)
+            errors.add(str(err))
             failed.append(result.planned.relative)
             continue
         tested[result.planned.relative] = datetime.now(timezone.utc).isoformat(timespec="seconds")
