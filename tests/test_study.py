@@ -165,16 +165,21 @@ def test_every_number_on_the_page_is_the_runs_own(study):
     assert {row["metric"] for row in _rows(study / "study" / "study.csv")} == {"acc", "f1", "ap"}
 
 
-def test_a_stopped_study_trains_only_what_is_missing(study, tmp_path):
-    tmp = tmp_path
+def copy_of_study(study: Path, tmp: Path) -> Path:
+    """The fixture study, its data and its runs copied into `tmp`, every file naming the copy's own files (as a
+    relaunch from the copy would read them)."""
     shutil.copytree(study / "study", tmp / "study")
-    shutil.copy(study / "fixture_study.yaml", tmp / "fixture_study.yaml")
     shutil.copytree(study / "data", tmp / "data")
-    text = (tmp / "fixture_study.yaml").read_text().replace(str(study / "data"), str(tmp / "data"))
+    text = (study / "fixture_study.yaml").read_text().replace(str(study / "data"), str(tmp / "data"))
     (tmp / "fixture_study.yaml").write_text(text)
-    runs = tmp / "study" / "runs" / "overlap"
-    for config in runs.rglob("config.yaml"):  # the copy's runs name the copy's files, as the relaunch does
+    for config in (tmp / "study" / "runs").rglob("config.yaml"):
         config.write_text(config.read_text().replace(str(study), str(tmp)))
+    return tmp
+
+
+def test_a_stopped_study_trains_only_what_is_missing(study, tmp_path):
+    tmp = copy_of_study(study, tmp_path)
+    runs = tmp / "study" / "runs" / "overlap"
     shutil.rmtree(runs / "coda" / "lr-0.01" / "seed2")  # never started
     (runs / "softmax" / "default" / "seed2" / "metrics.json").unlink()  # stopped after its last checkpoint
     (tmp / "study" / "test.json").unlink()
@@ -193,12 +198,7 @@ def test_a_stopped_study_trains_only_what_is_missing(study, tmp_path):
 def test_a_test_split_that_cannot_be_read_is_one_paragraph_and_the_study_goes_on_after_it(study, tmp_path):
     """The test evaluation runs in the study's process: a user's error there (the test file moved away) fails that
     run's test alone, says so in a paragraph without a traceback, and a relaunch with the file back tests it."""
-    shutil.copytree(study / "study", tmp_path / "study")
-    shutil.copytree(study / "data", tmp_path / "data")
-    text = (study / "fixture_study.yaml").read_text().replace(str(study / "data"), str(tmp_path / "data"))
-    (tmp_path / "fixture_study.yaml").write_text(text)
-    for config in (tmp_path / "study" / "runs").rglob("config.yaml"):
-        config.write_text(config.read_text().replace(str(study), str(tmp_path)))
+    copy_of_study(study, tmp_path)
     (tmp_path / "study" / "test.json").unlink()
     (tmp_path / "data" / "test.tsv").rename(tmp_path / "test.tsv.away")
     done = run_study(tmp_path, "train_runs=false", check=False)
