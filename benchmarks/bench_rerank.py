@@ -73,7 +73,7 @@ def ranking_questions(task_name: str, split: str, data_dir: Path) -> tuple[list[
     """(question ids, questions) of a ranking task's split as matching reads it (the task's own reader, config and
     files: the ids are those of our runs' score files), in order of first appearance."""
     cfg = compose_config("train", [f"task={task_name}", f"paths.data_dir={data_dir}"])
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     if task.kind != "rank":
         sys.exit(f"--task {task_name} is a {task.kind} task; reranking is measured on a ranking task "
                  "(wikiqa, trecqa)")  # fmt: skip

@@ -123,3 +123,11 @@ def config_dir() -> Path:
         f"matching's configs are missing: neither {package / 'conf'} nor {package.parent / 'conf'} holds train.yaml; "
         "reinstall the package (pip install --force-reinstall matching)"
     )
+
+
+def package_node(entry: str, key: str) -> Any:
+    """The node `key` of the package's entry config `conf/<entry>.yaml`, as written there (plain dicts and lists,
+    interpolations unresolved): what a config saved without that node is given."""
+    import yaml
+
+    return yaml.safe_load((config_dir() / f"{entry}.yaml").read_text(encoding="utf-8"))[key]

@@ -68,7 +68,7 @@ def test_reader_options_are_reader_functions(make_cfg, name):
     task = {"trecqa": "trecqa", "ubuntu": "ubuntu", "wikiqa": "wikiqa", "dnli": "dnli", "scitail": "scitail",
             "pair": "pairs"}  # fmt: skip
     cfg = make_cfg(f"task={task.get(name.split('_')[0], 'snli')}", f"task/reader={name}")
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     assert callable(task.reader) and task.reader.func.__name__.startswith("read_")
 
 
@@ -88,7 +88,7 @@ def test_callbacks_are_config_nodes(make_cfg):
 )  # fmt: skip
 def test_a_bad_task_setting_is_a_clear_error(make_cfg, override, message):
     with pytest.raises(ValueError, match=message):
-        build_task(make_cfg(*override.split()))
+        build_task(make_cfg(*override.split()).task)
 
 
 @pytest.mark.parametrize("name", options("optim"))

@@ -219,11 +219,13 @@ class DocError(AssertionError):
 def trained_run(tmp_path_factory) -> Path:
     """A checkpoint inside a run directory whose config.yaml is a real (WikiQA, CoDA) training config: what the
     commands that load a run compose their own config on. The checkpoint is never read by composition."""
+    from matching.saved.run_folder import saved_form
+
     folder = tmp_path_factory.mktemp("docs_run")
     cfg = compose_train(folder, "task=wikiqa", "aligner=coda", small=False)
     run = Path(cfg.paths.output_dir)
     (run / "checkpoints").mkdir(parents=True)
-    (run / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (run / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(saved_form(cfg))))  # as train saves it
     (run / "checkpoints" / "best.ckpt").touch()
     return run / "checkpoints" / "best.ckpt"
 

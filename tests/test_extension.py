@@ -204,3 +204,48 @@ def test_a_throwaway_embedding_source_is_one_class_and_one_yaml(tmp_path, monkey
     pairs = read_split(run.task, "train", run.cfg.paths.data_dir, run.cfg.paths.cache_dir)
     train_words = {w for a, b in run.text.tokenize("train", pairs) for w in (*a, *b)}
     assert set(run.vocab.words) - train_words  # the dev split's words got rows of their own (extra_words)
+
+
+THROWAWAY_DATA = '''
+from matching.training.build import pair_data_module
+from matching.training.datamodule import PairDataModule
+
+
+class EveryOtherTrainingPair(PairDataModule):
+    """Trains on every other pair of the training split."""
+
+    def read_pairs(self, name):
+        pairs = super().read_pairs(name)
+        return pairs[::2] if name == "train" else pairs
+
+    def split_key(self, name):  # what the prepared split is cached by: it holds other pairs than the package's
+        return super().split_key(name) | {"every_other": name == "train"}
+
+
+def every_other_training_pair(**parts):
+    made = pair_data_module(**parts)  # the package's parts, built from the nodes
+    return EveryOtherTrainingPair(made.task, made.settings, made.vectors, made.vocab, made.miner,
+                                  made.training_batches)
+'''
+
+
+def test_a_data_module_of_ones_own_is_named_by_the_datamodule_node(tmp_path, monkeypatch):
+    """`datamodule._target_` names a function (or class) outside the package: it is given the task, data and
+    embeddings nodes and what the run decides; the run trains on what it reads and saves the node. A module that
+    reads other pairs from the same files keys its cached splits apart (`split_key`)."""
+    from omegaconf import OmegaConf
+
+    from matching.training.build import build_datamodule
+
+    (tmp_path / "throwaway_data.py").write_text(THROWAWAY_DATA)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = compose_train(tmp_path, "datamodule._target_=throwaway_data.every_other_training_pair",
+                        "trainer.max_epochs=1")  # fmt: skip
+    train(cfg)
+    saved = OmegaConf.load(Path(cfg.paths.output_dir) / "config.yaml")
+    assert saved.datamodule._target_ == "throwaway_data.every_other_training_pair"
+    half, full = build_datamodule(cfg), build_datamodule(compose_train(tmp_path, "trainer.max_epochs=1"))
+    half.setup("fit"), full.setup("fit")  # the same cache folder: half's training split comes from it
+    assert type(half).__name__ == "EveryOtherTrainingPair"
+    assert len(half.splits["train"]) == (len(full.splits["train"]) + 1) // 2
+    assert len(half.splits["dev"]) == len(full.splits["dev"])

@@ -146,3 +146,17 @@ def test_embeddings_are_named_by_the_file_used_not_the_config_option(tmp_path):
     assert saved.choices.embeddings == "glove"
     assert embeddings_name(saved, provenance) == "minilm-static-300d.txt" == provenance["embeddings"]["file"]
     assert embeddings_name(saved, {}) == "minilm-static-300d.txt"  # a run from before provenance.json
+
+
+def test_a_runs_config_keeps_the_data_modules_references_so_that_a_setting_given_to_the_run_reaches_it(snli_run):
+    """config.yaml holds the `datamodule` node as written (${task}, ${data}, ${embeddings}), not resolved copies of
+    those nodes: a setting given to the saved run (`data.eval_batch_size=7`) is the one its data module reads."""
+    from matching.saved.run_folder import load_run
+    from matching.training.build import evaluation_data
+
+    run_dir, _ = snli_run
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert {k: saved["datamodule"][k] for k in ("task", "data", "embeddings")} == {
+        "task": "${task}", "data": "${data}", "embeddings": "${embeddings}"}  # fmt: skip
+    trained = load_run(run_dir / "checkpoints" / "best.ckpt", settings={"data.eval_batch_size": 7})
+    assert evaluation_data(trained).settings.eval_batch_size == 7

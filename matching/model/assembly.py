@@ -24,11 +24,12 @@ from matching.model.embeddings import EmbeddingSource
 from matching.model.pipeline import TextPipeline
 
 
-def build_task(cfg: DictConfig) -> Task:
-    task = build(cfg.task)
+def build_task(node: DictConfig) -> Task:
+    """The task its config node (`cfg.task`) describes."""
+    task = build(node)
     if not isinstance(task, Task):
         raise RunError(
-            f"the task config {cfg.task.get('name', '')!r} is not a Task node (_target_: matching.data.tasks.Task); "
+            f"the task config {node.get('name', '')!r} is not a Task node (_target_: matching.data.tasks.Task); "
             "it was probably saved by an older version of matching: retrain, or start from conf/task/<name>.yaml"
         )
     return task
@@ -95,7 +96,7 @@ def trained_model(
     `weights` (keys `model.*`) and what the checkpoint says about itself (`meta`: task, labels, kind, encoder; see
     MatchingSystem.on_save_checkpoint). `weights_file` names the weights in messages."""
     try:
-        task = build_task(cfg)
+        task = build_task(cfg.task)
         source = build(cfg.embeddings)
     except (InstantiationException, TypeError) as err:  # e.g. a config key this version no longer has
         raise another_version(run_dir, err) from err

@@ -10,8 +10,9 @@ training loss by name (`loss: {kind: pairwise, margin: 1.0, class_weights: null}
 the ranking losses: pointwise); it is read as the node of that group that builds the same loss (`loss: {_target_:
 ...PairwiseHinge, margin: 1.0}`), the settings the chosen loss did not read left out. A run folder's config saved before
 the `system` node is given it. Its `data` node, which built the data module itself before the data module was
-given its settings, builds those settings (`DataSettings`, the same keys). Nothing else is changed: the same
-classes with the same arguments.
+given its settings, builds those settings (`DataSettings`, the same keys); one saved before the `datamodule` node
+(which wires the task, data and embeddings nodes into the data module) is given the package's. Nothing else is
+changed: the same classes with the same arguments.
 
 The same holds for what users type: `loss.kind=<option>`, the old spelling of `loss=<option>`, is read as the new one
 with a warning (`current_overrides`), so that commands in notes, study specs (conf/study/) and saved sweeps still run.
@@ -31,7 +32,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from matching.errors import ConfigError
-from matching.files import config_dir
+from matching.files import config_dir, package_node
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,9 @@ def current_form(container: dict) -> list[str]:
     changes = [f"{old} -> {new}" for old, new in current_targets(container)]
     if current_loss(container):
         changes.append(f"loss -> {container['loss']['_target_']}")
+    if "optim" in container and "datamodule" not in container:  # a run folder's (a shared folder's has no training)
+        container["datamodule"] = package_node("train", "datamodule")
+        changes.append("datamodule node added")
     return changes
 
 

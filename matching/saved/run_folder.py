@@ -72,6 +72,19 @@ def run_config(checkpoint: str | os.PathLike) -> DictConfig:
     return upgraded(OmegaConf.load(find_run_dir(check_checkpoint(checkpoint)) / "config.yaml"))
 
 
+#: The nodes that a run's config.yaml keeps as written: they only wire other nodes together (`datamodule: {task:
+#: ${task}, ...}`), and a resolved copy would duplicate those nodes and miss an override of them on the saved run.
+WIRING_NODES = ("datamodule",)
+
+
+def saved_form(cfg: DictConfig) -> dict:
+    """The config as a run saves it (config.yaml): resolved, every value as the run used it, except the nodes that
+    only wire others together (`WIRING_NODES`), kept as their references."""
+    rest = OmegaConf.masked_copy(cfg, [key for key in cfg if key not in WIRING_NODES])
+    container = OmegaConf.to_container(rest, resolve=True)
+    return container | {key: OmegaConf.to_container(cfg[key], resolve=False) for key in WIRING_NODES if key in cfg}
+
+
 def configured(cfg: DictConfig, settings: dict[str, Any]) -> DictConfig:
     """A copy of a run's config with `settings` (dotted keys of the config: `{"data.batch_tokens": 4096}`) applied;
     a key the config does not have is a RunError."""

@@ -12,11 +12,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from matching.data.vocab import Vocabulary
 from matching.errors import RunError
 from matching.extras import require
+from matching.files import package_node
 from matching.saved.earlier_versions import upgraded
 
 WEIGHTS = "model.safetensors"
@@ -123,6 +124,9 @@ def read_shared(
     if config is not None:
         check_targets(config, folder)
     cfg = configured(cfg if config is None else config, settings or {})
+    if "datamodule" not in cfg:  # the package's own (after the checks): it wires the folder's task, data, embeddings
+        with open_dict(cfg):
+            cfg.datamodule = package_node("train", "datamodule")
     weights_file = folder / WEIGHTS
     try:
         with safetensors.safe_open(str(weights_file), framework="pt") as f:

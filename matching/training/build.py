@@ -20,7 +20,7 @@ import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from matching.configs import build
 from matching.data.negatives import MeanWordVectors, NegativeMiner
@@ -60,26 +60,38 @@ def command_line_overrides() -> list[str]:
 
 
 def build_datamodule(cfg: DictConfig, vocab: Vocabulary | None = None, run_dir: Path | None = None) -> PairDataModule:
-    """The task's data module with its embedding source; without `vocab` it builds the vocabulary (training words,
-    plus every word with a pretrained vector among the dev splits and the vectors file's first
-    `embeddings.top_words` words), and the source's files are checked before any corpus is read. `run_dir` (default:
-    `paths.output_dir`, a training run's folder) keeps what a positives-only task mines (matching.data.negatives)."""
+    """The run's data module, built from its `datamodule` node (conf/train.yaml; a run saved before the node, and a
+    shared folder, are given the package's: matching.saved) with what the run decides: how training batches are
+    formed (whole queries for a loss that compares a query's candidates; indices for a replayed step) and whether
+    batch shapes are compiled. Without `vocab` (a training run) the log says which embeddings it uses, and why.
+    `run_dir` (default: `paths.output_dir`, a training run's folder) keeps what a positives-only task mines
+    (matching.data.negatives)."""
+    capture = bool(cfg.get("capture"))  # checked with the source before (config_checks.check_capture)
+    batches = TrainingBatches(whole_queries=compares_candidates(cfg, str(cfg.task.kind)), as_indices=capture)
     if vocab is None:  # a training run: which embeddings, and why (before building them, which may fail)
         log.info(embeddings_choice(cfg.get("choices") or {}, command_line_overrides()))
-    task = build_task(cfg)
-    if not task.labels:  # a generic task (task=pairs): the data's label names, kept in the config the run saves
-        task.labels = labels_from_data(task, cfg.paths.data_dir, cfg.paths.cache_dir)
-        with open_dict(cfg):
-            cfg.task.labels = list(task.labels)
-    vectors = build(cfg.embeddings)
+    return build(cfg.datamodule, vocab=vocab, run_dir=run_dir or cfg.paths.get("output_dir"), training_batches=batches,
+                 compiled=bool(cfg.get("compile")) or capture)  # fmt: skip
+
+
+def pair_data_module(task: DictConfig, data: DictConfig, embeddings: DictConfig, vocab: Vocabulary | None = None,
+                     run_dir: str | os.PathLike | None = None, training_batches: TrainingBatches | None = None,
+                     compiled: bool = False) -> PairDataModule:  # fmt: skip
+    """The data module of a task (`task`, its node), read and batched as `data` says, over the embedding source of
+    `embeddings`: what the `datamodule` node builds. Without `vocab` it builds the vocabulary (training words, plus
+    every word with a pretrained vector among the dev splits and the vectors file's first `embeddings.top_words`
+    words), and the source's files are checked before any corpus is read; a generic task (task=pairs) takes its
+    label names from the data. `compiled`: batch lengths are rounded up to a multiple of 8 unless `data.pad_to`
+    says otherwise (a compiled model or a replayed step then sees few shapes)."""
+    built = build_task(task)
+    if not built.labels:  # a generic task (task=pairs): the data's label names (the run keeps them in its config)
+        built.labels = labels_from_data(built, data.data_dir, data.cache_dir)
+    vectors = build(embeddings)
     if vocab is None:
         vectors.check_available()
-    capture = bool(cfg.get("capture"))  # checked with the source before (config_checks.check_capture)
-    pad_to = cfg.data.get("pad_to") or (8 if cfg.get("compile") or capture else 1)
-    settings = build(cfg.data, pad_to=pad_to)
-    batches = TrainingBatches(whole_queries=compares_candidates(cfg, task.kind), as_indices=capture)
-    miner = negative_miner(task, settings, vectors, run_dir or cfg.paths.get("output_dir"))
-    return PairDataModule(task, settings, vectors, vocab, miner, batches)
+    settings = build(data, pad_to=data.get("pad_to") or (8 if compiled else 1))
+    miner = negative_miner(built, settings, vectors, run_dir)
+    return PairDataModule(built, settings, vectors, vocab, miner, training_batches)
 
 
 def negative_miner(task: Task, settings: DataSettings, vectors: EmbeddingSource,

@@ -1,6 +1,7 @@
-"""The callbacks of a training run besides the configured ones: the epoch timer, the guard against a non-finite
-loss, `last.ckpt` at every epoch's end, the checkpoint written when a run is told to stop and the epoch numbers of
-the logs; and the configured callbacks (`callbacks.<name>`, among them the progress bar).
+"""The callbacks of a training run besides the configured ones: the record a new run writes before its first step,
+the epoch timer, the guard against a non-finite loss, `last.ckpt` at every epoch's end, the checkpoint written when
+a run is told to stop and the epoch numbers of the logs; and the configured callbacks (`callbacks.<name>`, among
+them the progress bar).
 
 Epochs are numbered from 1 everywhere a person reads them: the progress bar (`Epoch 1/20`), the `epoch` column of
 `logs/metrics.csv` (and of every tracker), `best_epoch` in metrics.json and the messages. Lightning counts from 0
@@ -27,6 +28,9 @@ from omegaconf import DictConfig
 from matching.configs import build
 from matching.console import CONSOLE
 from matching.errors import ConfigError, UserError
+from matching.model.precision import arithmetic_summary
+from matching.saved.examples import curated, write_run_examples
+from matching.saved.provenance import write_provenance
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +92,35 @@ def training_threads(cfg: DictConfig) -> int:
 
         torch.set_num_threads(free_cores())  # at the start: its estimate from the load average, no wait
     return torch.get_num_threads()
+
+
+class RunRecord(pl.Callback):
+    """What a new run writes into its folder once its data is ready, before its first step: its vocabulary
+    (vocab.txt, which resuming the run and every use of its model read), a few pairs of its first evaluation split
+    for the server's page (examples.json, for a task without examples written for it: matching.saved.examples) and
+    where its data and embeddings came from, with the arithmetic it computes in (provenance.json:
+    matching.saved.provenance). On the first process only; a resumed run keeps the record of its first sitting."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path):
+        self.cfg, self.run_dir = cfg, run_dir
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        dm = trainer.datamodule
+        dm.vocab.save(self.run_dir / "vocab.txt")
+        self.keep_examples(dm)
+        arithmetic = arithmetic_summary(str(self.cfg.get("dtype", "fp32")), trainer.strategy.root_device.type)
+        write_provenance(self.cfg, dm.task, dm.vectors, self.run_dir, arithmetic)
+
+    def keep_examples(self, dm: Any) -> None:
+        """A few pairs of the first evaluation split (with their mined candidates, for a task of positives alone);
+        not for a benchmark, whose page shows examples written for it."""
+        option = (self.cfg.get("choices") or {}).get("task") or dm.task.name
+        if curated(option) is not None or not dm.eval_splits:
+            return
+        split = dm.eval_splits[0]
+        write_run_examples(self.run_dir, dm.read_pairs(split), dm.task.kind, dm.labels, split)
 
 
 class SharedCores(pl.Callback):

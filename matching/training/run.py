@@ -1,7 +1,8 @@
 """Training one model: for the `train` command (matching/train.py, which imports this only once Hydra has read the
 command line) and for Python, `train(cfg)` on a composed config (`matching.cli.compose_config("train", [...])`).
 
-A run directory holds `config.yaml` (resolved), `vocab.txt`, `checkpoints/{best,last}.ckpt`,
+A run directory holds `config.yaml` (resolved but for the `datamodule` node's references:
+matching.saved.run_folder.saved_form), `vocab.txt`, `checkpoints/{best,last}.ckpt`,
 `metrics.json` (dev metrics of the best checkpoint, its epoch `best_epoch` counted from 1 as in the CSV log and the
 progress bar, optional test metrics, timing), the CSV log, `provenance.json` (the data and embeddings by file name
 and sha256, matching.saved.provenance) and, for a task without curated examples, `examples.json` (a few dev pairs for
@@ -43,13 +44,10 @@ from matching.files import write_json, write_text_atomic
 from matching.model.assembly import build_model
 from matching.model.precision import arithmetic_summary, denormals_flushed, flushes_denormals
 from matching.saved.earlier_versions import upgraded
-from matching.saved.examples import curated, write_run_examples
-from matching.saved.provenance import write_provenance
-from matching.saved.run_folder import find_run_dir
+from matching.saved.run_folder import find_run_dir, saved_form
 from matching.training.build import AtomicCheckpointIO, build_datamodule, build_systems, check_writable
-from matching.training.callbacks import progress_bar_shown, run_callbacks, training_threads
+from matching.training.callbacks import RunRecord, progress_bar_shown, run_callbacks, training_threads
 from matching.training.config_checks import check_config
-from matching.training.datamodule import PairDataModule
 from matching.training.metrics import check_monitor, positive_index
 from matching.training.question_scores import chance_warnings
 from matching.training.scores import write_recorded
@@ -140,7 +138,7 @@ def build_loggers(cfg: DictConfig) -> list[pl.loggers.Logger] | bool:
             module, extra = LOGGER_EXTRAS[name]
             check_installed(module, extra, f"logger={extra}")
     loggers = [instantiate(each) for each in nodes]
-    settings = OmegaConf.to_container(cfg, resolve=True)
+    settings = saved_form(cfg)
     for logger in loggers:  # a tracker shows the run's config beside its metrics (the CSV log has config.yaml)
         if not isinstance(logger, pl.loggers.CSVLogger):
             logger.log_hyperparams(settings)
@@ -249,23 +247,21 @@ def _train(cfg: DictConfig) -> dict[str, float]:
     pl.seed_everything(cfg.seed, workers=True)
     training_threads(cfg)
     check_writable(run_dir)
-    if resume_from is None:
+    new = resume_from is None
+    if new:
         (run_dir / FAILED).unlink(missing_ok=True)  # a folder used again
-        dm = build_datamodule(cfg)  # first: a generic task's label names, read from the data, go into config.yaml
-        check_metrics(cfg, dm)
-        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-        dm.setup("fit")
-        keep_examples(cfg, dm, run_dir)
-        dm.vocab.save(run_dir / "vocab.txt")
+    # A new run builds its vocabulary; a resumed one reads it back.
+    dm = build_datamodule(cfg, vocab=None if new else Vocabulary.load(run_dir / "vocab.txt"))
+    check_metrics(cfg, dm)
+    if new:
+        if not cfg.task.get("labels"):  # a generic task's label names, read from the data, go into config.yaml
+            with open_dict(cfg):
+                cfg.task.labels = list(dm.labels)
+        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(saved_form(cfg))))
+    dm.setup("fit")
+    if new:
         vectors = dm.vectors.matrix(dm.vocab, cfg.seed, cfg.paths.cache_dir)
-        gpu = cfg.trainer.get("accelerator") in ("gpu", "cuda") and torch.cuda.is_available()
-        write_provenance(
-            cfg, dm.task, dm.vectors, run_dir, arithmetic_summary(cfg.get("dtype", "fp32"), "cuda" if gpu else "cpu")
-        )
-    else:  # the same vocabulary; the checkpoint restores every weight, the vectors file is not needed
-        dm = build_datamodule(cfg, vocab=Vocabulary.load(run_dir / "vocab.txt"))
-        check_metrics(cfg, dm)
-        dm.setup("fit")
+    else:  # the checkpoint restores every weight: the vectors file is not needed
         vectors = torch.zeros(dm.vectors.table_rows(dm.vocab), dm.vectors.dim)
     model = build_model(cfg, vectors, num_classes=len(dm.labels), source=dm.vectors)
     if cfg.get("compile"):
@@ -278,6 +274,8 @@ def _train(cfg: DictConfig) -> dict[str, float]:
     log.info("numerics: %s", numerics(cfg))
 
     callbacks, checkpoint, timer = run_callbacks(cfg)
+    if new:  # its vocabulary, examples and provenance, written once the trainer has started (RunRecord)
+        callbacks.append(RunRecord(cfg, run_dir))
     logger = build_loggers(cfg)
     if resume_from is not None and logger:
         keep_earlier_log_rows(logger, resume_from)
@@ -337,14 +335,3 @@ def result_line(cfg: DictConfig, metrics: dict[str, float], run_dir: Path) -> st
         parts.append(f"best epoch {int(metrics['best_epoch'])} of {int(metrics.get('epochs', 0))}")
     parts.append(f"{metrics.get('train_seconds', 0.0):.0f} s")
     return f"done: {', '.join(parts)}; {run_dir}"
-
-
-def keep_examples(cfg: DictConfig, dm: PairDataModule, run_dir: Path) -> None:
-    """A few pairs of the first evaluation split, kept in the run for the server's page (matching.saved.examples);
-    not for a benchmark, whose page shows examples written for it."""
-    option = (cfg.get("choices") or {}).get("task") or dm.task.name
-    if curated(option) is not None or not dm.eval_splits:
-        return
-    split = dm.eval_splits[0]
-    pairs = dm.read_pairs(split)  # with its mined candidates, for a task of positives alone
-    write_run_examples(run_dir, pairs, dm.task.kind, dm.labels, split)

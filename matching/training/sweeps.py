@@ -37,6 +37,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from matching.saved.earlier_versions import current_form, current_overrides
+from matching.saved.run_folder import saved_form
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ def prior_run(cfg: DictConfig, run_dir: Path) -> PriorRun:
         return PriorRun("new")
     saved = yaml.safe_load(saved_file.read_text()) or {}
     current_form(saved)  # a run saved before the package's rooms or the loss group, read in today's form
-    current = OmegaConf.to_container(cfg, resolve=True)
+    current = saved_form(cfg)
     ignored = location_keys(cfg)
     if not (current.get("task") or {}).get("labels"):  # a generic task's label names, read from the data at the
         ignored.add("task.labels")  # start of the first attempt and saved in its config.yaml (train.py)
