@@ -22,6 +22,7 @@ from matching.cli import command
 from matching.errors import MissingFileError, RunError
 from matching.files import existing
 from matching.saved.run_folder import find_checkpoint
+from matching.saved.shared_reading import REQUIRED
 from matching.training.evaluation import INPUT_SPLIT, evaluate_run
 
 
@@ -35,10 +36,28 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if backend not in ("torch", "onnx") or quantize not in (None, "int8"):
         raise RunError(f"evaluate takes backend=torch|onnx and quantize=int8 or null, got backend={backend} "
                        f"quantize={quantize}")  # fmt: skip
+    checkpoint = run_checkpoint(str(cfg.ckpt))
     if cfg.get("input"):
-        run = load_run(find_checkpoint(cfg.ckpt), with_input_split(cfg))
+        run = load_run(checkpoint, with_input_split(cfg))
         return evaluate_run(run, INPUT_SPLIT, cfg.out, backend, quantize)
-    return evaluate_run(load_run(find_checkpoint(cfg.ckpt), cfg), str(cfg.split), cfg.out, backend, quantize)
+    return evaluate_run(load_run(checkpoint, cfg), str(cfg.split), cfg.out, backend, quantize)
+
+
+def run_checkpoint(path: str) -> Path:
+    """The checkpoint of the run that `ckpt=` names. A shared folder or an exported ONNX folder is refused, saying
+    why: it keeps the model and its text preparation, not the run's training settings and splits that evaluation
+    reads them through (and the hub's copy is no place to write scores into)."""
+    folder = Path(path).expanduser()
+    forms = {"shared model folder (export format=hub)": REQUIRED,
+             "exported ONNX folder": ("model.onnx", "serving.json")}  # fmt: skip
+    for form, files in forms.items():
+        if folder.is_dir() and all((folder / name).is_file() for name in files):
+            raise RunError(
+                f"ckpt={path} is a {form}: evaluate scores a run directory (its checkpoint, config and training "
+                "settings), which that folder does not keep. Evaluate the run it was exported from (backend=onnx "
+                f"scores that run on ONNX Runtime), or score pairs with it: matching-predict ckpt={path} input=<file>"
+            )
+    return find_checkpoint(path)
 
 
 def with_input_split(cfg: DictConfig) -> DictConfig:

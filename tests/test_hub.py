@@ -139,3 +139,14 @@ def test_push_mistakes_are_one_paragraph(snli_run, tmp_path, fake_hub, monkeypat
     err = capsys.readouterr().err
     assert err.startswith("error: cannot upload") and "hf auth login" in err and "Traceback" not in err
     assert (tmp_path / "model.safetensors").is_file()  # the folder is written before the upload
+
+
+def test_evaluating_a_shared_folder_says_it_needs_the_run_and_what_to_do_instead(snli_run, tmp_path, capsys):
+    """A shared folder keeps the model and its text preparation, not the run's training settings that evaluation
+    reads a split through: `evaluate` says so in one paragraph (it used to say the folder was not a shared folder)."""
+    from matching.evaluate import main as evaluate_main
+
+    folder = export_hub(snli_run[0], tmp_path / "shared")
+    assert evaluate_main([f"ckpt={folder}"]) == 2
+    err = capsys.readouterr().err
+    assert "is a shared model folder" in err and "matching-predict" in err and "Traceback" not in err
