@@ -9,6 +9,8 @@ copy, not a rename, whenever /tmp is another filesystem.)
 
 from __future__ import annotations
 
+import copy
+import functools
 import gzip
 import hashlib
 import json
@@ -127,7 +129,13 @@ def config_dir() -> Path:
 
 def package_node(entry: str, key: str) -> Any:
     """The node `key` of the package's entry config `conf/<entry>.yaml`, as written there (plain dicts and lists,
-    interpolations unresolved): what a config saved without that node is given."""
+    interpolations unresolved): what a config saved without that node is given. A copy of its own each call (the
+    file is read once: reading a study's hundreds of runs gives each this node)."""
+    return copy.deepcopy(_entry_config(entry)[key])
+
+
+@functools.cache
+def _entry_config(entry: str) -> dict:
     import yaml
 
-    return yaml.safe_load((config_dir() / f"{entry}.yaml").read_text(encoding="utf-8"))[key]
+    return yaml.safe_load((config_dir() / f"{entry}.yaml").read_text(encoding="utf-8"))
