@@ -22,7 +22,6 @@ from matching.cli import command
 from matching.errors import MissingFileError, RunError
 from matching.files import existing
 from matching.saved.run_folder import find_checkpoint
-from matching.saved.shared_reading import REQUIRED
 from matching.training.evaluation import INPUT_SPLIT, evaluate_run
 
 
@@ -44,19 +43,19 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
 
 def run_checkpoint(path: str) -> Path:
-    """The checkpoint of the run that `ckpt=` names. A shared folder or an exported ONNX folder is refused, saying
+    """The checkpoint of the run that `ckpt=` names. A shared folder or an exported ONNX model is refused, saying
     why: it keeps the model and its text preparation, not the run's training settings and splits that evaluation
     reads them through (and the hub's copy is no place to write scores into)."""
-    folder = Path(path).expanduser()
-    forms = {"shared model folder (export format=hub)": REQUIRED,
-             "exported ONNX folder": ("model.onnx", "serving.json")}  # fmt: skip
-    for form, files in forms.items():
-        if folder.is_dir() and all((folder / name).is_file() for name in files):
-            raise RunError(
-                f"ckpt={path} is a {form}: evaluate scores a run directory (its checkpoint, config and training "
-                "settings), which that folder does not keep. Evaluate the run it was exported from (backend=onnx "
-                f"scores that run on ONNX Runtime), or score pairs with it: matching-predict ckpt={path} input=<file>"
-            )
+    from matching.inference.loader import exported_form
+
+    form = exported_form(Path(path).expanduser())
+    if form is not None:
+        what = "a shared model folder (export format=hub)" if form == "shared" else "an exported ONNX model"
+        raise RunError(
+            f"ckpt={path} is {what}: evaluate scores a run directory (its checkpoint, config and training "
+            "settings), which that folder does not keep. Evaluate the run it was exported from (backend=onnx "
+            f"scores that run on ONNX Runtime), or score pairs with it: matching-predict ckpt={path} input=<file>"
+        )
     return find_checkpoint(path)
 
 

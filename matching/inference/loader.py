@@ -47,17 +47,28 @@ RUNTIMES: dict[str, Callable[[], Any]] = {"torch": _torch_runtime, "onnx": lambd
 BACKENDS = ("auto", *RUNTIMES)
 
 
+def exported_form(folder: Path) -> str | None:
+    """Which exported form the local `folder` is: "onnx" (an exported ONNX folder, or its .onnx file), "shared" (a
+    shared model folder), or None (a run directory, a checkpoint, or nothing saved)."""
+    if folder.is_file() and folder.suffix == ".onnx":
+        return "onnx"
+    if folder.is_dir() and (folder / "model.onnx").is_file() and (folder / "serving.json").is_file():
+        return "onnx"
+    if folder.is_dir() and all((folder / name).is_file() for name in REQUIRED):
+        return "shared"
+    return None
+
+
 def locate(path: str | os.PathLike, revision: str | None = None) -> tuple[str, Path]:
     """Which saved form `path` is: ("run", its checkpoint file), ("shared", the folder) or ("onnx", the .onnx
     file); a hub id is downloaded first. Nothing is loaded yet."""
     folder = Path(path).expanduser()
     if not folder.exists() and REPO_ID.match(str(path)) and not str(path).startswith("."):
         return "shared", download(str(path), revision)
-    if folder.is_file() and folder.suffix == ".onnx":
-        return "onnx", folder
-    if folder.is_dir() and (folder / "model.onnx").is_file() and (folder / "serving.json").is_file():
-        return "onnx", folder / "model.onnx"
-    if folder.is_dir() and all((folder / name).is_file() for name in REQUIRED):
+    exported = exported_form(folder)
+    if exported == "onnx":
+        return "onnx", folder if folder.is_file() else folder / "model.onnx"
+    if exported == "shared":
         return "shared", folder
     if not folder.exists() and folder.suffix == ".ckpt":  # a checkpoint by name: say which its folder has
         from matching.saved.run_folder import check_checkpoint
