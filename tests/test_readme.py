@@ -54,6 +54,7 @@ def own_pairs_section() -> str:
     return code_block("README.md", "### Train on your own pairs", "bash")
 
 
+@pytest.mark.slow  # five processes over the MiniLM encoder (~45 s); each command also composes in test_docs
 def test_the_readme_own_pairs_block_runs_as_written_offline(tmp_path):
     """Every command of the block but the hub's (online), as written, from a folder holding the files it names, with
     the defaults (the offline encoder of the minilm extra, no vectors file) and no network."""

@@ -1,14 +1,16 @@
 """`matching-study`: the protocol (select on dev, confirm over seeds, test once), resuming, and the page, on a
 fixture task built so that its test split would choose the other setting."""
 
+import contextlib
 import dataclasses
+import io
 import json
+import os
 import random
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import yaml
@@ -67,11 +69,26 @@ def study_file(tmp: Path, data: Path) -> Path:
     return path
 
 
-def run_study(tmp: Path, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "matching.study", f"study_file={tmp / 'fixture_study.yaml'}",
-               f"out={tmp / 'study'}", f"paths.data_dir={tmp}", f"paths.cache_dir={tmp / 'cache'}", "figures=false",
-               *extra]  # fmt: skip
-    done = subprocess.run(command, cwd=ROOT, env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=900)
+@dataclasses.dataclass(frozen=True)
+class StudyDone:
+    """What a `matching.study` command ended with: its exit status and what it wrote."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_study(tmp: Path, *extra: str, check: bool = True) -> StudyDone:
+    """`matching.study` in this process (its runs' sweeps are processes of their own, one thread each, offline): the
+    study's own imports are paid once by the test process, not per call."""
+    from matching.study import main
+
+    argv = [f"study_file={tmp / 'fixture_study.yaml'}", f"out={tmp / 'study'}", f"paths.data_dir={tmp}",
+            f"paths.cache_dir={tmp / 'cache'}", "figures=false", "threads=1", *extra]  # fmt: skip
+    out, err = io.StringIO(), io.StringIO()
+    offline = {k: v for k, v in SUBPROCESS_ENV.items() if k.startswith("HF_")}
+    with mock.patch.dict(os.environ, offline), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        done = StudyDone(main(argv), out.getvalue(), err.getvalue())
     if check:
         assert done.returncode == 0, done.stderr[-3000:]
     return done
@@ -120,9 +137,10 @@ def test_the_test_split_would_pick_the_other_setting_and_is_never_used_to_choose
     assert all("test/acc" not in _metrics(p.parent) for p in runs.rglob("metrics.json"))  # trained with test=false
     # the fixture is built so that test prefers the setting that did not learn: evaluate the loser here, by hand
     loser = runs / "lr-1e-09" / "seed1"
-    subprocess.run([sys.executable, "-m", "matching.evaluate", f"ckpt={loser / 'checkpoints' / 'best.ckpt'}",
-                    "split=test", f"paths.data_dir={study}", f"out={study / 'loser_test.json'}"],
-                   cwd=ROOT, env=SUBPROCESS_ENV, check=True, capture_output=True)  # fmt: skip
+    from matching.evaluate import main as evaluate_main
+
+    assert evaluate_main([f"ckpt={loser / 'checkpoints' / 'best.ckpt'}", "split=test", f"paths.data_dir={study}",
+                          f"out={study / 'loser_test.json'}"]) == 0  # fmt: skip
     kept_test = _metrics(runs / "lr-0.01" / "seed1", "eval_test.json")["test/acc"]
     assert _metrics(study, "loser_test.json")["test/acc"] > kept_test
     assert json.loads((study / "study" / "selection.json").read_text())["choices"][1]["chosen"] == ["optim.lr=0.01"]
@@ -364,8 +382,7 @@ def test_a_family_against_its_twin_on_the_page_and_in_the_seed_rule(study, tmp_p
 
 def test_two_families_that_would_train_the_same_config_are_refused_before_any_run(tmp_path):
     """study=scitail once compared `aligner=coda` with `aligner=coda aligner.center_tokens=true`: CoDA centres by
-    default, so both trained the same model. A study says so before it trains, naming both families; every shipped
-    study's families differ."""
+    default, so both trained the same model. A study says so before it trains, naming both families."""
     from matching.errors import ConfigError
     from matching.studies.protocol import check_families_differ
     from matching.studies.spec import read_spec
@@ -375,6 +392,12 @@ def test_two_families_that_would_train_the_same_config_are_refused_before_any_ru
     same = dataclasses.replace(spec.families["coda"], overrides=("aligner=coda",))
     with pytest.raises(ConfigError, match="the families coda and coda_centred train the same config"):
         check_families_differ(dataclasses.replace(spec, families={**spec.families, "coda": same}))
+
+
+@pytest.mark.slow  # about 70 compositions (10 s); every study also checks its own before it trains
+def test_every_shipped_studys_families_differ():
+    from matching.studies.protocol import check_families_differ
+
     for path in sorted((ROOT / "conf" / "study").glob("*.yaml")):
         check_families_differ(read_spec(yaml.safe_load(path.read_text())))
 
