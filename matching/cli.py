@@ -116,7 +116,8 @@ def check_plugins(argv: Sequence[str]) -> None:
 
 
 def register_trained_run(argv: Sequence[str], required: bool) -> None:
-    """Register the saved config of the run that `ckpt=` points at as the config `trained_run`."""
+    """Register the saved config of the run that `ckpt=` points at as the config `trained_run`, its folders moved to
+    where `paths.data_dir=` / `paths.cache_dir=` on the command line say (matching.saved.run_folder.moved)."""
     checkpoint = _checkpoint_argument(argv)
     if checkpoint is None and required and not any(a.split("=")[0] in _HYDRA_QUERIES for a in argv):
         raise UsageError(
@@ -128,9 +129,21 @@ def register_trained_run(argv: Sequence[str], required: bool) -> None:
         node = OmegaConf.create()
     else:
         from matching.inference import saved_config  # here: commands that load no run (report) stay light to start
+        from matching.saved.run_folder import MOVABLE_PATHS, moved
 
-        node = saved_config(checkpoint)
+        node = moved(saved_config(checkpoint), _given(argv, MOVABLE_PATHS))
     ConfigStore.instance().store(name="trained_run", node=node)
+
+
+def _given(argv: Sequence[str], keys: Sequence[str]) -> dict[str, str]:
+    """The values the command line gives `keys` (parsed with Hydra's own grammar, so quoting works)."""
+    parser = OverridesParser.create()
+    given = {}
+    for arg in argv:
+        if arg.split("=", 1)[0].lstrip("+") in keys:
+            override = parser.parse_override(arg)
+            given[override.key_or_group] = str(override.value())
+    return given
 
 
 def compose_config(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:

@@ -160,3 +160,52 @@ def test_a_runs_config_keeps_the_data_modules_references_so_that_a_setting_given
         "task": "${task}", "data": "${data}", "embeddings": "${embeddings}"}  # fmt: skip
     trained = load_run(run_dir / "checkpoints" / "best.ckpt", settings={"data.eval_batch_size": 7})
     assert evaluation_data(trained).settings.eval_batch_size == 7
+
+
+def test_moving_a_runs_folders_moves_every_value_under_them_and_nothing_else():
+    from matching.saved.run_folder import moved
+
+    saved = OmegaConf.create({
+        "paths": {"data_dir": "/old/corpora", "cache_dir": "/old/corpora/cache", "output_dir": "/old/corpora/runs/x"},
+        "data": {"data_dir": "/old/corpora", "cache_dir": "/old/corpora/cache"},
+        "embeddings": {"path": "/old/corpora/embeddings/v.txt.gz"},
+        "task": {"splits": {"dev": {"path": "snli/snli_1.0_dev.jsonl"}}, "note": "/old/corpora-2/x"},
+        "runs": ["/old/corpora/cache/rows.npy"],
+    })  # fmt: skip
+    out = moved(saved, {"paths.data_dir": "/new/here"})
+    assert out.paths.data_dir == out.data.data_dir == "/new/here"
+    assert out.embeddings.path == "/new/here/embeddings/v.txt.gz"
+    # the cache lies under the longest folder that holds it, its own, which did not move
+    assert out.paths.cache_dir == out.data.cache_dir == "/old/corpora/cache"
+    assert out.runs == ["/old/corpora/cache/rows.npy"]
+    assert out.paths.output_dir == "/old/corpora/runs/x"  # the run's own folder, not one of its inputs
+    assert out.task.splits.dev.path == "snli/snli_1.0_dev.jsonl" and out.task.note == "/old/corpora-2/x"  # not under it
+    assert moved(saved, {"paths.data_dir": "/old/corpora"}) is saved  # nothing to move
+    published = OmegaConf.create({"paths": {"data_dir": "<paths.data_dir>"}, "data": {"data_dir": "<paths.data_dir>"}})
+    assert moved(published, {"paths.data_dir": "/corpora"}).data.data_dir == "/corpora"  # a published run's copy
+
+
+def test_a_run_whose_corpora_moved_is_evaluated_where_the_command_says_they_are(snli_run, tmp_path, capsys):
+    """A run copied to another machine, or whose corpora moved: `paths.data_dir=` on the command reaches the run's
+    data module (its config holds the training machine's folder, resolved), with the same metrics."""
+    import shutil
+
+    from matching.evaluate import main as evaluate_main
+
+    run_dir, _ = snli_run
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    gone = str(tmp_path / "corpora-before")
+    text = (copy / "config.yaml").read_text().replace(str(config["paths"]["data_dir"]), gone)
+    (copy / "config.yaml").write_text(text)
+    (tmp_path / "corpora" / "snli").mkdir(parents=True)
+    shutil.copy(FIXTURES / "snli" / "snli_1.0_dev.jsonl", tmp_path / "corpora" / "snli")
+    cache = f"paths.cache_dir={tmp_path / 'cache'}"
+    assert evaluate_main([f"ckpt={copy}", f"out={tmp_path / 'before.json'}", cache]) == 2
+    assert "dev split not found" in capsys.readouterr().err
+    assert evaluate_main([f"ckpt={copy}", f"paths.data_dir={tmp_path / 'corpora'}", f"out={tmp_path / 'now.json'}",
+                          cache]) == 0  # fmt: skip
+    assert evaluate_main([f"ckpt={run_dir}", f"out={tmp_path / 'original.json'}", cache]) == 0
+    now, original = (json.loads((tmp_path / f"{n}.json").read_text())["metrics"] for n in ("now", "original"))
+    assert now == original

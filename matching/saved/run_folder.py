@@ -85,10 +85,44 @@ def saved_form(cfg: DictConfig) -> dict:
     return container | {key: OmegaConf.to_container(cfg[key], resolve=False) for key in WIRING_NODES if key in cfg}
 
 
+#: The folders of a run's `paths` that a command may give anew: the corpora moved since training, a run copied to
+#: another machine, a published run's `<paths.data_dir>`.
+MOVABLE_PATHS = ("paths.data_dir", "paths.cache_dir")
+
+
+def moved(cfg: DictConfig, places: Mapping[str, str]) -> DictConfig:
+    """`cfg` (a run's saved config, resolved when it was saved) with the folders of `places` (`{"paths.data_dir":
+    "/corpora"}`, keys of MOVABLE_PATHS) moved: the key itself and every value that lay under the folder it held
+    (`data.data_dir`, `embeddings.path`, ...), so that the run reads its files where they are now; the run's other
+    `paths` (its output folder) stay. A value lies under the longest of the run's folders that holds it (`data/cache`
+    is the cache's, not `data`'s)."""
+    held = {key: str(OmegaConf.select(cfg, key)) for key in MOVABLE_PATHS if OmegaConf.select(cfg, key) is not None}
+    places = {key: str(value) for key, value in places.items() if key in held and str(value) != held[key]}
+    if not places:
+        return cfg
+    folders = sorted(held.items(), key=lambda item: -len(item[1]))
+
+    def relocated(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: relocated(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [relocated(v) for v in value]
+        if isinstance(value, str):
+            for key, folder in folders:
+                if value == folder or value.startswith(folder.rstrip("/") + "/"):
+                    return places[key] + value[len(folder) :] if key in places else value
+        return value
+
+    container = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(container, dict)
+    folders_of_run = {k: v for k, v in container["paths"].items() if f"paths.{k}" not in places}  # output_dir, ...
+    return OmegaConf.create(relocated(container) | {"paths": relocated(container["paths"]) | folders_of_run})
+
+
 def configured(cfg: DictConfig, settings: dict[str, Any]) -> DictConfig:
     """A copy of a run's config with `settings` (dotted keys of the config: `{"data.batch_tokens": 4096}`) applied;
-    a key the config does not have is a RunError."""
-    cfg = upgraded(copy.deepcopy(cfg))
+    a key the config does not have is a RunError. A folder of MOVABLE_PATHS moves every value under it (`moved`)."""
+    cfg = moved(upgraded(copy.deepcopy(cfg)), {k: v for k, v in settings.items() if k in MOVABLE_PATHS})
     for key, value in settings.items():
         if OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
             raise RunError(f"the run's config has no key {key!r} to set; its keys are in config.yaml beside the model")
