@@ -290,7 +290,9 @@ def test_bf16_is_finite_and_close_to_fp32(name):
     torch.testing.assert_close(got.a_aligned.float(), want.a_aligned, atol=0.05, rtol=0.05)
 
 
-@pytest.mark.parametrize("name", NEW)
+@pytest.mark.parametrize(  # the exporter traces each for seconds: differential (two softmaxes, λ) by default
+    "name", [n if n == "differential" else pytest.param(n, marks=pytest.mark.slow) for n in NEW]
+)
 def test_the_onnx_export_runs_each_new_aligner_with_its_gate(name, tmp_path):
     """The model with the aligner (and its gate) through matching-export's ONNX path: onnxruntime gives PyTorch's
     answers at batch sizes and lengths other than the traced ones."""

@@ -195,6 +195,7 @@ def copy_of_study(study: Path, tmp: Path) -> Path:
     return tmp
 
 
+@pytest.mark.slow  # two sweeps and the test again (~25 s); a relaunched sweep's skipping and resuming, in test_cluster
 def test_a_stopped_study_trains_only_what_is_missing(study, tmp_path):
     tmp = copy_of_study(study, tmp_path)
     runs = tmp / "study" / "runs" / "overlap"
