@@ -29,6 +29,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue
@@ -91,16 +92,21 @@ def quiet_libraries() -> None:
 _HYDRA_QUERIES = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion", "-sc")
 
 
-def _checkpoint_argument(argv: Sequence[str]) -> str | None:
-    """The value of `ckpt=` on the command line (parsed with Hydra's own grammar, so quoting works)."""
+def _given(argv: Sequence[str], keys: Sequence[str]) -> list[Override]:
+    """The overrides of `keys` on the command line, in its order (parsed with Hydra's own grammar, so quoting
+    works)."""
     parser = OverridesParser.create()
-    for arg in argv:
-        if arg.lstrip("+").startswith("ckpt="):
-            override = parser.parse_override(arg)
-            if override.is_sweep_override():
-                raise UsageError("ckpt= takes one checkpoint; run the command once per checkpoint")
-            return str(override.value())
-    return None
+    return [parser.parse_override(arg) for arg in argv if arg.split("=", 1)[0].lstrip("+") in keys]
+
+
+def _checkpoint_argument(argv: Sequence[str]) -> str | None:
+    """The value of the first `ckpt=` on the command line."""
+    override = next(iter(_given(argv, ("ckpt",))), None)
+    if override is None:
+        return None
+    if override.is_sweep_override():
+        raise UsageError("ckpt= takes one checkpoint; run the command once per checkpoint")
+    return str(override.value())
 
 
 def check_plugins(argv: Sequence[str]) -> None:
@@ -131,19 +137,9 @@ def register_trained_run(argv: Sequence[str], required: bool) -> None:
         from matching.inference import saved_config  # here: commands that load no run (report) stay light to start
         from matching.saved.run_folder import MOVABLE_PATHS, moved
 
-        node = moved(saved_config(checkpoint), _given(argv, MOVABLE_PATHS))
+        places = {o.key_or_group: str(o.value()) for o in _given(argv, MOVABLE_PATHS)}  # the last, as Hydra's
+        node = moved(saved_config(checkpoint), places)
     ConfigStore.instance().store(name="trained_run", node=node)
-
-
-def _given(argv: Sequence[str], keys: Sequence[str]) -> dict[str, str]:
-    """The values the command line gives `keys` (parsed with Hydra's own grammar, so quoting works)."""
-    parser = OverridesParser.create()
-    given = {}
-    for arg in argv:
-        if arg.split("=", 1)[0].lstrip("+") in keys:
-            override = parser.parse_override(arg)
-            given[override.key_or_group] = str(override.value())
-    return given
 
 
 def compose_config(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:

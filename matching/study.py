@@ -82,7 +82,7 @@ def study_command(cfg: DictConfig) -> Path:
                  if o.split("=", 1)[0] not in _NOT_REPRODUCING and not o.startswith("paths.")]  # fmt: skip
         typed = "python -m matching.study " + shlex.join(given)
         page = write_page(spec, out, outcome.choices, list(results.values()), typed, tested, figures=bool(cfg.figures),
-                          seeds=outcome.seeds, paths=how.paths)  # fmt: skip
+                          seeds=outcome.seeds, path_settings=how.path_settings())  # fmt: skip
     print(f"wrote {page} (and study.csv{', the figures' if cfg.figures else ''}) in {out}")
     if not outcome.complete:
         missing = [r.planned.relative for r in results.values() if not r.finished]

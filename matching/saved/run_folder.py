@@ -96,7 +96,7 @@ def moved(cfg: DictConfig, places: Mapping[str, str]) -> DictConfig:
     (`data.data_dir`, `embeddings.path`, ...), so that the run reads its files where they are now; the run's other
     `paths` (its output folder) stay. A value lies under the longest of the run's folders that holds it (`data/cache`
     is the cache's, not `data`'s)."""
-    held = {key: str(OmegaConf.select(cfg, key)) for key in MOVABLE_PATHS if OmegaConf.select(cfg, key) is not None}
+    held = {key: str(value) for key in MOVABLE_PATHS if (value := OmegaConf.select(cfg, key)) is not None}
     places = {key: str(value) for key, value in places.items() if key in held and str(value) != held[key]}
     if not places:
         return cfg
@@ -115,8 +115,9 @@ def moved(cfg: DictConfig, places: Mapping[str, str]) -> DictConfig:
 
     container = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(container, dict)
-    folders_of_run = {k: v for k, v in container["paths"].items() if f"paths.{k}" not in places}  # output_dir, ...
-    return OmegaConf.create(relocated(container) | {"paths": relocated(container["paths"]) | folders_of_run})
+    out = relocated(container)
+    out["paths"] |= {k: v for k, v in container["paths"].items() if f"paths.{k}" not in places}  # output_dir, ...
+    return OmegaConf.create(out)
 
 
 def configured(cfg: DictConfig, settings: dict[str, Any]) -> DictConfig:

@@ -14,7 +14,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -129,13 +129,13 @@ def draw_alignments(spec: StudySpec, task: str, firsts: list[RunResult], out: Pa
 
 
 def weight_table(
-    spec: StudySpec, task: str, firsts: list[RunResult], out: Path, paths: Sequence[str] = ()
+    spec: StudySpec, task: str, firsts: list[RunResult], out: Path, path_settings: Mapping[str, str] | None = None
 ) -> list[str]:
     """What each family's weights do on dev (its kept setting's first seed, up to 2,000 pairs): the share of its
     weights below 0 and of the tokens that receive nothing (every weight 0), per matrix of weights
     (matching.results.split_matrices); written to `out` (JSON) and kept there for runs pulled without checkpoints.
-    `paths`: the study command's `paths.*` overrides, where each run reads its dev split (as its test evaluation
-    does: the corpora may have moved since the run was trained)."""
+    `path_settings`: the study command's `paths.*` (Launch.path_settings), where each run reads its dev split (as its
+    test evaluation does: the corpora may have moved since the run was trained)."""
     from matching.results.split_matrices import split_matrices
     from matching.saved.run_folder import load_run
 
@@ -148,8 +148,7 @@ def weight_table(
             if family in known:
                 shares[family] = known[family]
             continue
-        settings = dict(override.split("=", 1) for override in paths)
-        summary = split_matrices(load_run(checkpoint, settings=settings), "dev").summary()
+        summary = split_matrices(load_run(checkpoint, settings=dict(path_settings or {})), "dev").summary()
         shares[family] = {name: {k: s[k] for k in ("cells", "negative", "attends_to_nothing")}
                           for name, s in summary.items() if "attends_to_nothing" in s}  # fmt: skip
     if not shares:
@@ -190,11 +189,11 @@ def write_page(
     tested: dict | None,
     figures: bool = True,
     seeds: SeedPlan | None = None,
-    paths: Sequence[str] = (),
+    path_settings: Mapping[str, str] | None = None,
 ) -> Path:
     """Writes study.md, study.csv, ranking.png and alignments_<task>.png in `study_dir`; returns study.md. `seeds`:
     an adaptive study's decisions (its verdicts on the monitored metric are those, not a test of all its seeds).
-    `paths`: the command's `paths.*` overrides, where the weights table reads the dev splits."""
+    `path_settings`: the command's `paths.*` (Launch.path_settings), where the weights table reads the dev splits."""
     kept = {(c.task, c.family): c.chosen.slug for c in choices if c.chosen is not None}
     runs = _runs(results, kept)
     rows = summarise(runs) if runs else []
@@ -294,7 +293,7 @@ def write_page(
                 lines += [f"![{task}: one dev pair through every family's kept model, seed {spec.seeds[0]}]"
                           f"({figure.name})", ""]  # fmt: skip
             if spec.weights:
-                lines += weight_table(spec, task, firsts, study_dir / f"weights_{task}.json", paths)
+                lines += weight_table(spec, task, firsts, study_dir / f"weights_{task}.json", path_settings)
         lines.append("")
     if figures and compared:
         first = compared[spec.baselines[0]]

@@ -26,7 +26,7 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -66,6 +66,11 @@ class Launch:
     launcher_overrides: tuple[str, ...] = ()
     paths: tuple[str, ...] = ()  # paths.data_dir=..., paths.cache_dir=...: where every run reads and caches
     threads: int | None = None
+
+    def path_settings(self) -> dict[str, str]:
+        """`paths` as the settings a saved run is loaded with (matching.saved.run_folder.configured): where every run
+        reads its splits, which may have moved since it was trained."""
+        return dict(override.split("=", 1) for override in self.paths)
 
     def hydra_overrides(self) -> list[str]:
         if self.launcher not in LAUNCHERS:
@@ -256,7 +261,7 @@ def test_once(spec: StudySpec, study_dir: Path, selection: dict, results: dict, 
             continue
         log.info("test: %s", result.planned.relative)
         try:
-            evaluate_on_test(result.folder / "checkpoints" / "best.ckpt", how.paths)
+            evaluate_on_test(result.folder / "checkpoints" / "best.ckpt", how.path_settings())
         except UserError as err:  # a missing test file, say: the others are still tested; a bug stops the study
             said = str(err) in errors
             log.error("test: %s: %s", result.planned.relative, "the same error as above" if said else err)
@@ -274,15 +279,14 @@ def test_once(spec: StudySpec, study_dir: Path, selection: dict, results: dict, 
         )
 
 
-def evaluate_on_test(checkpoint: Path, paths: Sequence[str]) -> dict[str, float]:
+def evaluate_on_test(checkpoint: Path, path_settings: Mapping[str, str]) -> dict[str, float]:
     """`matching-evaluate ckpt=<checkpoint> split=test <paths>`, in this process (a process of its own spent seconds
-    importing what this one has loaded): the run's saved config with the study's `paths.*` overrides, its metrics
-    written to `<run dir>/eval_test.json` and its per-unit scores beside the dev ones."""
+    importing what this one has loaded): the run's saved config with the study's `paths.*` (Launch.path_settings),
+    its metrics written to `<run dir>/eval_test.json` and its per-unit scores beside the dev ones."""
     from matching.saved.run_folder import load_run
     from matching.training.evaluation import evaluate_run
 
-    settings = dict(override.split("=", 1) for override in paths)
-    return evaluate_run(load_run(checkpoint, settings=settings), "test")
+    return evaluate_run(load_run(checkpoint, settings=dict(path_settings)), "test")
 
 
 def _test_record(digest: str, tested: dict, untested: dict, before: dict | None) -> dict:
