@@ -77,6 +77,8 @@ def visualize(cfg: DictConfig) -> Path:
             nothing = f"{100 * s['attends_to_nothing']:>15.1f}%" if "attends_to_nothing" in s else f"{'–':>16}"
             print(f"{name:<12} {s['cells']:>9,} {s['min']:>7.3f} {s['p01']:>7.3f} {s['median']:>7.3f} {s['p99']:>7.3f} "
                   f"{s['max']:>7.3f} {100 * s['negative']:>8.1f}% {nothing}")  # fmt: skip
+        if learned := run.model.aligner.learned_constants():
+            print("learned: " + ", ".join(f"{name} = {value:.4g}" for name, value in learned.items()))
         print(f"wrote {out.with_suffix('.json')}")
     print(f"wrote {out}")
     return out

@@ -92,6 +92,27 @@ def test_differential_lambda_is_the_papers_reparametrisation():
     assert all(0.01 < p.detach().std().item() < 0.5 for p in (q1, k1, q2, k2))  # N(0, 0.1²) at initialisation
 
 
+def test_the_learned_scalars_a_weights_table_prints_are_the_aligners_own():
+    """λ as the weights are built with it, also below 0 (nothing bounds it: the second softmax is then added); ssmax's
+    s; the attention parts' learned temperature; none for an aligner without one."""
+    differential = DifferentialAligner(DIM, hidden=5)
+    assert differential.learned_constants() == {"λ": pytest.approx(differential.weight_lambda().item())}
+    with torch.no_grad():
+        differential.lambda_q2.fill_(1.0), differential.lambda_k2.fill_(1.0)  # exp(5) on the subtracted side
+    lam = differential.learned_constants()["λ"]
+    assert lam < 0
+    a, b, ma, mb = _inputs(batch=1, la=3, lb=4, seed=2)
+    weights = differential.eval()(a, b, ma, mb).matrices["differential_a"]
+    assert torch.all(weights >= 0)  # no weight below 0, and each real row sums to 1 − λ > 1
+    torch.testing.assert_close(weights.sum(2)[ma], torch.full((int(ma.sum()),), 1 - lam))
+    assert ScalableSoftmaxAligner(DIM, s_init=0.7).learned_constants() == {"s": pytest.approx(0.7)}
+    temperature = AttentionAligner(DIM, distribution="temperature")
+    with torch.no_grad():
+        temperature.distribution.log_temperature.fill_(math.log(2.5))
+    assert temperature.learned_constants() == {"τ": pytest.approx(2.5)}
+    assert AttentionAligner(DIM).learned_constants() == {} and CoDAAligner(DIM).learned_constants() == {}
+
+
 def test_differential_refuses_one_projection_for_both_maps():
     with pytest.raises(ConfigError, match="aligner.projection=none would make the two the same map"):
         DifferentialAligner(DIM, projection="none")

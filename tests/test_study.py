@@ -426,6 +426,43 @@ def test_the_weights_table_says_what_each_familys_weights_do_and_keeps_it_for_ru
     assert weight_table(spec, "overlap", pulled, out) == lines
 
 
+def test_the_weights_table_records_and_prints_each_aligners_learned_scalars(tmp_path, monkeypatch):
+    """A differential run's λ goes into the table's JSON beside its matrices' shares and is printed under the table;
+    a run pulled without its checkpoint keeps it; an aligner without learned scalars has no entry."""
+    from types import SimpleNamespace
+
+    import matching.results.split_matrices as split_module
+    import matching.saved.run_folder as run_folder
+    from matching.model.aligners import DifferentialAligner, SoftmaxAligner
+    from matching.studies.page import LEARNED, weight_table
+
+    differential = DifferentialAligner(4, hidden=3)
+    aligners = {"differential": differential, "softmax": SoftmaxAligner(4)}
+    shares = {"cells": 10, "negative": 0.0, "attends_to_nothing": 0.0, "min": 0.0}
+    monkeypatch.setattr(run_folder, "load_run", lambda checkpoint, settings: SimpleNamespace(
+        model=SimpleNamespace(aligner=aligners[Path(checkpoint).parts[-4]])))  # fmt: skip
+    monkeypatch.setattr(split_module, "split_matrices", lambda run, split: SimpleNamespace(
+        summary=lambda: {"w_a": dict(shares), "e": {"cells": 10, "negative": 0.5}}))  # fmt: skip
+    spec = SimpleNamespace(seeds=(1,), families={f: SimpleNamespace(label=f"{f} label") for f in aligners})
+    firsts = []
+    for family in aligners:
+        (tmp_path / family / "seed1" / "checkpoints").mkdir(parents=True)
+        (tmp_path / family / "seed1" / "checkpoints" / "best.ckpt").write_bytes(b"")
+        firsts.append(SimpleNamespace(planned=SimpleNamespace(family=family), folder=tmp_path / family / "seed1"))
+    out = tmp_path / "weights_task.json"
+    lines = weight_table(spec, "task", firsts, out)
+    saved = json.loads(out.read_text())
+    lam = differential.weight_lambda().item()
+    assert saved["differential"] == {"w_a": {k: shares[k] for k in ("cells", "negative", "attends_to_nothing")},
+                                     LEARNED: {"λ": pytest.approx(lam)}}  # fmt: skip
+    assert LEARNED not in saved["softmax"]
+    table = "\n".join(lines)
+    assert f"| differential label | λ | {lam:.4g} |" in table and "| softmax label | λ" not in table
+    assert table.count("| `w_a` |") == 2 and "`learned`" not in table  # the scalars are no matrix row
+    pulled = [SimpleNamespace(planned=r.planned, folder=tmp_path / "pulled" / r.planned.family) for r in firsts]
+    assert weight_table(spec, "task", pulled, out) == lines
+
+
 def test_a_runs_minutes_are_left_out_where_they_cover_only_its_last_sitting(tmp_path):
     """A run resumed by a version that timed only its last sitting (no `sittings` in metrics.json, the resume in its
     train.log) has no whole minutes; one that counts its sittings, or was never resumed, has its train_seconds."""

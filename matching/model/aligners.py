@@ -66,6 +66,12 @@ class Aligner(nn.Module):
         self.dim = dim
         self.output_gate = OutputGate(dim, self.copies * dim) if output_gate else None
 
+    def learned_constants(self) -> dict[str, float]:
+        """The learned scalars that shape this aligner's weights, by name, as numbers (a study's weights table prints
+        them beside the shares of its weights): none for most aligners; differential attention's λ, scalable-softmax's
+        s, the learned temperature τ of `aligner=attention distribution=temperature`."""
+        return {}
+
     def _gated(self, alignment: Alignment, a: Tensor, b: Tensor) -> Alignment:
         """The alignment with each token's aligned vector multiplied by its output gate (if the aligner has one)."""
         if self.output_gate is None:
@@ -290,6 +296,10 @@ class DifferentialAligner(Aligner):
         second = torch.exp(torch.dot(self.lambda_q2, self.lambda_k2))
         return first - second + self.lambda_init
 
+    def learned_constants(self) -> dict[str, float]:
+        """λ (nothing bounds it: below 0, the second softmax is added to the first, not subtracted)."""
+        return {"λ": self.weight_lambda().item()}
+
     def forward(self, a, b, mask_a, mask_b, score_bias=None):
         self._check(a, b, mask_a, mask_b)
         first, second = (
@@ -452,6 +462,9 @@ class ScalableSoftmaxAligner(DotAligner):
     ):
         super().__init__(dim, hidden, dropout, projection, scale, center_tokens, output_gate)
         self.s = nn.Parameter(torch.tensor(float(s_init)))
+
+    def learned_constants(self) -> dict[str, float]:
+        return {"s": self.s.item()}
 
     def weigh(self, e, mask_a, mask_b):
         valid = pair_mask(mask_a, mask_b, e.dtype)

@@ -365,6 +365,12 @@ class AttentionAligner(Aligner):
         self.distribution = Entmax(alpha) if distribution == "entmax" else DISTRIBUTIONS[distribution]()
         self.dropout = Dropout(dropout) if score not in ("additive", "concat", "deep") else nn.Identity()
 
+    def learned_constants(self) -> dict[str, float]:
+        """The learned temperature τ (distribution=temperature); none for the other distributions."""
+        if isinstance(self.distribution, Temperature):
+            return {"τ": self.distribution.log_temperature.exp().item()}
+        return {}
+
     def forward(self, a, b, mask_a, mask_b, score_bias=None):
         self._check(a, b, mask_a, mask_b)
         xa, xb = center_over_pair(a, b, mask_a, mask_b) if self.center_tokens else (a, b)

@@ -128,12 +128,18 @@ def draw_alignments(spec: StudySpec, task: str, firsts: list[RunResult], out: Pa
         return None
 
 
+#: The key of a family's entry in a weights table's JSON that holds its aligner's learned scalars (beside its matrices).
+LEARNED = "learned"
+
+
 def weight_table(
     spec: StudySpec, task: str, firsts: list[RunResult], out: Path, path_settings: Mapping[str, str] | None = None
 ) -> list[str]:
     """What each family's weights do on dev (its kept setting's first seed, up to 2,000 pairs): the share of its
     weights below 0 and of the tokens that receive nothing (every weight 0), per matrix of weights
-    (matching.results.split_matrices); written to `out` (JSON) and kept there for runs pulled without checkpoints.
+    (matching.results.split_matrices), and the learned scalars that shape them (Aligner.learned_constants:
+    differential's λ, ...); written to `out` (JSON: family -> {matrix: shares, ..., "learned": {name: value}}, the
+    last only for an aligner that has such scalars) and kept there for runs pulled without checkpoints.
     `path_settings`: the study command's `paths.*` (Launch.path_settings), where each run reads its dev split (as its
     test evaluation does: the corpora may have moved since the run was trained)."""
     from matching.results.split_matrices import split_matrices
@@ -148,9 +154,12 @@ def weight_table(
             if family in known:
                 shares[family] = known[family]
             continue
-        summary = split_matrices(load_run(checkpoint, settings=dict(path_settings or {})), "dev").summary()
+        trained = load_run(checkpoint, settings=dict(path_settings or {}))
+        summary = split_matrices(trained, "dev").summary()
         shares[family] = {name: {k: s[k] for k in ("cells", "negative", "attends_to_nothing")}
                           for name, s in summary.items() if "attends_to_nothing" in s}  # fmt: skip
+        if learned := trained.model.aligner.learned_constants():
+            shares[family][LEARNED] = learned
     if not shares:
         return []
     write_json(out, shares)
@@ -160,8 +169,15 @@ def weight_table(
              "| family | matrix | weights | below 0 | tokens given nothing |", "|---|---|---|---|---|"]  # fmt: skip
     for family, matrices in shares.items():
         for name, s in matrices.items():
-            lines.append(f"| {spec.families[family].label} | `{name}` | {s['cells']:,} | {100 * s['negative']:.1f} % | "
-                         f"{100 * s['attends_to_nothing']:.1f} % |")  # fmt: skip
+            if name != LEARNED:
+                lines.append(f"| {spec.families[family].label} | `{name}` | {s['cells']:,} | "
+                             f"{100 * s['negative']:.1f} % | {100 * s['attends_to_nothing']:.1f} % |")  # fmt: skip
+    learned = [(family, name, value) for family, matrices in shares.items()
+               for name, value in matrices.get(LEARNED, {}).items()]  # fmt: skip
+    if learned:
+        lines += ["", "The learned scalars that shape those weights (the same models):", "",
+                  "| family | learned | value |", "|---|---|---|"]  # fmt: skip
+        lines += [f"| {spec.families[family].label} | {name} | {value:.4g} |" for family, name, value in learned]
     return [*lines, ""]
 
 
