@@ -63,7 +63,8 @@ def test_histogram_mode_over_the_dev_set(wikiqa_run, tmp_path, capsys):
     assert 0 < summary["M"]["negative"] < 1  # the default CoDA subtracts as well as adds, on real text
     assert summary["M"]["attends_to_nothing"] == 0  # tanh(E) ⊙ sigmoid(N) is never exactly 0 on real text
     assert "attends_to_nothing" not in summary["gate"]  # a gate weighs nothing
-    assert "negative" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "negative" in printed and "learned:" not in printed  # CoDA learns no scalar of its weights
 
 
 def test_a_token_receives_nothing_when_all_its_weights_over_real_tokens_are_zero():
@@ -156,13 +157,17 @@ def test_matrix_descriptions_follow_the_config():
     )
 
 
-def test_histograms_label_their_axes(wikiqa_run, tmp_path, monkeypatch):
+def test_histograms_label_their_axes(wikiqa_run, tmp_path, monkeypatch, capsys):
+    from matching.model.aligners import CoDAAligner
+
     texts = _figure_texts(monkeypatch)
+    monkeypatch.setattr(CoDAAligner, "learned_constants", lambda self: {"λ": -0.25, "s": 1.5})  # as differential's
     run, _ = wikiqa_run
     out = tmp_path / "hist.png"
     assert main([f"ckpt={run / 'checkpoints' / 'best.ckpt'}", "mode=histogram", "max_pairs=50", f"out={out}"]) == 0
     assert {"value of a cell", "cells (log scale)"} <= set(texts)
     assert any(t.startswith("tanh(E) (affinity)") for t in texts)
+    assert "learned: λ = -0.25, s = 1.5" in capsys.readouterr().out  # the aligner's learned scalars, after the table
 
 
 def test_value_range_is_what_each_matrix_can_take_by_its_formula():
