@@ -182,11 +182,12 @@ def test_threads_one_for_a_small_call_more_for_a_big_one_never_over_the_cap():
 def test_an_exported_model_is_served_on_onnx_runtime_alone(exported, tmp_path):
     """matching-serve-onnx in a process where torch, Lightning and Hydra cannot be imported (nor in its workers)."""
     import os
+    import signal
     import time
     import urllib.error
     import urllib.request
 
-    from matching.serving.server import free_port
+    from matching.serving.server import STOP_DEADLINE_S, free_port
 
     run_dir, onnx_folder, _ = exported
     blocked = tmp_path / "blocked"
@@ -230,9 +231,15 @@ def test_an_exported_model_is_served_on_onnx_runtime_alone(exported, tmp_path):
         with urllib.request.urlopen(url + "/info", timeout=10) as answer:
             info = json.loads(answer.read())["model"]
         assert info["backend"] == "onnx" and info["endpoints"] == ["/classify"]
+        # It stops cleanly, its second process too, though that one may still be loading (on CI this stop once
+        # hung: the supervisor waited for the loading process's "ready").
+        os.killpg(server.pid, signal.SIGTERM)
+        status = server.wait(timeout=STOP_DEADLINE_S + 30)
+        assert status == 0, server.stdout.read().decode()[-6000:]
     finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
 
 
 def _distributions(requirements: list[str]) -> dict:

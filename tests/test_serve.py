@@ -12,6 +12,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -248,7 +249,9 @@ def test_command_line_mistakes_are_reported_before_anything_starts(snli_run, tmp
 def _start(ckpt, port: int):
     """A server as a user starts it (its own process group, so that the test can find every process it made)."""
     cmd = [sys.executable, "-m", "matching.serve", f"ckpt={ckpt}", f"port={port}", "threads=1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    said = tempfile.TemporaryFile()  # what it says (read by a failing test: `_said`)
+    proc = subprocess.Popen(cmd, stdout=said, stderr=subprocess.STDOUT, start_new_session=True)
+    proc.said = said
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         try:
@@ -297,14 +300,119 @@ def test_a_killed_server_leaves_no_process_holding_its_port(snli_run):
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def _said(proc) -> str:
+    """The end of what a server of `_start` has said (its stop's report where the stop got stuck)."""
+    proc.said.seek(0)
+    return proc.said.read().decode(errors="replace")[-6000:]
+
+
 @pytest.mark.slow
 def test_sigterm_shuts_down_as_ctrl_c_does(snli_run):
     port = free_port()
     proc = _start(snli_run[0] / "checkpoints" / "best.ckpt", port)
     try:
         proc.terminate()
-        assert proc.wait(timeout=60) == 0
+        try:
+            status = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running 60 s after SIGTERM; it said:\n{_said(proc)}") from None
+        assert status == 0, _said(proc)
         assert _gone(proc.pid, port)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+SUPERVISED = """
+import multiprocessing, os, sys, time
+from omegaconf import OmegaConf
+from matching.errors import RunError
+from matching.serving import server
+
+
+def worker(cfg, ready, workers):  # the first serves at once; the second still loads, or dies as it loads
+    name = multiprocessing.current_process().name
+    if name.endswith("1"):
+        ready.put((name, "ready"))
+        print("serving", flush=True)
+    elif sys.argv[1] == "dies":
+        os._exit(9)
+    time.sleep(600)
+
+
+if __name__ == "__main__":
+    server._worker_process = worker
+    try:
+        server.supervise(OmegaConf.create({"host": "127.0.0.1", "port": server.free_port()}), 2)
+    except RunError as err:
+        print(err, flush=True)
+        sys.exit(2)
+"""
+
+
+@pytest.mark.parametrize("second", ["loads", "dies"])
+def test_the_supervisor_stops_or_fails_while_a_server_process_still_loads(second, tmp_path):
+    """workers=N: SIGTERM while a process still loads (its first sibling serving already) stops them all at once;
+    a process that dies as it loads, without a word, fails the start with its status. (The supervisor waited
+    ten minutes for the loading process's "ready", and forever for the dead one's.)"""
+    script = tmp_path / "supervised.py"
+    script.write_text(SUPERVISED)
+    proc = subprocess.Popen([sys.executable, str(script), second], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True, text=True)  # fmt: skip
+    try:
+        if second == "loads":
+            assert proc.stdout.readline().strip() == "serving"
+            proc.terminate()
+            assert proc.wait(timeout=20) == 0
+            assert _gone(proc.pid, 1)
+        else:
+            assert proc.wait(timeout=30) == 2
+            said = proc.stdout.read()
+            assert "a server process could not start: matching-serve worker 2 ended with status 9" in said, said
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+HUNG_STOP = """
+import contextlib, sys, time
+from fastapi import FastAPI
+from omegaconf import OmegaConf
+from matching.serving import server
+
+server.STOP_DEADLINE_S = 2
+
+@contextlib.asynccontextmanager
+async def lifespan(app):
+    yield
+    time.sleep(600)  # a stop that never ends: the event loop blocked in the app's shutdown
+
+sock = server._listen("127.0.0.1", 0)
+print(sock.getsockname()[1], flush=True)
+settings = OmegaConf.create({"log_level": "warning", "access_log": False})
+server.Server(FastAPI(lifespan=lifespan), [], sock, settings).run()
+"""
+
+
+def test_a_stop_that_hangs_ends_within_its_deadline_with_every_threads_stack():
+    """A server whose stop is stuck (here the app's shutdown, blocking the event loop) does not hold its port for
+    good after SIGTERM: at the deadline it says so, prints what each thread waits on and exits with status 1."""
+    proc = subprocess.Popen([sys.executable, "-c", HUNG_STOP], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, text=True)  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{int(proc.stdout.readline())}"
+        deadline = time.monotonic() + 60
+        while True:  # uvicorn takes the signals once it serves (a 404: nothing is routed)
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url, timeout=2).status_code == 404:
+                    break
+            time.sleep(0.1)
+        proc.terminate()
+        assert proc.wait(timeout=30) == 1
+        said = proc.stderr.read()
+        assert "still running 2 s after SIGTERM: its stop is stuck, which is a bug of ours" in said
+        assert "--- thread MainThread" in said and ", in lifespan\n" in said  # where it waits
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

@@ -11,12 +11,15 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import traceback
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -37,6 +40,12 @@ EVERY_ADDRESS = ("0.0.0.0", "::", "")
 #: `workers=auto`: one server process per core, at most this many (each holds its own copy of the models).
 MAX_AUTO_WORKERS = 4
 
+#: After Ctrl+C or SIGTERM, the requests under way get this long to be answered (uvicorn's graceful shutdown) ...
+GRACEFUL_SHUTDOWN_S = 10
+#: ... and the whole stop this long, the models' threads and the interpreter's exit included: a process still there
+#: is stuck (a bug of ours), prints its threads' stacks and exits with status 1 rather than hold the port for good.
+STOP_DEADLINE_S = 30
+
 
 @dataclass
 class Server:
@@ -51,19 +60,56 @@ class Server:
         import uvicorn
 
         config = uvicorn.Config(self.app, log_level=self.cfg.log_level, access_log=bool(self.cfg.access_log),
-                                lifespan="on", timeout_graceful_shutdown=10)  # fmt: skip
-        # uvicorn handles SIGINT and SIGTERM (it stops taking requests and answers those under way), then raises
-        # the signal again for the handler it found: these make that a normal exit, status 0, after the workers.
+                                lifespan="on", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)  # fmt: skip
+        server = uvicorn.Server(config)
+        handle_exit = server.handle_exit
+
+        def stop(signum: int, frame: Any) -> None:
+            stop_within(STOP_DEADLINE_S, signal.Signals(signum).name)
+            handle_exit(signum, frame)
+
+        # uvicorn handles SIGINT and SIGTERM while it serves (it stops taking requests and answers those under way)
+        # through `handle_exit`, then raises the signal again for the handler it found. `stop` is both: it arms the
+        # stop's deadline, and a signal that comes before uvicorn takes over (or after it is done) is not lost but
+        # tells uvicorn to stop as soon as it has started. Either way a normal exit, status 0.
+        server.handle_exit = stop
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, _stopped)
+            signal.signal(sig, stop)
         try:
-            uvicorn.Server(config).run(sockets=[self.sock])
+            server.run(sockets=[self.sock])
         finally:
             self.sock.close()
 
 
-def _stopped(signum: int, frame: Any) -> None:
-    """Ctrl+C or SIGTERM after uvicorn has stopped: nothing more to do than what `Server.run` does next."""
+_deadline_armed = threading.Event()
+
+
+def stop_within(seconds: float, why: str) -> None:
+    """The first call arms the stop's deadline: if this process is still there `seconds` later, it says so, prints
+    every thread's stack (what the stop waits on) and exits with status 1. A Python thread does that while the
+    interpreter runs; SIGALRM, left to its default action, ends the process a few seconds later where the
+    interpreter itself is stuck (in its exit, or in native code that holds the GIL)."""
+    if _deadline_armed.is_set():
+        return
+    _deadline_armed.set()
+
+    def expire() -> None:
+        time.sleep(seconds)
+        print(
+            f"matching-serve: still running {seconds:g} s after {why}: its stop is stuck, which is a bug of ours; "
+            "please report it with the threads' stacks below. Exiting with status 1.",
+            file=sys.stderr,
+        )
+        names = {thread.ident: thread.name for thread in threading.enumerate()}
+        for ident, frame in sys._current_frames().items():
+            print(f"--- thread {names.get(ident, ident)}", file=sys.stderr)
+            traceback.print_stack(frame, file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)
+
+    threading.Thread(target=expire, name="matching-serve stop deadline", daemon=True).start()
+    if hasattr(signal, "alarm") and signal.getsignal(signal.SIGALRM) == signal.SIG_DFL:
+        signal.alarm(int(seconds) + 5)
 
 
 def _positive(cfg: DictConfig, key: str) -> int:
@@ -238,18 +284,20 @@ def build_served_app(cfg: DictConfig, workers: int = 1, settings: dict | None = 
 
 def _worker_process(cfg: dict, ready: Any, workers: int) -> None:
     """One server process of `workers=N`: loads the runs, listens on the port beside the others (SO_REUSEPORT),
-    says "ready" (or why not), serves, and ends when its supervisor is gone."""
+    says "ready" (or why not) under its name, serves, and ends when its supervisor is gone."""
     from matching.serving.batcher import watch_parent
 
+    name = multiprocessing.current_process().name
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # while it loads, Ctrl+C comes as the supervisor's SIGTERM
     watch_parent(os.getppid())
     try:
         config = OmegaConf.create(cfg)
         server = build_server(config, sock=_listen(str(config.host), int(config.port), reuse_port=True),
                               workers=workers)  # fmt: skip
     except Exception as err:  # reported by the supervisor, which exits with status 2
-        ready.put(f"{type(err).__name__}: {err}" if not isinstance(err, RunError) else str(err))
+        ready.put((name, f"{type(err).__name__}: {err}" if not isinstance(err, RunError) else str(err)))
         return
-    ready.put("ready")
+    ready.put((name, "ready"))
     gc.collect()
     gc.freeze()
     server.run()
@@ -268,7 +316,10 @@ def supervise(cfg: DictConfig, workers: int) -> None:
     processes = [context.Process(target=_worker_process, args=(config, ready, workers),
                                  name=f"matching-serve worker {i + 1}") for i in range(workers)]  # fmt: skip
 
+    stopping = threading.Event()
+
     def stop(*_: Any) -> None:
+        stopping.set()
         for process in processes:
             if process.is_alive() and process.pid is not None:
                 os.kill(process.pid, signal.SIGTERM)
@@ -277,8 +328,13 @@ def supervise(cfg: DictConfig, workers: int) -> None:
         signal.signal(sig, stop)
     for process in processes:
         process.start()
-    for _ in processes:
-        message = ready.get(timeout=600)
+    # Each process says "ready" or why not. A signal while some still load stops them all (the first may be
+    # serving already): nothing is left waiting for a word that a stopped process will not send.
+    loading = {process.name: process for process in processes}
+    while loading and not stopping.is_set():
+        name, message = _next_word(ready, loading)
+        if message is None or stopping.is_set():  # a process stopped by the signal is no failure to start
+            continue
         if message != "ready":
             stop()
             for process in processes:
@@ -286,8 +342,26 @@ def supervise(cfg: DictConfig, workers: int) -> None:
                 if process.is_alive():
                     process.kill()
             raise RunError(f"a server process could not start: {message}")
+        del loading[name]
     for process in processes:
         process.join()
+
+
+def _next_word(ready: Any, loading: dict) -> tuple[str | None, str | None]:
+    """(name, word) of what a server process of `supervise` still `loading` says next: "ready" or why it cannot
+    start; (None, None) if nothing within half a second. A process that ended without a word (killed while it
+    loaded: the OOM killer) is a word too."""
+    try:
+        return ready.get(timeout=0.5)
+    except queue.Empty:
+        pass
+    for name, process in loading.items():
+        if process.exitcode is not None:
+            try:  # its word may still be on its way through the queue's pipe
+                return ready.get(timeout=1.0)
+            except queue.Empty:
+                return name, f"{name} ended with status {process.exitcode} before it was ready"
+    return None, None
 
 
 def run_server(cfg: DictConfig) -> None:
