@@ -412,7 +412,7 @@ def test_a_stop_that_hangs_ends_within_its_deadline_with_every_threads_stack():
         assert proc.wait(timeout=30) == 1
         said = proc.stderr.read()
         assert "still running 2 s after SIGTERM: its stop is stuck, which is a bug of ours" in said
-        assert "--- thread MainThread" in said and ", in lifespan\n" in said  # where it waits
+        assert "Current thread" in said and " in lifespan\n" in said  # where it waits
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

@@ -8,6 +8,7 @@ models load through matching.inference.
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import multiprocessing
 import os
@@ -19,7 +20,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -99,12 +99,9 @@ def stop_within(seconds: float, why: str) -> None:
             f"matching-serve: still running {seconds:g} s after {why}: its stop is stuck, which is a bug of ours; "
             "please report it with the threads' stacks below. Exiting with status 1.",
             file=sys.stderr,
+            flush=True,
         )
-        names = {thread.ident: thread.name for thread in threading.enumerate()}
-        for ident, frame in sys._current_frames().items():
-            print(f"--- thread {names.get(ident, ident)}", file=sys.stderr)
-            traceback.print_stack(frame, file=sys.stderr)
-        sys.stderr.flush()
+        faulthandler.dump_traceback(file=2, all_threads=True)  # the process's stderr, whatever sys.stderr is now
         os._exit(1)
 
     threading.Thread(target=expire, name="matching-serve stop deadline", daemon=True).start()
