@@ -141,7 +141,7 @@ def write_ranking(rows: list[Row], path: Path) -> list[str]:
         against = shown[0].comparison.baseline + (f" ({base.mean:.2f})" if base else "")
         ax.set_title(f"{task}: {split} {metric} ({role}), Δ vs {against}", fontsize=10)
         ax.set_xlabel(f"Δ {metric} (points), 95 % interval over seeds and units; filled: resolved (Holm-adjusted "
-                      "p < 0.05); grey: ± detectable Δ (80 % power); each row: name (mean)", fontsize=7)  # fmt: skip
+                      "p < 0.05)\ngrey: ± detectable Δ (80 % power); each row: name (mean)", fontsize=7)  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
