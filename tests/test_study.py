@@ -311,6 +311,19 @@ def test_a_study_declares_its_primary_comparison_for_every_task_or_per_task():
     assert read_spec({"name": "t", "tasks": tasks, "families": families}).primary == {}
 
 
+def test_the_page_says_the_declared_primary_comparison_and_when_it_was_declared():
+    from matching.studies.page import primary_text
+
+    families = {"a": {"label": "CoDA, centred"}, "b": {"label": "softmax, 40 epochs"}, "c": {}}
+    tasks = {"x": ["task=pairs"], "y": ["task=pairs"], "z": ["task=pairs"]}
+    spec = read_spec({"name": "t", "tasks": tasks, "families": families, "primary": {
+        "x": {"family": "a", "against": "b"}, "y": {"family": "a", "against": "b"},
+        "z": {"family": "c", "against": "b", "declared": "after the runs, once TrecQA was seen"}}})  # fmt: skip
+    said = primary_text(spec)
+    assert said == ("CoDA, centred against softmax, 40 epochs (x, y; declared before the runs); c against softmax, "
+                    "40 epochs (z; declared after the runs, once TrecQA was seen)")  # fmt: skip
+
+
 def test_a_task_config_can_stand_for_a_study_task():
     spec = read_spec({"name": "t", "tasks": {"x": ["task=pairs"]}, "families": {"a": {"overrides": []}}}, ["trecqa"])
     assert spec.tasks == {"trecqa": ("task=trecqa",)}

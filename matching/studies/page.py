@@ -196,6 +196,18 @@ def data_hint(tasks: dict[str, list[str]], command: str) -> list[str]:
     return [*hint, ""] if hint else []
 
 
+def primary_text(spec: StudySpec) -> str:
+    """The study's declared primary comparison as its page says it: each family against its baseline, the tasks it
+    holds for and when it was declared (before the runs, or the declaration's own when and why)."""
+    labels = {name: family.label for name, family in spec.families.items()}
+    tasks: dict[tuple[str, str, str], list[str]] = {}
+    for task, primary in spec.primary.items():
+        when = f"declared {primary.declared}" if primary.declared else "declared before the runs"
+        tasks.setdefault((primary.family, primary.against, when), []).append(task)
+    return "; ".join(f"{labels.get(family, family)} against {labels.get(against, against)} ({', '.join(names)}; "
+                     f"{when})" for (family, against, when), names in tasks.items())  # fmt: skip
+
+
 def write_page(
     spec: StudySpec,
     study_dir: Path,
@@ -253,6 +265,11 @@ def write_page(
         "is no verdict (docs/comparing.md, 'Two seeds a side'). Beside it, the conditional test over units alone "
         "(these trained models, seeds averaged), which says "
         "nothing about the method.",
+        *(
+            [f"- Primary comparison (the question the study was run to answer): {primary_text(spec)}."]
+            if spec.primary
+            else []
+        ),  # fmt: skip
         f"- Many comparisons: {MANY_RULE}.",
         *(
             [
