@@ -394,6 +394,41 @@ server.Server(FastAPI(lifespan=lifespan), [], sock, settings).run()
 """
 
 
+SERVED_AND_ON = """
+import os, signal, threading, time
+import httpx
+from fastapi import FastAPI
+from omegaconf import OmegaConf
+from matching.serving import server
+
+server.STOP_DEADLINE_S = 1
+sock = server._listen("127.0.0.1", 0)
+url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def stop_when_served():
+    while True:
+        try:
+            httpx.get(url, timeout=1)
+            break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+threading.Thread(target=stop_when_served, daemon=True).start()
+settings = OmegaConf.create({"log_level": "warning", "access_log": False})
+server.Server(FastAPI(), [], sock, settings).run()
+time.sleep(2.5)  # past the stop's deadline and its alarm: neither may end this session
+print("went on", signal.getsignal(signal.SIGTERM) == signal.SIG_DFL, flush=True)
+"""
+
+
+def test_a_python_session_that_served_goes_on_after_the_stop_with_its_own_signal_handlers():
+    done = subprocess.run([sys.executable, "-c", SERVED_AND_ON], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "went on True", done.stderr[-3000:]
+
+
 def test_a_stop_that_hangs_ends_within_its_deadline_with_every_threads_stack():
     """A server whose stop is stuck (here the app's shutdown, blocking the event loop) does not hold its port for
     good after SIGTERM: at the deadline it says so, prints what each thread waits on and exits with status 1."""

@@ -63,50 +63,64 @@ class Server:
                                 lifespan="on", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)  # fmt: skip
         server = uvicorn.Server(config)
         handle_exit = server.handle_exit
+        deadline = StopDeadline(STOP_DEADLINE_S)
 
         def stop(signum: int, frame: Any) -> None:
-            stop_within(STOP_DEADLINE_S, signal.Signals(signum).name)
+            deadline.arm(signal.Signals(signum).name)
             handle_exit(signum, frame)
 
         # uvicorn handles SIGINT and SIGTERM while it serves (it stops taking requests and answers those under way)
         # through `handle_exit`, then raises the signal again for the handler it found. `stop` is both: it arms the
-        # stop's deadline, and a signal that comes before uvicorn takes over (or after it is done) is not lost but
-        # tells uvicorn to stop as soon as it has started. Either way a normal exit, status 0.
+        # stop's deadline, and a signal that comes before uvicorn takes over is not lost but tells uvicorn to stop
+        # as soon as it has started. Either way a normal exit, status 0; the caller's handlers come back after.
         server.handle_exit = stop
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, stop)
+        handlers = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             server.run(sockets=[self.sock])
         finally:
             self.sock.close()
+            deadline.disarm()
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
 
 
-_deadline_armed = threading.Event()
+class StopDeadline:
+    """How long a server's stop may take. Armed by the first Ctrl+C or SIGTERM: a process whose stop has not ended
+    `seconds` later says so, prints every thread's stack (what the stop waits on) and exits with status 1. A Python
+    thread does that while the interpreter runs; SIGALRM, left to its default action, ends the process a few seconds
+    later where the interpreter itself is stuck (in native code that holds the GIL). Disarmed once the server has
+    stopped, so that a Python session that served goes on."""
 
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.stopped = threading.Event()
+        self.armed = self.alarmed = False
 
-def stop_within(seconds: float, why: str) -> None:
-    """The first call arms the stop's deadline: if this process is still there `seconds` later, it says so, prints
-    every thread's stack (what the stop waits on) and exits with status 1. A Python thread does that while the
-    interpreter runs; SIGALRM, left to its default action, ends the process a few seconds later where the
-    interpreter itself is stuck (in its exit, or in native code that holds the GIL)."""
-    if _deadline_armed.is_set():
-        return
-    _deadline_armed.set()
+    def arm(self, why: str) -> None:
+        if self.armed or self.stopped.is_set():
+            return
+        self.armed = True
+        threading.Thread(target=self._expire, args=(why,), name="matching-serve stop deadline", daemon=True).start()
+        if hasattr(signal, "alarm") and signal.getsignal(signal.SIGALRM) == signal.SIG_DFL:
+            signal.alarm(int(self.seconds) + 5)
+            self.alarmed = True
 
-    def expire() -> None:
-        time.sleep(seconds)
+    def disarm(self) -> None:
+        self.stopped.set()
+        if self.alarmed:
+            signal.alarm(0)
+
+    def _expire(self, why: str) -> None:
+        if self.stopped.wait(self.seconds):
+            return
         print(
-            f"matching-serve: still running {seconds:g} s after {why}: its stop is stuck, which is a bug of ours; "
-            "please report it with the threads' stacks below. Exiting with status 1.",
+            f"matching-serve: still running {self.seconds:g} s after {why}: its stop is stuck, which is a bug of "
+            "ours; please report it with the threads' stacks below. Exiting with status 1.",
             file=sys.stderr,
             flush=True,
         )
         faulthandler.dump_traceback(file=2, all_threads=True)  # the process's stderr, whatever sys.stderr is now
         os._exit(1)
-
-    threading.Thread(target=expire, name="matching-serve stop deadline", daemon=True).start()
-    if hasattr(signal, "alarm") and signal.getsignal(signal.SIGALRM) == signal.SIG_DFL:
-        signal.alarm(int(seconds) + 5)
 
 
 def _positive(cfg: DictConfig, key: str) -> int:
