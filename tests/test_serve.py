@@ -324,7 +324,7 @@ def test_sigterm_shuts_down_as_ctrl_c_does(snli_run):
 
 
 SUPERVISED = """
-import multiprocessing, os, sys, time
+import multiprocessing, os, signal, sys, time
 from omegaconf import OmegaConf
 from matching.errors import RunError
 from matching.serving import server
@@ -344,6 +344,7 @@ if __name__ == "__main__":
     server._worker_process = worker
     try:
         server.supervise(OmegaConf.create({"host": "127.0.0.1", "port": server.free_port()}), 2)
+        print("handlers back", signal.getsignal(signal.SIGTERM) == signal.SIG_DFL, flush=True)
     except RunError as err:
         print(err, flush=True)
         sys.exit(2)
@@ -364,6 +365,7 @@ def test_the_supervisor_stops_or_fails_while_a_server_process_still_loads(second
             assert proc.stdout.readline().strip() == "serving"
             proc.terminate()
             assert proc.wait(timeout=20) == 0
+            assert proc.stdout.read().strip() == "handlers back True"
             assert _gone(proc.pid, 1)
         else:
             assert proc.wait(timeout=30) == 2

@@ -335,27 +335,30 @@ def supervise(cfg: DictConfig, workers: int) -> None:
             if process.is_alive() and process.pid is not None:
                 os.kill(process.pid, signal.SIGTERM)
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, stop)
-    for process in processes:
-        process.start()
-    # Each process says "ready" or why not. A signal while some still load stops them all (the first may be
-    # serving already): nothing is left waiting for a word that a stopped process will not send.
-    loading = {process.name: process for process in processes}
-    while loading and not stopping.is_set():
-        name, message = _next_word(ready, loading)
-        if message is None or stopping.is_set():  # a process stopped by the signal is no failure to start
-            continue
-        if message != "ready":
-            stop()
-            for process in processes:
-                process.join(15)
-                if process.is_alive():
-                    process.kill()
-            raise RunError(f"a server process could not start: {message}")
-        del loading[name]
-    for process in processes:
-        process.join()
+    handlers = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for process in processes:
+            process.start()
+        # Each process says "ready" or why not. A signal while some still load stops them all (the first may be
+        # serving already): nothing is left waiting for a word that a stopped process will not send.
+        loading = {process.name: process for process in processes}
+        while loading and not stopping.is_set():
+            name, message = _next_word(ready, loading)
+            if message is None or stopping.is_set():  # a process stopped by the signal is no failure to start
+                continue
+            if message != "ready":
+                stop()
+                for process in processes:
+                    process.join(15)
+                    if process.is_alive():
+                        process.kill()
+                raise RunError(f"a server process could not start: {message}")
+            del loading[name]
+        for process in processes:
+            process.join()
+    finally:  # the caller's handlers back (a Python session that served goes on)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 def _next_word(ready: Any, loading: dict) -> tuple[str | None, str | None]:
