@@ -65,21 +65,19 @@ def start(cfg: DictConfig) -> str:
 def run_on_ray(cfg: DictConfig) -> None:
     """`matching-serve engine=ray`: deploy, say where, and serve until Ctrl+C or SIGTERM, then take the deployment
     down (and the local cluster with it, when this command started one)."""
-    import signal
     import threading
 
     import ray
     from ray import serve
 
-    from matching.serving.server import say_who_is_answered
+    from matching.serving.server import say_who_is_answered, stop_signals_to
 
     url = start(cfg)
     say_who_is_answered(cfg)
     print(f"serving {cfg.ckpt} on Ray Serve at {url} ({(cfg.get('ray') or {}).get('replicas', 1)} replicas)",
           file=sys.stderr)  # fmt: skip
     stopped = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stopped.set())
-    stopped.wait()
+    with stop_signals_to(lambda *_: stopped.set()):
+        stopped.wait()
     serve.shutdown()
     ray.shutdown()

@@ -74,14 +74,24 @@ class Server:
         # stop's deadline, and a signal that comes before uvicorn takes over is not lost but tells uvicorn to stop
         # as soon as it has started. Either way a normal exit, status 0; the caller's handlers come back after.
         server.handle_exit = stop
-        handlers = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            server.run(sockets=[self.sock])
-        finally:
-            self.sock.close()
-            deadline.disarm()
-            for sig, handler in handlers.items():
-                signal.signal(sig, handler)
+        with stop_signals_to(stop):
+            try:
+                server.run(sockets=[self.sock])
+            finally:
+                self.sock.close()
+                deadline.disarm()
+
+
+@contextmanager
+def stop_signals_to(handler: Any) -> Iterator[None]:
+    """Ctrl+C and SIGTERM go to `handler` within the block; the caller's handlers come back after it (a Python
+    session that served goes on as it was)."""
+    before = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler_before in before.items():
+            signal.signal(sig, handler_before)
 
 
 class StopDeadline:
@@ -335,8 +345,7 @@ def supervise(cfg: DictConfig, workers: int) -> None:
             if process.is_alive() and process.pid is not None:
                 os.kill(process.pid, signal.SIGTERM)
 
-    handlers = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with stop_signals_to(stop):
         for process in processes:
             process.start()
         # Each process says "ready" or why not. A signal while some still load stops them all (the first may be
@@ -356,9 +365,6 @@ def supervise(cfg: DictConfig, workers: int) -> None:
             del loading[name]
         for process in processes:
             process.join()
-    finally:  # the caller's handlers back (a Python session that served goes on)
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
 
 
 def _next_word(ready: Any, loading: dict) -> tuple[str | None, str | None]:
