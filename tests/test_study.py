@@ -320,7 +320,7 @@ def test_the_page_says_the_declared_primary_comparison_and_when_it_was_declared(
         "x": {"family": "a", "against": "b"}, "y": {"family": "a", "against": "b"},
         "z": {"family": "c", "against": "b", "declared": "after the runs, once TrecQA was seen"}}})  # fmt: skip
     said = primary_text(spec)
-    assert said == ("CoDA, centred against softmax, 40 epochs (x, y; declared before the runs); c against softmax, "
+    assert said == ("CoDA, centred against softmax, 40 epochs (x, y; declared before its runs); c against softmax, "
                     "40 epochs (z; declared after the runs, once TrecQA was seen)")  # fmt: skip
 
 

@@ -198,12 +198,11 @@ def data_hint(tasks: dict[str, list[str]], command: str) -> list[str]:
 
 def primary_text(spec: StudySpec) -> str:
     """The study's declared primary comparison as its page says it: each family against its baseline, the tasks it
-    holds for and when it was declared (before the runs, or the declaration's own when and why)."""
+    holds for and when it was declared (`Primary.when`)."""
     labels = {name: family.label for name, family in spec.families.items()}
     tasks: dict[tuple[str, str, str], list[str]] = {}
     for task, primary in spec.primary.items():
-        when = f"declared {primary.declared}" if primary.declared else "declared before the runs"
-        tasks.setdefault((primary.family, primary.against, when), []).append(task)
+        tasks.setdefault((primary.family, primary.against, primary.when), []).append(task)
     return "; ".join(f"{labels.get(family, family)} against {labels.get(against, against)} ({', '.join(names)}; "
                      f"{when})" for (family, against, when), names in tasks.items())  # fmt: skip
 

@@ -85,6 +85,11 @@ class Primary:
     against: str
     declared: str = ""
 
+    @property
+    def when(self) -> str:
+        """When it was named, as pages and headlines say it: before its runs, or the declaration's own when and why."""
+        return f"declared {self.declared}" if self.declared else "declared before its runs"
+
 
 @dataclass(frozen=True)
 class StudySpec:

@@ -121,10 +121,8 @@ def headline(folder: Path, primary: dict[str, Primary] | None = None, study: str
                        f"{verdict_cell(frozen, 'coda_frozen')}")  # fmt: skip
         label = labels.get(best["name"], best["name"])
         if not sentences:
-            if chosen and declared.declared:
-                said = f"the study's primary comparison, declared {declared.declared}"
-            elif chosen:
-                said = "the study's primary comparison, declared before its runs"
+            if chosen:
+                said = f"the study's primary comparison, {declared.when}"
             else:
                 said = "selected: the fine-tuned family with the best dev MAP, reported on the same dev questions"
             how_long = (
