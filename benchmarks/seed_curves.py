@@ -53,6 +53,11 @@ def runs_of(study: Path, task: str, family: str) -> list[Path]:
     return sorted((r for r in found if (r / "logs" / "metrics.csv").is_file()), key=lambda r: int(r.name[4:]))
 
 
+def legend_labels(variant: str, plain: str | None = None) -> tuple[str, str]:
+    """The legend's names of a panel's two families: the first is "not <variant>" unless named (10 epochs)."""
+    return plain or f"not {variant}", variant
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("study", type=Path)
@@ -60,6 +65,7 @@ def main() -> None:
     parser.add_argument("--metric", help="a logged dev metric (val/map); default: the runs' task.monitor")
     parser.add_argument("--panel", action="append", default=[], help="FAMILY,VARIANT (repeat; default: centring's)")
     parser.add_argument("--variant", default="centred", help="what the second family of a panel is, for the legend")
+    parser.add_argument("--plain", help="what the first family of a panel is, for the legend (default: not VARIANT)")
     parser.add_argument("--out", type=Path, default=Path("curves.png"))
     args = parser.parse_args()
     panels = [tuple(p.split(",")) for p in args.panel] or CENTRING
@@ -71,6 +77,7 @@ def main() -> None:
         sys.exit(f"no run with logs/metrics.csv under {args.study}/runs/{args.task}/<family>/default/ for: "
                  f"{', '.join(empty)}; name the study's folder and families as its page does")  # fmt: skip
     metric = args.metric or monitored(next(iter(runs.values())))
+    plain_label, variant_label = legend_labels(args.variant, args.plain)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -80,7 +87,7 @@ def main() -> None:
     rows = -(-len(panels) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3.4 * rows), sharey=True, squeeze=False)
     for ax, (plain, variant) in zip(axes.flat, panels, strict=False):
-        for family, colour, label in ((plain, "#999999", f"not {args.variant}"), (variant, "#1f5fa8", args.variant)):
+        for family, colour, label in ((plain, "#999999", plain_label), (variant, "#1f5fa8", variant_label)):
             for i, run in enumerate(runs[family]):
                 x, y = curve(run, metric)
                 ax.plot(x, y, color=colour, lw=1.4, alpha=0.9, label=label if i == 0 else None)
@@ -92,7 +99,7 @@ def main() -> None:
     for ax in axes[:, 0]:
         ax.set_ylabel(f"dev {metric.split('/')[-1]} (%)")
     axes[0, 0].legend(loc="lower right")
-    fig.suptitle(f"{args.task}: dev per epoch, every seed, not {args.variant} (grey) and {args.variant} (blue)",
+    fig.suptitle(f"{args.task}: dev per epoch, every seed, {plain_label} (grey) and {variant_label} (blue)",
                  fontsize=10)  # fmt: skip
     fig.tight_layout()
     fig.savefig(args.out, dpi=110)

@@ -78,3 +78,9 @@ def test_the_metric_drawn_is_the_runs_monitored_one(tmp_path):
     assert seed_curves.monitored([run]) == "val/acc"  # no config.yaml: accuracy
     (run / "config.yaml").write_text("task:\n  name: trecqa\n  monitor: val/map\n")
     assert seed_curves.monitored([run]) == "val/map"
+
+
+def test_the_first_familys_legend_is_not_the_variant_unless_named():
+    seed_curves = _script()
+    assert seed_curves.legend_labels("gated") == ("not gated", "gated")
+    assert seed_curves.legend_labels("30 epochs", "10 epochs") == ("10 epochs", "30 epochs")
