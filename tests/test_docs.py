@@ -594,3 +594,36 @@ def test_seed_counts_group_a_task_whose_cells_all_took_more():
     said = seed_counts(rows, labels)
     assert said == ("Seeds per cell: 3, except TrecQA clean-dev MAP (65 questions): 5 in every cell; SNLI check acc "
                     "(842 dev pairs): CoDA 7 (as the study's rule took them).")  # fmt: skip
+
+
+def test_a_run_copied_in_from_another_study_is_published_naming_no_folder_of_its_machine(tmp_path):
+    """A study may reuse another study's runs (copied in: the same overrides and seeds); their logs name where they
+    first ran, another clone's folder. The published copy names that study, not the folder."""
+    from matching.results.publish import push
+
+    study = tmp_path / "outputs" / "studies" / "mine"
+    run = study / "runs" / "t" / "f" / "default" / "seed1"
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text("{}")
+    (run / "config.yaml").write_text("paths:\n  data_dir: /corpora\n")
+    (run / "train.log").write_text(
+        "sweep run /elsewhere/clone2/outputs/studies/signed_aligners/runs/t/f/default/seed1: skipped, complete\n"
+        f"sweep run {study}/runs/t/f/default/seed1: skipped, complete\n"
+    )
+    assert push("mine", root=tmp_path) == 1
+    log = (tmp_path / "docs" / "studies" / "mine" / "runs" / "t" / "f" / "default" / "seed1" / "train.log").read_text()
+    assert "sweep run <study signed_aligners>/runs/t/f/default/seed1" in log
+    assert "sweep run <study>/runs/t/f/default/seed1" in log
+    assert "/elsewhere" not in log and str(tmp_path) not in log
+
+
+def test_no_published_run_names_a_folder_of_the_machine_it_ran_on():
+    from matching.results.publish import OTHER_STUDY
+
+    named = []
+    for path in (ROOT / "docs" / "studies").glob("*/runs/**/*"):
+        if path.name in ("train.log", "config.yaml", "provenance.json"):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if OTHER_STUDY.search(text) or str(ROOT) in text:
+                named.append(str(path.relative_to(ROOT)))
+    assert not named, f"published runs naming a machine's folder (publish push scrubs them): {named[:5]}"

@@ -161,3 +161,23 @@ def test_each_task_looks_on_its_own_whichever_tasks_the_command_names(tmp_path: 
     waiting = [d for d in replayed.decisions if d.task == "other" and d.status == WAITING]
     assert waiting == [d for d in replayed.decisions if d.task == "other" and d.looks[-1].seeds == 3 and
                        d.status == WAITING]  # fmt: skip
+
+
+def test_two_baselines_against_each_other_are_one_hypothesis_of_a_looks_holm(tmp_path: Path, monkeypatch):
+    """With two baselines, A against B and B against A are listed both ways (each baseline's column shows the pair)
+    but tested once: each look's Holm counts every pair of families once, as the page's own Holm does. Counted
+    twice, every other comparison of the look paid for one hypothesis more."""
+    from matching.results.significance import holm
+
+    monkeypatch.setattr(protocol, "launch", _fake_launch([]))
+    spec = read_spec({"name": "s", "tasks": {"snli": ["task=snli"]}, "families": FAMILIES,
+                      "baselines": ["softmax", "better"], "seeds": {"min": 3, "max": 9, "step": 2}})  # fmt: skip
+    plan = run_study(spec, tmp_path, Launch()).seeds
+    both_ways = [d for d in plan.decisions if {d.family, d.baseline} == {"softmax", "better"}]
+    assert len(both_ways) == 2 and both_ways[0].status == both_ways[1].status == RESOLVED
+    first = [(d, d.looks[0]) for d in plan.decisions]
+    pairs = {frozenset((d.family, d.baseline)): look.p_value for d, look in first}
+    assert len(pairs) == len(first) - 1
+    expected = dict(zip(pairs, holm(list(pairs.values())), strict=True))
+    for d, look in first:
+        assert look.p_adjusted == pytest.approx(expected[frozenset((d.family, d.baseline))]), (d.family, d.baseline)

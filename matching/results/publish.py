@@ -198,6 +198,11 @@ def render_files(root: Path | None = None) -> list[Path]:
     return changed
 
 
+#: A study folder of another clone or machine (a run copied in from another study names where it first ran, e.g.
+#: "sweep run /home/me/clone/outputs/studies/signed_aligners/runs/...: skipped"): published as `<study NAME>`.
+OTHER_STUDY = re.compile(r"(?<![\w<>])/[^\s'\"<>]*?/outputs/studies/(\w+)")
+
+
 def machine_paths(run: Path, source: Path) -> dict[str, str]:
     """The absolute paths of the machine a run was trained on, as they appear in its config and log, and what a
     published copy says instead: each `paths.*` folder as `<paths.KEY>`, the study's folder as `<study>` (the keys
@@ -232,6 +237,7 @@ def _copy_runs(source: Path, target: Path, files: tuple[str, ...], only_missing:
                     continue
                 for absolute, said in places.items():
                     text = text.replace(absolute, said)
+                text = OTHER_STUDY.sub(lambda m: f"<study {m[1]}>", text)
                 (destination / name).write_text(text, encoding="utf-8")
         if (run / "scores").is_dir():
             shutil.copytree(run / "scores", destination / "scores", dirs_exist_ok=True)

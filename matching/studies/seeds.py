@@ -114,7 +114,8 @@ Comparison = tuple[str, str, str]  # (task, family, baseline)
 
 def comparisons(spec: StudySpec) -> list[Comparison]:
     """(task, family, baseline) of every comparison the seeds are added for: each family against each baseline,
-    and each family against its twin (`study.twins`), each pair once."""
+    and each family against its twin (`study.twins`) unless that pair is already there. Two baselines are listed
+    against each other both ways, so that each one's column shows the pair; the looks count it once (Holm)."""
     against_baselines = [(t, f, b) for t in spec.tasks for b in spec.baselines for f in spec.families if f != b]
     seen = {(t, frozenset((f, b))) for t, f, b in against_baselines}
     twins = [(t, f, b) for t in spec.tasks for f, b in spec.twins.items() if (t, frozenset((f, b))) not in seen]
@@ -179,7 +180,7 @@ def _task_looks(
             break  # runs of this look are missing: `needs` says which
         parts = {c: variance_parts(*tables[c]) for c in open_}
         raw = {c: float(t_p_value(p.difference, p.variance, p.df)) for c, p in parts.items()}
-        adjusted = dict(zip(open_, holm([raw[c] for c in open_]), strict=True))
+        adjusted = _holm_each_pair_once(open_, raw)
         for c in open_:
             made[c].append(Look(r, 100 * float(parts[c].difference), raw[c], adjusted[c], levels[k]))
             if adjusted[c] < levels[k]:
@@ -189,6 +190,15 @@ def _task_looks(
             elif bool(futile(parts[c], schedule[-1])):
                 status[c] = STOPPED
     return {c: Decision(*c, metric.get(c, ""), tuple(made[c]), status[c]) for c in mine}, needs
+
+
+def _holm_each_pair_once(open_: list[Comparison], raw: Mapping[Comparison, float]) -> dict[Comparison, float]:
+    """Holm over a look's open comparisons, each pair of families counted once: with two baselines, A against B and
+    B against A are one hypothesis (one p), listed both ways so that each baseline's column shows it. Counted twice,
+    the pair made every other comparison of the look pay for one hypothesis more than the page's own Holm does."""
+    pairs = {(c[0], frozenset(c[1:])): raw[c] for c in open_}  # the first listed direction's p (both have the same)
+    adjusted = dict(zip(pairs, holm(list(pairs.values())), strict=True))
+    return {c: adjusted[(c[0], frozenset(c[1:]))] for c in open_}
 
 
 def _look_tables(open_: list[Comparison], results: Mapping, kept: Mapping, seeds: int, metric: dict) -> dict | None:
