@@ -117,9 +117,15 @@ def comparisons(spec: StudySpec) -> list[Comparison]:
     and each family against its twin (`study.twins`) unless that pair is already there. Two baselines are listed
     against each other both ways, so that each one's column shows the pair; the looks count it once (Holm)."""
     against_baselines = [(t, f, b) for t in spec.tasks for b in spec.baselines for f in spec.families if f != b]
-    seen = {(t, frozenset((f, b))) for t, f, b in against_baselines}
-    twins = [(t, f, b) for t in spec.tasks for f, b in spec.twins.items() if (t, frozenset((f, b))) not in seen]
+    seen = {_pair(c) for c in against_baselines}
+    twins = [(t, f, b) for t in spec.tasks for f, b in spec.twins.items() if _pair((t, f, b)) not in seen]
     return against_baselines + twins
+
+
+def _pair(comparison: Comparison) -> tuple[str, frozenset[str]]:
+    """A comparison as the hypothesis it tests: its task and its two families, in either order."""
+    task, family, baseline = comparison
+    return task, frozenset((family, baseline))
 
 
 def _scores(
@@ -196,9 +202,9 @@ def _holm_each_pair_once(open_: list[Comparison], raw: Mapping[Comparison, float
     """Holm over a look's open comparisons, each pair of families counted once: with two baselines, A against B and
     B against A are one hypothesis (one p), listed both ways so that each baseline's column shows it. Counted twice,
     the pair made every other comparison of the look pay for one hypothesis more than the page's own Holm does."""
-    pairs = {(c[0], frozenset(c[1:])): raw[c] for c in open_}  # the first listed direction's p (both have the same)
+    pairs = {_pair(c): raw[c] for c in open_}  # the pair's p from either direction: the two are one test
     adjusted = dict(zip(pairs, holm(list(pairs.values())), strict=True))
-    return {c: adjusted[(c[0], frozenset(c[1:]))] for c in open_}
+    return {c: adjusted[_pair(c)] for c in open_}
 
 
 def _look_tables(open_: list[Comparison], results: Mapping, kept: Mapping, seeds: int, metric: dict) -> dict | None:
