@@ -2,6 +2,7 @@
 the loop that adds seeds to the undecided families only, on runs whose scores are known (no training)."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -181,3 +182,22 @@ def test_two_baselines_against_each_other_are_one_hypothesis_of_a_looks_holm(tmp
     expected = dict(zip(pairs, holm(list(pairs.values())), strict=True))
     for d, look in first:
         assert look.p_adjusted == pytest.approx(expected[frozenset((d.family, d.baseline))]), (d.family, d.baseline)
+
+
+def test_the_page_says_a_pair_of_baselines_once(tmp_path: Path, monkeypatch):
+    """Two baselines that need every seed to tell apart: each one's "why it stopped" names the other once, and the
+    looks' table gives the pair one row (its two directions are one test, with one decision)."""
+    from matching.studies.page import write_page
+
+    monkeypatch.setattr(protocol, "launch", _fake_launch([]))
+    spec = read_spec({"name": "s", "tasks": {"snli": ["task=snli"]}, "families": FAMILIES,
+                      "baselines": ["softmax", "close"], "seeds": {"min": 3, "max": 9, "step": 2}})  # fmt: skip
+    outcome = run_study(spec, tmp_path, Launch())
+    page = write_page(spec, tmp_path, outcome.choices, list(outcome.results.values()), "python -m matching.study",
+                      None, figures=False, seeds=outcome.seeds).read_text()  # fmt: skip
+    lines = page.splitlines()
+    for baseline, other in (("softmax", "close"), ("close", "softmax")):
+        why = next(line for line in lines if re.match(rf"\| {baseline} \| \d+ \| ", line))
+        assert why.count(f"vs {other}:") == 1, why
+    looked = [line for line in lines if line.startswith(("| close vs softmax |", "| softmax vs close |"))]
+    assert len(looked) == 1, looked

@@ -428,7 +428,11 @@ def _look_p(decision) -> str:
 
 def _seeds_section(spec: StudySpec, task: str, seeds: SeedPlan) -> list[str]:
     """How many seeds each family took and why it stopped, and every comparison's looks."""
-    mine = [d for d in seeds.decisions if d.task == task]
+    mine, seen = [], set()
+    for d in seeds.decisions:  # two baselines against each other are one test: listed once, in its first direction
+        if d.task == task and d.pair not in seen:
+            seen.add(d.pair)
+            mine.append(d)
     levels = ", ".join(f"{r} seeds: p < {level:.3g}" for r, level in zip(seeds.schedule, seeds.levels, strict=True))
     lines = ["### Seeds: how many each family needed", "", f"Looks and their levels (after Holm): {levels}.", "",
              "| family | seeds | why it stopped |", "|---|---|---|"]  # fmt: skip

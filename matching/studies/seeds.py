@@ -52,6 +52,11 @@ class Decision:
     status: str  # RESOLVED, STOPPED, AT_MAX or WAITING
 
     @property
+    def pair(self) -> tuple[str, frozenset[str]]:
+        """The hypothesis this decision is about, the same for its two directions (B vs A is A vs B's test)."""
+        return _pair((self.task, self.family, self.baseline))
+
+    @property
     def verdict(self) -> str:
         """The decision in a few words, as study.csv's verdict column gives it (`text` says it in full)."""
         return {RESOLVED: "resolved", WAITING: "undecided: more seeds asked for"}.get(self.status, "not resolved")
