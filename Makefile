@@ -9,7 +9,7 @@ PORT   ?= 8000
 ARGS   ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock demo train sweep evaluate predict visualize export report serve results results-render test test-slow bench bench-quick lint format clean
+.PHONY: help install lock demo train sweep evaluate predict visualize export report serve results results-render test test-slow docs docs-serve bench bench-quick lint format clean
 
 help:  ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -18,7 +18,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-EXTRAS ?= dev,hub,plots,formats,tensorboard,wandb,mlflow,export,sweep,serve,contextual,minilm,cluster,clients
+EXTRAS ?= dev,docs,hub,plots,formats,tensorboard,wandb,mlflow,export,sweep,serve,contextual,minilm,cluster,clients
 
 $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/pip install --quiet -c constraints.txt torch
@@ -28,7 +28,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
 install: $(VENV)/.installed  ## create .venv and install the project with its extras, at the tested versions
 
 lock: install  ## rewrite constraints.txt from the installed, tested set (after changing pyproject.toml)
-	$(BIN)/pip freeze --exclude-editable | grep -v "^matching" > constraints.txt
+	$(BIN)/pip freeze --exclude-editable | grep -v "^sentence-matching" > constraints.txt
 
 demo: install  ## the first five minutes, offline: train softmax and CoDA on a shipped SNLI sample, compare, predict, plot
 	$(BIN)/python -m matching.demo $(ARGS)
@@ -65,7 +65,7 @@ results: install  ## re-run the published studies (resumable, hours: ARGS="paths
 	done
 	$(BIN)/python -m matching.results.publish render
 
-results-render: install  ## render the README's and docs/results.md's tables from docs/studies/ (no training)
+results-render: install  ## render the README's and docs/results/index.md's tables from docs/studies/ (no training)
 	$(BIN)/python -m matching.results.publish render
 
 serve: install  ## serve a run over HTTP, its page at /: make serve RUN=outputs/runs/<task>/<aligner>/<time> [PORT=8000] [ARGS="compare=[<run>]"]
@@ -77,6 +77,15 @@ test: install  ## run the default (fast) test suite, on a process per core (at m
 
 test-slow: install  ## run the slow tests too
 	$(BIN)/python -m pytest -q -m "slow or not slow"
+
+# The site's theme prints a notice about MkDocs 2 on every build; the build itself is what is checked.
+DOCS_ENV = NO_MKDOCS_2_WARNING=1
+
+docs: install  ## build the documentation site into site/, strict: a dead link or anchor, or a page out of the nav, fails
+	$(DOCS_ENV) $(BIN)/mkdocs build --strict
+
+docs-serve: install  ## serve the documentation site on localhost:8001, rebuilt on every change
+	$(DOCS_ENV) $(BIN)/mkdocs serve --dev-addr localhost:8001
 
 BENCH_TRAINER ?= cpu
 

@@ -148,7 +148,7 @@ def bench_cross_encoder(path: str, questions: Sequence[Question], threads: int) 
     except ImportError:
         raise SystemExit(
             "--cross-encoder needs sentence-transformers, which matching does not depend on: "
-            "pip install sentence-transformers (6.2 gave docs/performance.md's figures)"
+            "pip install sentence-transformers (6.2 gave docs/results/performance.md's figures)"
         ) from None
 
     model = CrossEncoder(path, num_labels=1, device="cpu")
@@ -216,7 +216,7 @@ def main() -> None:
                 result["map_quoted"] = args.cross_encoder_map
             results.append({"model": name, "threads": threads, **result})
     with_ratios(results)
-    if args.json:  # the data file docs/performance.md's frontier and the README quote (with how it was measured)
+    if args.json:  # the data file docs/results/performance.md's frontier quotes (with how it was measured)
         said = [said_argument(arg, args.data_dir) for arg in sys.argv[1:]]  # no folder of this machine
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"command": "python benchmarks/bench_rerank.py " + " ".join(said),

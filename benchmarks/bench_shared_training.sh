@@ -2,7 +2,7 @@
 # Training beside other jobs: the same 3-epoch demo run (experiment=demo, seed 1) with threads=0 (the free cores,
 # the default), threads=1 and threads=2 (torch's default on 2 cores, what training did before `threads`), each
 # REPEATS times, alternating; prints each run's training seconds (metrics.json's train_seconds) and the medians.
-# Run it once with other jobs on the cores and once on a quiet machine (docs/performance.md, "Training beside
+# Run it once with other jobs on the cores and once on a quiet machine (docs/results/performance.md, "Training beside
 # other jobs"):   bash benchmarks/bench_shared_training.sh [REPEATS]
 set -euo pipefail
 REPEATS=${1:-3}

@@ -1,4 +1,4 @@
-"""How often each test calls a comparison "resolved" on simulated studies with known truth (docs/comparing.md).
+"""How often each test calls a comparison "resolved" on simulated studies with known truth (docs/concepts/comparing.md).
 
     OMP_NUM_THREADS=1 python benchmarks/calibration.py [--studies 2000] [--bootstrap 300] [--out calibration.md]
 

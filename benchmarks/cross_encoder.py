@@ -4,7 +4,7 @@
         [--compare 'coda_n2=outputs/studies/fine_tuning/runs/wikiqa/coda_n2/*/seed*' ...] \
         [--out outputs/studies/fine_tuning/cross_encoder/<task>] [--threads 1] [--train-pairs 0]
 
-Needs sentence-transformers (`pip install sentence-transformers`; 6.2 gave the figures in docs/ranking.md), which
+Needs sentence-transformers (`pip install sentence-transformers`; 6.2 gave the figures in docs/how-to/ranking.md), which
 matching does not depend on. The task's train and dev splits are read as matching reads them (`--task` names its
 config: wikiqa, trecqa, with their defaults, e.g. TrecQA's TRAIN and clean-dev), so the questions are the units of
 our runs' score files. Per seed, a CrossEncoder starts from the same all-MiniLM-L6-v2 weights as our contextual
@@ -21,9 +21,9 @@ numbers of an unbroken run.
 
 `--compare NAME=GLOB` (repeatable; a bare glob is named "ours"): run folders of ours (each a training run with
 `scores/val.csv`, e.g. a study's seeds of one family) against the CrossEncoder's seeds by the method-level test of
-docs/comparing.md (seeds and questions both counted), Holm-adjusted over the names compared: each name's dev MAP and
-MRR (mean ± std over its seeds), training minutes a run, Δ MAP against the CrossEncoder with its 95 % interval, p,
-Holm's p and the verdict, printed as a table and written to `<out>/comparison.json` (with the command that made it).
+docs/concepts/comparing.md (seeds and questions both counted), Holm-adjusted over the names compared: each name's dev
+MAP and MRR (mean ± std over its seeds), training minutes a run, Δ MAP against the CrossEncoder with its 95 % interval,
+p, Holm's p and the verdict, printed as a table and written to `<out>/comparison.json` (with the command that made it).
 """
 
 from __future__ import annotations
@@ -322,7 +322,7 @@ def main() -> None:
                  "pip install sentence-transformers")  # fmt: skip
     if args.threads:
         torch.set_num_threads(args.threads)
-    torch.set_flush_denormal(True)  # the arithmetic our runs train in (flush_denormal, docs/performance.md)
+    torch.set_flush_denormal(True)  # the arithmetic our runs train in (flush_denormal, docs/results/performance.md)
     args.out = args.out or Path("outputs/studies/fine_tuning/cross_encoder") / args.task
     _, train = ranking_questions(args.task, "train", args.data_dir)
     dev = ranking_questions(args.task, "dev", args.data_dir)

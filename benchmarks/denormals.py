@@ -14,8 +14,8 @@ vectors. Its two runs start together, one thread each, so that both meet the sam
 figure that counts is their ratio); they run one case after the other. Per run it prints the seconds of every epoch
 (the checkpoint's `timing`), the training seconds, and whether the two runs' dev scores are the same to the bit
 (scores/val.csv) and their metrics.json dev figures equal: flushing changes the arithmetic only where a result is
-below 1.2e-38, which is expected to leave every score as it was. `--json` writes the figures that docs/performance.md
-renders ("Denormals").
+below 1.2e-38, which is expected to leave every score as it was. `--json` writes the figures that
+docs/results/performance.md renders ("Denormals").
 """
 
 from __future__ import annotations

@@ -187,12 +187,12 @@ summary() {
     log "### summary"
     "$PYTHON" - "$EPOCHS_CSV" "$CONC_CSV" <<'EOF'
 import csv, sys
-# The last H100 figures of docs/performance.md (2026-11-26, the same script's eager runs).
+# The last H100 figures of docs/results/training-speed.md (2026-11-26, the same script's eager runs).
 doc = {("eager", "softmax"): 86.3, ("eager", "coda"): 82.7, ("eager", "conflict"): 52.9,
        ("eager", "softmax_conflict"): 74.4}
 doc_conc = {1: 10724, 4: 27930, 8: 55293}
 print("seconds per SNLI epoch (550,152 pairs), extrapolated from the timed epoch; captured = capture=true; "
-      "compiled = capture=true compile=true; docs = docs/performance.md's H100 figures of 2026-11-26 (eager)")
+      "compiled = capture=true compile=true; docs = docs/results/training-speed.md's H100 figures of 2026-11-26 (eager)")
 print(f"{'mode':<10} {'aligner':<17} {'timed s':>8} {'pairs/s':>8} {'SNLI s':>8} {'docs s':>7} {'1st ep s':>9} rc")
 for r in csv.DictReader(open(sys.argv[1])):
     mode = r["mode"]

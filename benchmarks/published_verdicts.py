@@ -1,4 +1,4 @@
-"""The published study pages' verdicts again, seed-aware, from what each page recorded (docs/comparing.md).
+"""The published study pages' verdicts again, seed-aware, from what each page recorded (docs/concepts/comparing.md).
 
     python benchmarks/published_verdicts.py docs/studies [--write]
 
@@ -113,13 +113,13 @@ def main() -> None:
                 "test from this page's own per-seed values and units intervals (`python "
                 "benchmarks/published_verdicts.py docs/studies`; the run folders were not kept, so the "
                 "interaction term is not subtracted and these verdicts err towards 'not resolved'; "
-                f"docs/comparing.md). {flips} of {len(found)} verdicts changed.\n\n" + "\n".join(lines) + "\n"
+                f"docs/concepts/comparing.md). {flips} of {len(found)} verdicts changed.\n\n" + "\n".join(lines) + "\n"
             )
             if "aligner=coda" in csv_path.read_text(encoding="utf-8"):
                 text += (
                     "\nThe CoDA rows of this page were trained before CoDA scored its tokens relative to the pair's "
                     "mean (`aligner.center_tokens`, the default since 2026-11-26, which removes an offset the "
-                    "projection's bias put into E: docs/aligners.md); `aligner.center_tokens=false` in the "
+                    "projection's bias put into E: docs/concepts/aligners.md); `aligner.center_tokens=false` in the "
                     "command reproduces them.\n"
                 )
             page.write_text(text, encoding="utf-8")

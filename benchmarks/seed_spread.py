@@ -1,4 +1,4 @@
-"""Each aligner's spread over seeds, drawn: one dot per seed, per family and task (docs/aligners.md).
+"""Each aligner's spread over seeds, drawn: one dot per seed, per family and task (docs/concepts/aligners.md).
 
     python benchmarks/seed_spread.py docs/studies/design_space_snli docs/studies/design_space_wikiqa \
         [--sweep "demo sample|CoDA|outputs/aa_coda" ...] --out docs/seed_spread.png

@@ -1,7 +1,7 @@
 """matching: pairwise sentence matching with Decomposable Attention and pluggable aligners.
 
-`from matching import Matcher` is the Python API (see matching/matcher.py and docs/python-api.md); it is imported
-on first use, so that the commands that need no model (report) stay quick to start.
+`from matching import Matcher` is the Python API (see matching/matcher.py and docs/reference/python-api.md); it is
+imported on first use, so that the commands that need no model (report) stay quick to start.
 """
 
 from pathlib import Path

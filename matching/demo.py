@@ -209,7 +209,7 @@ Go further:
   python -m matching.train -m experiment=demo aligner=softmax,coda,conflict,softmax_conflict seed=1,2,3   # all aligners
   make train TASK=snli     # the full corpus and the paper's settings (needs SNLI and GloVe: internet, or local files)
   python -m matching.train task=wikiqa paths.data_dir=/path/to/corpora embeddings=minilm   # ranking: WikiQA
-What each file and option is: docs/demo.md""")
+What each file and option is: docs/getting-started/demo.md""")
     return out
 
 

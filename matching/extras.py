@@ -16,7 +16,7 @@ class MissingExtraError(UserError, ValueError):
 def _missing(module: str, extra: str, purpose: str) -> MissingExtraError:
     return MissingExtraError(
         f'{purpose} needs {module}, from the {extra} extra: pip install -e ".[{extra}]" '
-        f'(or pip install "matching[{extra}]")'
+        f'(or pip install "sentence-matching[{extra}]")'
     )
 
 

@@ -123,7 +123,7 @@ def config_dir() -> Path:
             return folder
     raise RuntimeError(  # a broken installation, not a user's mistake: the traceback says where we looked
         f"matching's configs are missing: neither {package / 'conf'} nor {package.parent / 'conf'} holds train.yaml; "
-        "reinstall the package (pip install --force-reinstall matching)"
+        "reinstall the package (pip install --force-reinstall sentence-matching)"
     )
 
 

@@ -12,7 +12,7 @@ Pairs go in as tuples `(a, b)`, dicts (keyed by the run's own column names, e.g.
 `premise`/`hypothesis`, `question`/`answer`, ...) or `Pair`s; answers come out as plain Python (lists, dicts, floats)
 and NumPy arrays. Every call runs the pairs in batches of similar length within the run's memory budget
 (`data.batch_tokens`, `data.batch_cells`; see `Predictor.logits_of`), so long inputs and big lists are safe.
-The reference, with every option and answer, is docs/python-api.md.
+The reference, with every option and answer, is docs/reference/python-api.md.
 """
 
 from __future__ import annotations
@@ -259,7 +259,7 @@ class Matcher:
         for a frozen encoder, float32 for a fine-tuned one, as the model reads every state: the answers are the same
         as without it). Replaces an index used before; `save_to`: also
         write it into that folder, for `use_index` (or `matching-predict index=`) in another process. A text not
-        in the index is still encoded, each distinct one once per call. See docs/ranking.md."""
+        in the index is still encoded, each distinct one once per call. See docs/how-to/ranking.md."""
         if isinstance(candidates, str):
             raise DataFormatError("candidates must be a list of texts, not one string; wrap it: [candidate]")
         index = self._predictor.index(list(candidates))

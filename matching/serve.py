@@ -23,7 +23,7 @@ tokenisation, vocabulary and inference path as `predict`; `workers=N` (one per c
 on the port. A bad request gets a 4xx answer `{"error": <what was wrong and what to do>, "status": <code>}` and the
 server goes on serving; the limits (pairs, candidates and tokens per text, bytes per request and of headers) are
 `limits.*` in conf/serve.yaml, the guards of a server on localhost (JSON only, a Host allow-list, no CORS by default)
-docs/serving.md's.
+docs/how-to/serving.md's.
 """
 
 from __future__ import annotations

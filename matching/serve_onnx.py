@@ -1,7 +1,7 @@
 """`matching-serve-onnx ckpt=<exported ONNX folder> [port=8000] [host=...] [quantize=int8] [threads=0] ...`: an exported
 model (`matching-export format=onnx`) served on ONNX Runtime alone, on a machine with neither torch, Lightning nor
-Hydra (the `serve-onnx` extra; docs/serving.md): the same endpoints, page, batching and limits as `matching-serve`,
-without /align. Its keys are conf/serve.yaml's own, given as key=value, read without Hydra.
+Hydra (the `serve-onnx` extra; docs/how-to/serving.md): the same endpoints, page, batching and limits as
+`matching-serve`, without /align. Its keys are conf/serve.yaml's own, given as key=value, read without Hydra.
 """
 
 from __future__ import annotations

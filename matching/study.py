@@ -1,7 +1,7 @@
 """`matching-study study=<name> [tasks=[...]] [overrides]` (conf/study.yaml, conf/study/<name>.yaml): a study of
 alignment mechanisms as one command — select on dev, confirm over seeds, test once, publish the page. The protocol
 is `matching.studies.protocol`; what a study is, `matching.studies.spec`; the page, `matching.studies.page`;
-docs/studies.md says how to use it.
+docs/concepts/studies.md says how to use it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 method-level test calls two groups of seeds of one configuration (and two methods equal on average) "resolved" at
 most about 5 % of the time in every cell, with 2 to 10 seeds and seed spreads from none to CoDA's; the test over
 units alone does not (which is why it no longer gives the verdict); the adaptive study's looks keep the rate; and
-a real difference is still found. The full grid (benchmarks/calibration.py, docs/comparing.md) is marked slow."""
+a real difference is still found. The full grid (benchmarks/calibration.py, docs/concepts/comparing.md) is marked
+slow."""
 
 import pytest
 

@@ -171,8 +171,9 @@ TYPO_COMMANDS = {
 
 @pytest.mark.parametrize("name", sorted(TYPO_COMMANDS))
 def test_a_typo_is_answered_before_torch_and_lightning_load(name, snli_run, tmp_path):
-    """The time of the answer is a benchmark's figure (benchmarks/bench_cli_errors.py, docs/performance.md); what
-    keeps it under a second is checkable here: a command reads its arguments before it imports the heavy libraries."""
+    """The time of the answer is a benchmark's figure (benchmarks/bench_cli_errors.py, docs/results/performance.md);
+    what keeps it under a second is checkable here: a command reads its arguments before it imports the heavy
+    libraries."""
     run, _ = snli_run
     argv = [w.format(run=run) for w in TYPO_COMMANDS[name]] + ["unknwon_key=1"]
     code = (

@@ -462,7 +462,7 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_two_nodes_of_one_process_each_match_a_single_process_evaluation(tmp_path):
-    """The multi-node recipe of docs/cluster.md on one machine: the same command on each node, with MASTER_ADDR,
+    """The multi-node recipe of docs/how-to/cluster.md on one machine: the same command on each node, with MASTER_ADDR,
     MASTER_PORT, NODE_RANK and WORLD_SIZE set (here both nodes are 127.0.0.1, one process each)."""
     run = tmp_path / "two_nodes"
     cmd = [sys.executable, "-m", "matching.train", *cli_overrides(tmp_path), f"hydra.run.dir={run}", "task=wikiqa",

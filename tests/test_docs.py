@@ -6,7 +6,7 @@ Commands are taken from ```bash blocks (with `\\` continuations, pipes, `VAR=val
 and from inline code that starts like a command. Placeholders are filled in: `<time>`, `<you>`, ... become a
 plain word, `ckpt=` (or `$CKPT`) becomes a checkpoint of a run directory made here (its saved config.yaml is a
 real WikiQA/CoDA training config: the commands that load a run compose the run's config under their own, as on the
-command line), and `/path/to/my_conf` becomes a folder holding the YAML files that docs/extending.md shows.
+command line), and `/path/to/my_conf` becomes a folder holding the YAML files that docs/how-to/extending.md shows.
 Sweeps compose with the first value of each swept key, and every other option of a swept config group must exist.
 """
 
@@ -30,7 +30,14 @@ from matching.extras import MissingExtraError
 
 ROOT = CONF.parent
 README = ROOT / "README.md"
-PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+#: The pages written by hand: the README and the site's sources (docs/), the study pages (written by `matching.study`,
+#: checked by the site's strict build) and the site's hooks left out.
+HAND_WRITTEN = [
+    p for p in (ROOT / "docs").rglob("*.md") if p.relative_to(ROOT / "docs").parts[0] not in ("studies", "hooks")
+]
+PAGES = [README, *sorted(HAND_WRITTEN)]
+#: The lab notes: a dated archive, kept as records (no length limit; never quoted as results).
+ARCHIVE = ROOT / "docs" / "archive"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\s*$", re.M | re.S)
 PLACEHOLDER = re.compile(r"<[^<>\n]*>")  # <time>, <you>, <an existing vectors file>
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -206,6 +213,8 @@ def pyproject_table(name: str) -> dict[str, str]:
 SCRIPTS = {name: value.strip('"').split(":")[0] for name, value in pyproject_table("project.scripts").items()}
 SCRIPTS = {name: module.removeprefix("matching.") for name, module in SCRIPTS.items()}
 EXTRAS = set(pyproject_table("project.optional-dependencies"))
+#: The distribution's name, what `pip install` takes (the import package stays `matching`).
+DISTRIBUTION = pyproject_table("project")["name"].strip('"')
 MAKEFILE = (ROOT / "Makefile").read_text()
 MAKE_TARGETS = set(re.findall(r"^([A-Za-z0-9_.-]+):", MAKEFILE, re.M))
 #: Targets a page may name before the branch that adds them is merged: target -> why.
@@ -232,7 +241,7 @@ def trained_run(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def my_conf(tmp_path_factory) -> Path:
-    """The config folder of docs/extending.md: each ```yaml block headed `# my_conf/<path>` written to <path>."""
+    """The config folder of docs/how-to/extending.md: each ```yaml block headed `# my_conf/<path>` written to <path>."""
     folder = tmp_path_factory.mktemp("my_conf")
     for page in PAGES:
         for _, body in code_blocks(page.read_text(), languages=("yaml",)):
@@ -330,7 +339,12 @@ def check_benchmark(words: list[str]) -> None:
 
 def check_pip(words: list[str]) -> None:
     for spec in words:
-        if m := re.fullmatch(r"(?:\.|matching)\[([\w,-]+)\]", spec):
+        if re.fullmatch(r"matching(\[[\w,-]+\])?", spec, re.I):
+            raise DocError(
+                f"pip install {spec} installs another project (`matching` on PyPI solves matching games); this one is "
+                f"{DISTRIBUTION}: pip install {spec.replace('matching', DISTRIBUTION, 1)}"
+            )
+        if m := re.fullmatch(rf"(?:\.|{re.escape(DISTRIBUTION)})\[([\w,-]+)\]", spec):
             unknown = set(m.group(1).split(",")) - EXTRAS
             if unknown:
                 raise DocError(f"pyproject.toml has no extra {sorted(unknown)}; its extras: {sorted(EXTRAS)}")
@@ -428,7 +442,13 @@ def test_commands_are_found():
     """The extraction sees the commands it is meant to check (a change of the pages' format must not silently
     leave nothing to check)."""
     sources = {c.where.split(":")[0] for c in ALL_COMMANDS}
-    assert {"README.md", "docs/cookbook.md", "docs/results.md", "docs/serving.md", "docs/cluster.md"} <= sources
+    assert {
+        "README.md",
+        "docs/how-to/cookbook.md",
+        "docs/results/index.md",
+        "docs/how-to/serving.md",
+        "docs/how-to/cluster.md",
+    } <= sources
     heads = {c.argv[0] if c.argv[0] != "python" else c.argv[2] for c in ALL_COMMANDS if c.argv[0] != "pip"}
     assert {"make", "matching.train", "matching.evaluate", "matching.predict", "matching.visualize",
             "matching.export", "matching.serve", "matching.report"} <= heads  # fmt: skip
@@ -468,6 +488,8 @@ def test_every_command_of_the_docs_composes(command, wrong):
         'make train TASK=snli ARG="aligner=coda"',  # no such variable
         'make train TASK=snli ARGS="aligner=cod"',  # an unknown option through make
         'pip install -e ".[servee]"',  # no such extra
+        "pip install 'sentence-matching[servee]'",  # no such extra, by the distribution's name
+        "pip install 'matching[serve]'",  # the distribution of another project
         "python benchmarks/bench_step.py --trainerr cpu",  # a flag the benchmark does not take
     ],
 )
@@ -488,24 +510,85 @@ def test_a_broken_command_is_found_among_the_commands_composed_with_it(trained_r
     assert list(problems(commands, trained_run, my_conf)) == [commands[1]]
 
 
-def test_every_page_says_what_it_is_for_and_the_readme_links_it():
-    readme = README.read_text()
+def site_nav() -> list[str]:
+    """The pages of mkdocs.yml's nav, as paths under docs/."""
+    import yaml
+
+    def walk(node) -> list[str]:
+        if isinstance(node, str):
+            return [node]
+        if isinstance(node, list):
+            return [page for item in node for page in walk(item)]
+        return [page for value in node.values() for page in walk(value)]
+
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)  # no tags to construct
+    return walk(config["nav"])
+
+
+def test_every_page_says_what_it_is_for_and_is_in_the_sites_nav():
+    """A page nobody can reach is a page nobody reads: each page of docs/ (the study pages too) is in mkdocs.yml's
+    nav, and each nav entry is a page of docs/ or one the reference hook generates."""
+    nav = site_nav()
     for page in PAGES[1:]:
         paragraphs = page.read_text().split("\n\n")
-        assert paragraphs[0].startswith("# ") and "What this page is for:" in "\n\n".join(paragraphs[1:3]), page.name
-        assert f"(docs/{page.name})" in readme, f"the README does not link docs/{page.name}"
+        text = "\n\n".join(paragraphs[1:4])
+        assert paragraphs[0].startswith("# ") and "What this page is for:" in text, page.name
+    pages = {p.relative_to(ROOT / "docs").as_posix() for p in PAGES[1:]}
+    studies = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs" / "studies").glob("*/study.md")}
+    assert not (pages | studies) - set(nav), (
+        f"pages missing from mkdocs.yml's nav: {sorted((pages | studies) - set(nav))}"
+    )
+    generated = {n for n in nav if n.startswith("reference/commands/")}
+    assert not set(nav) - pages - studies - generated, "nav entries with no page"
 
 
-def test_the_readme_is_short_and_its_results_are_those_of_docs_results():
-    """A newcomer reads the README in five minutes; its results table quotes docs/results.md, so a number
-    updated there and not in the README (or the other way round) fails here."""
+#: What counts as a figure in prose: a number, with its sign, decimals, thousands and unit (%, x).
+FIGURE = re.compile(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?(?:\s?%|x\b)?")
+
+
+def figures_in(text: str) -> list[str]:
+    """The figures of prose: code blocks, inline code and link targets are not read as figures."""
+    text = re.sub(r"`[^`]*`", "", prose(text))
+    text = re.sub(r"\]\([^)]*\)", "]", text)
+    return FIGURE.findall(text)
+
+
+def test_what_counts_as_a_figure():
+    assert figures_in("acc 81.2 ± 0.4, +4.5 [+2.3, +6.7], 3,000 pairs, 11.0x, 52 %") == [
+        "81.2", "0.4", "+4.5", "+2.3", "+6.7", "3,000", "11.0x", "52 %"]  # fmt: skip
+    assert figures_in("`seed=2` [page](docs/studies/x2/study.md)\n```bash\nmake train ARGS=1\n```\n") == []
+
+
+def test_the_readme_reads_as_a_front_door():
+    """What a newcomer meets first: what it is, install and the first command within 60 lines with at most 10
+    figures there (the results live in docs/ and one table); about 1,500 words in all, no line over 120 characters,
+    a word budget rather than a line cap (long lines are not short text)."""
     readme = README.read_text()
-    assert len(readme.splitlines()) <= 300
-    results = readme.split("\n## Results\n", 1)[1].split("\n## ", 1)[0]
-    quoted = re.findall(r"\d+\.\d+ ± \d+\.\d+", results)
-    assert len(quoted) >= 20
-    full = (ROOT / "docs" / "results.md").read_text()
-    assert not [q for q in quoted if q not in full], "README figures not in docs/results.md"
+    first = "\n".join(readme.splitlines()[:60])
+    assert "make demo" in first and "pip install" in first
+    assert len(figures_in(first)) <= 10, figures_in(first)
+    words = len(re.findall(r"\S+", prose(readme)))
+    assert words <= 1600, f"README.md has {words} words of prose (budget about 1,500)"
+    long = [n for n, line in enumerate(readme.splitlines(), 1) if len(line) > 120]
+    assert not long, f"README.md lines over 120 characters: {long}"
+    sentences = re.split(r"(?<=[.:])\s", prose(readme))
+    for term in ("verdict", "Holm", "futile", "clean-dev", "looks", "centr", "F ="):  # defined on the pages
+        first = next((s for s in sentences if term in s), "")
+        assert not first or "](" in first, f"README.md uses {term!r} first in a sentence that links nowhere: {first}"
+
+
+def test_no_page_is_longer_than_about_600_lines_but_the_archive():
+    """A page is read, not searched: the lab notes are a dated archive; the study pages are written by the study
+    command from its runs (one page a study, its figures its records)."""
+    long = {p.relative_to(ROOT).as_posix(): n for p in PAGES[1:] if ARCHIVE not in p.parents
+            and (n := len(p.read_text().splitlines())) > 620}  # fmt: skip
+    assert not long, long
+
+
+def test_the_archive_is_marked_as_such():
+    for page in ARCHIVE.glob("*.md"):
+        text = page.read_text()
+        assert re.match(r"# Archive: .*\((\w+ )?\d{4}\)", text) and "A dated archive, not results" in text, page.name
 
 
 def test_the_published_tables_are_rendered_from_the_study_pages():
@@ -521,7 +604,10 @@ def test_the_published_tables_are_rendered_from_the_study_pages():
         assert found.group(2).rstrip("\n") == content, f"{name}'s block {block} differs from make results-render's"
         # 1 or 2 decimals (p = 0.098 is its own), each found in the block's files at the precision printed
         numbers = {(float(n), len(n.split(".")[1])) for n in re.findall(r"[-+]?\d+\.\d\d?(?!\d)", content)}
-        page = " ".join(path.read_text() for path in page_data(ROOT / blocks[(name, block)][0]))
+        # its study's files, and those of any study page the block links to (a summary over several studies)
+        folders = {ROOT / blocks[(name, block)][0], *(ROOT / "docs" / "studies" / s for s in
+                                                       re.findall(r"studies/(\w+)/study\.md", content))}  # fmt: skip
+        page = " ".join(path.read_text() for folder in folders for path in page_data(folder))
         recorded = {(round(float(n), d), d) for n in re.findall(r"[-+]?\d+\.\d+", page) for d in (1, 2)}
         assert numbers or "not run yet" in content, f"{name} {block}: neither a number nor 'not run yet'"
         assert numbers <= recorded, f"{name} {block}: {sorted(numbers - recorded)} not in its page"
@@ -535,8 +621,8 @@ def test_each_published_block_is_declared_beside_its_data_and_the_clone_is_found
     from matching.results.publish import clone_root, published_blocks
 
     blocks = published_blocks(ROOT)
-    assert blocks[("README.md", "centring-headline")][0] == "docs/studies/centring"
-    assert blocks[("README.md", "speed")][0] == "docs/figures"
+    assert blocks[("README.md", "results-summary")][0] == "docs/studies/centring"
+    assert blocks[("docs/results/performance.md", "speed")][0] == "docs/figures"
     assert clone_root(ROOT / "docs" / "studies") == ROOT
     with pytest.raises(ConfigError, match="not inside a clone of matching"):
         clone_root(tmp_path)

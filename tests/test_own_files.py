@@ -126,6 +126,25 @@ def test_a_labelled_file_is_scored_with_the_task_s_metrics(csv_run, tmp_path, ca
     assert "none.csv" in capsys.readouterr().err
 
 
+def test_own_pairs_train_coda_centred_and_the_saved_run_reloads_it(csv_run):
+    """task=pairs trains CoDA with token centring unless told otherwise (conf/task/pairs.yaml); the run's config.yaml
+    says so, and every command on the run composes the saved aligner, not the default of its task."""
+    from omegaconf import OmegaConf
+
+    from matching import Matcher
+    from matching.cli import compose_config
+
+    run, _, _ = csv_run
+    saved = OmegaConf.load(run / "config.yaml")
+    assert saved.aligner._target_.endswith(".CoDAAligner") and saved.aligner.center_tokens is True
+    assert saved.choices.aligner == "coda"
+    expected = OmegaConf.to_container(saved.aligner)
+    for command in ("evaluate", "predict", "visualize", "export", "serve"):
+        cfg = compose_config(command, [f"ckpt={run}"])
+        assert OmegaConf.to_container(cfg.aligner, resolve=True) == expected, command
+    assert OmegaConf.to_container(Matcher.load(run).config.aligner, resolve=True) == expected
+
+
 @pytest.mark.parametrize(
     ("header", "preferred", "expected"),
     [

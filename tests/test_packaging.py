@@ -1,10 +1,17 @@
 """The package as a user installs it: a wheel that carries its configs and the demo's data, and whose commands work
-from any folder. The fast tests build the wheel and run a command from it; the slow one installs it, non-editable
-and at the lock, into a fresh virtual environment and trains there."""
+from any folder. The fast tests build the wheel, run a command from it, and install it by its name into a fresh
+virtual environment; the slow one installs it, non-editable and at the lock, into a fresh virtual environment and
+trains there.
+
+The distribution is `sentence-matching` (`matching` on PyPI is another project, one for matching games); the import
+package, the commands and the configs are `matching`."""
 
 import os
+import re
+import shutil
 import subprocess
 import sys
+import sysconfig
 import venv
 import zipfile
 from pathlib import Path
@@ -14,8 +21,11 @@ from conftest import CONF, FIXTURES, ROOT, SUBPROCESS_ENV
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 #: The console scripts of pyproject.toml.
-SCRIPTS = sorted(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
+SCRIPTS = sorted(PROJECT["scripts"])
+#: What `pip install` takes, and the version it must report.
+DISTRIBUTION, VERSION = PROJECT["name"], PROJECT["version"]
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +38,8 @@ def wheel(tmp_path_factory) -> Path:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "absent from the `packages` configuration" not in done.stderr, done.stderr  # a conf/ folder not listed
-    (built,) = out.glob("matching-*.whl")
+    escaped = re.sub(r"[-_.]+", "_", DISTRIBUTION).lower()  # a wheel file's name spells the distribution so
+    (built,) = out.glob(f"{escaped}-{VERSION}-*.whl")
     return built
 
 
@@ -64,6 +75,71 @@ def test_a_command_of_the_unpacked_wheel_finds_its_configs_from_any_folder(wheel
     assert "name: wikiqa" in done.stdout and "CoDAAligner" in done.stdout
 
 
+def outside_env(bin_dir: Path) -> dict[str, str]:
+    """A user's shell with a fresh virtual environment's commands first on PATH: no PYTHONPATH (the clone on it would
+    be imported instead of the installed package), and pip told nothing but its arguments (no configured index or
+    --find-links folder of this machine)."""
+    env = {
+        k: v for k, v in SUBPROCESS_ENV.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("PIP_")
+    }
+    return env | {"PATH": f"{bin_dir}{os.pathsep}{env['PATH']}", "PIP_CONFIG_FILE": os.devnull}
+
+
+def links_to_this_environment_but_the_project(folder: Path) -> list[Path]:
+    """This environment's site-packages as folders of links, less this project (its package, its dist-info, an
+    editable install's finder and .pth files): what a fresh environment's pip finds the dependencies installed in,
+    with no index, while it still has to install the project itself."""
+    folders = []
+    for n, site in enumerate(dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))):
+        links = folder / str(n)
+        links.mkdir(parents=True)
+        for entry in Path(site).iterdir():
+            ours = entry.name == "matching" or "sentence_matching" in entry.name.lower()
+            if not ours and entry.suffix != ".pth":
+                (links / entry.name).symlink_to(entry)
+        folders.append(links)
+    return folders
+
+
+def test_the_wheel_installs_by_its_name_and_its_commands_run_from_any_folder(wheel, tmp_path):
+    """`pip install sentence-matching` with no index and the built wheel's folder as the only place to look: pip
+    resolves the name to that file, installs it into a fresh virtual environment (its dependencies are this
+    environment's, seen through a .pth file, so nothing is downloaded), and from a folder outside the clone the
+    commands run on the configs inside the installed package, which is the one `import matching` finds."""
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env_dir)  # pip runs from the linked packages, as the dependencies do
+    site = next((env_dir / "lib").glob("python*/site-packages"))
+    links = links_to_this_environment_but_the_project(tmp_path / "dependencies")
+    (site / "dependencies.pth").write_text("".join(f"{folder}\n" for folder in links))
+    bin_dir = env_dir / "bin"
+    env = outside_env(bin_dir)
+    home = tmp_path / "elsewhere"  # no conf/ and no clone: the configs can come from the installed package alone
+    home.mkdir()
+    assert ROOT not in home.parents
+
+    def run(*argv: str) -> str:
+        done = subprocess.run([*argv], cwd=home, capture_output=True, text=True, env=env)
+        assert done.returncode == 0, f"{argv}\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    python = str(bin_dir / "python")
+    installed = run(python, "-m", "pip", "install", "--no-index", "--find-links", str(wheel.parent), DISTRIBUTION)
+    lines = installed.splitlines()
+    assert f"Looking in links: {wheel.parent}" in lines and f"Processing {wheel}" in lines, installed
+    assert f"Successfully installed {DISTRIBUTION}-{VERSION}" in installed, installed
+    shown = dict(re.findall(r"^([\w-]+): (.*)$", run(python, "-m", "pip", "show", DISTRIBUTION), re.M))
+    assert (shown["Name"], shown["Version"]) == (DISTRIBUTION, VERSION), shown
+    assert Path(shown["Location"]).resolve() == site.resolve(), shown  # the fresh environment's, not the clone
+
+    assert shutil.which("matching-train", path=env["PATH"]) == str(bin_dir / "matching-train")
+    assert run("matching-train", "--help").startswith("Usage: matching-train ")
+    composed = run("matching-train", "--cfg", "job", "task=snli", "aligner=coda")
+    assert "  name: snli\n" in composed and "_target_: matching.model.aligners.CoDAAligner" in composed
+    where = "import matching, matching.files as f; print(matching.__file__); print(f.config_dir())"
+    package, configs = (Path(line).resolve() for line in run(python, "-c", where).splitlines())
+    assert (package, configs) == (site.resolve() / "matching" / "__init__.py", site.resolve() / "matching" / "conf")
+
+
 def test_every_folder_of_conf_is_a_listed_package():
     """setuptools ships a folder's YAML files only when the folder is in pyproject.toml's `packages`."""
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
@@ -87,16 +163,16 @@ def test_every_folder_of_the_package_is_listed():
 
 @pytest.mark.slow
 def test_the_wheel_installed_at_the_lock_trains_offline_from_any_folder(wheel, tmp_path):
-    """What `pip install matching` gives: a fresh virtual environment, the wheel and its dependencies at the tested
-    versions (constraints.txt), then from a folder outside the clone: every command's --help, a short offline
-    training on the shipped sample, prediction with the trained run, a two-job sweep, a config folder of the
-    user's own on Hydra's search path, and `task=pairs` on the user's own files with the default embeddings (the
-    minilm extra's encoder, from PyPI): offline, with no vectors file."""
+    """What `pip install sentence-matching` gives: a fresh virtual environment, the wheel and its dependencies at the
+    tested versions (constraints.txt), then from a folder outside the clone: every command's --help, a short offline
+    training on the shipped sample, prediction with the trained run, a two-job sweep, a config folder of the user's
+    own on Hydra's search path, and `task=pairs` on the user's own files with the default embeddings (the minilm
+    extra's encoder, from PyPI): offline, with no vectors file."""
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     bin_dir = env_dir / "bin"
-    # Without PYTHONPATH: a clone on it (as `PYTHONPATH=$PWD pytest` puts it) holds matching.egg-info after the wheel
-    # is built, which pip takes for matching installed already, and it would install no commands
+    # Without PYTHONPATH: a clone on it (as `PYTHONPATH=$PWD pytest` puts it) holds sentence_matching.egg-info after the
+    # wheel is built, which pip takes for sentence-matching installed already, and it would install no commands
     outside = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     install = subprocess.run(
         [bin_dir / "pip", "install", "-q", "-c", ROOT / "constraints.txt", f"{wheel}[plots,minilm]"],

@@ -515,7 +515,7 @@ def test_real_wikiqa_train():
 
 @pytest.mark.skipif(not _has(REAL_TRECQA / "train/a.toks"), reason="shared TrecQA train copy not present")
 def test_real_trecqa_train():
-    # docs/results.md's "94 questions" counts the QApairs of train.xml; one of them (id 94) has no candidates,
+    # docs/results/index.md's "94 questions" counts the QApairs of train.xml; one of them (id 94) has no candidates,
     # so the token format, one line per pair, holds 93 question ids.
     assert _stats(list(read_trecqa_toks(REAL_TRECQA / "train"))) == (4718, 93, 83, 78)
 

@@ -91,7 +91,8 @@ def test_the_readme_own_pairs_block_runs_as_written_offline(tmp_path):
 
 def test_the_ranking_docs_use_it_section_runs_as_written(wikiqa_run, tmp_path):
     run_dir, _ = wikiqa_run
-    done = run_where_the_docs_look(run_dir, tmp_path, code_block("docs/ranking.md", "## Use it: rank new candidates"))
+    code = code_block("docs/how-to/ranking.md", "## Use it: rank new candidates")
+    done = run_where_the_docs_look(run_dir, tmp_path, code)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     query = "how are glacier caves formed"

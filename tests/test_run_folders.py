@@ -58,7 +58,7 @@ def test_a_generic_task_is_named_by_its_data_and_its_runs_land_under_that_name(t
 def _into_runs_tree(cfg, root: Path, time: str):
     with open_dict(cfg):
         cfg.paths.output_root = str(root)
-        cfg.paths.output_dir = str(root / "runs" / "claims" / "softmax" / time)
+        cfg.paths.output_dir = str(root / "runs" / "claims" / "coda" / time)  # task=pairs: CoDA
     return cfg
 
 
@@ -72,9 +72,9 @@ def test_a_run_that_fails_before_its_first_checkpoint_leaves_the_runs_tree_with_
     with pytest.raises(DataFormatError, match="no column 'answer'"):
         train(bad)
     # the README's "latest run", as written, is the good one
-    latest = sorted(Path(root / "runs" / "claims" / "softmax").iterdir())[-1]
+    latest = sorted(Path(root / "runs" / "claims" / "coda").iterdir())[-1]
     assert latest == Path(good.paths.output_dir) and (latest / "checkpoints" / "best.ckpt").is_file()
-    failed = root / "failed" / "claims" / "softmax" / "2026-01-02"
+    failed = root / "failed" / "claims" / "coda" / "2026-01-02"
     assert (failed / "train.log").read_text() == "what Hydra's log handler wrote\n"
     assert "failed before its first checkpoint: DataFormatError" in (failed / "failed.txt").read_text()
     assert "no column 'answer'" in (failed / "failed.txt").read_text()
@@ -116,7 +116,7 @@ def test_the_model_card_and_info_of_a_run_trained_from_absolute_paths_name_none_
             assert _paths_in(file.read_text(encoding="utf-8"), *places) == [], file.name
     card = (out / "README.md").read_text()
     provenance = json.loads((run / "provenance.json").read_text())
-    for words in ("# claims · softmax", "task.splits.train.path=claims_train.tsv", "`claims_train.tsv`",
+    for words in ("# claims · coda", "task.splits.train.path=claims_train.tsv", "`claims_train.tsv`",
                   "embeddings.path=glove.fixture.20d.txt", provenance["data"]["train"]["sha256"][:16],
                   provenance["embeddings"]["sha256"][:16], "## Examples from its dev data",
                   "| claim | evidence | verdict |"):  # fmt: skip

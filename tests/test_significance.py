@@ -190,8 +190,9 @@ def test_holm_by_hand():
 
 
 def test_two_seeds_a_side_get_no_verdict_about_the_method():
-    """With two seeds a side the seeds' spread rests on one degree of freedom (docs/comparing.md, "Two seeds a side"):
-    two seeds that agree exactly would make V 0 and any difference 'resolved'. The comparison says too few seeds."""
+    """With two seeds a side the seeds' spread rests on one degree of freedom (docs/concepts/comparing.md, "Two seeds a
+    side"): two seeds that agree exactly would make V 0 and any difference 'resolved'. The comparison says too few
+    seeds."""
     a = np.array([[1.0, 1.0, 1.0, 0.0, 1.0], [1.0, 1.0, 0.0, 1.0, 1.0]])  # two seeds, equal accuracy
     b = np.array([[0.0, 1.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 1.0, 0.0]])
     test = method_test(_per_seed(a), _per_seed(b))

@@ -1,5 +1,5 @@
 """Negatives mined from the corpus, for a ranking task whose file holds only (query, relevant text) pairs
-(`task.negatives`, conf/task/pairs_positives.yaml; docs/ranking.md).
+(`task.negatives`, conf/task/pairs_positives.yaml; docs/how-to/ranking.md).
 
 For each query (a group: the group column, else the query's text), the candidates are the split's other second
 texts (and the lines of `corpus`, a file of extra texts, when given), never one of the query's positives: texts are

@@ -18,7 +18,7 @@ import numpy as np
 #: Tokens of a call per thread worth using: below it, one thread is faster than waking a pool. PyTorch's OpenMP
 #: pool costs a static model's small call more than it gives (and stalls it when the cores are busy); ONNX Runtime's
 #: own pool gains from a second thread from a 10-candidate rank on (benchmarks/bench_inference.py,
-#: docs/performance.md); an encoder's tokens are costly enough to share for either.
+#: docs/results/performance.md); an encoder's tokens are costly enough to share for either.
 TOKENS_PER_THREAD = {"static": 4096, "onnx": 256, "contextual": 128}
 
 _SAMPLE_SECONDS = 0.5

@@ -17,7 +17,7 @@ tokens' vectors minus the pair's mean vector over both sides' valid tokens, so t
 vectors their scores compare), to the aligner's inputs a, b for conflict (its W_u and W_v project each side into a
 space of its own) and for the attention parts (their compatibility functions take a and b). The aligned vectors are
 always weighted sums of the inputs as given. Each argument's default is False so that a run saved before the option
-existed (its config has no such key) loads as it was trained; docs/aligners.md says what it does to each score.
+existed (its config has no such key) loads as it was trained; docs/concepts/aligners.md says what it does to each score.
 
 The output gate (`output_gate`, every aligner's option, one implementation: `OutputGate`; Qiu et al. 2025) multiplies
 what each token receives by a sigmoid of that token's own vector: β_i ⊙ σ(W_g a_i), α_j ⊙ σ(W_g b_j). It leaves the
@@ -256,7 +256,7 @@ class DifferentialAligner(Aligner):
     weights sum to 1 − λ and take both signs: the second map can subtract what the first adds (the paper's "noise
     cancelling"). Left out: heads (one alignment, as every aligner here), the per-head GroupNorm and the (1 − λ_init)
     factor that follows it (normalising β_i would throw away its norm, which says how much a token received; G
-    learns its own scale); docs/aligners.md says why. `projection` must give two different maps: "linear" (the
+    learns its own scale); docs/concepts/aligners.md says why. `projection` must give two different maps: "linear" (the
     paper's, default) or "parikh"; "none" would make E¹ = E² and W = (1 − λ)·softmax(E), and is refused.
     `center_tokens` centres F₁ and F₂ over the pair, as softmax's F.
     """
@@ -516,9 +516,9 @@ class CoDAAligner(Aligner):
     E ≥ 0 and M ≥ 0: CoDA that can only add or delete) is kept for ablation. A projection with a bias of its
     own is no cure: its constant ‖b‖² outweighs the token-dependent part of E, and M stays ≥ 0 in practice. The
     model's own projection has such a bias too (a = P x + c): at initialisation ‖c‖² dominates E and no cell of M is
-    negative, and whether a seed learns to cancel it decides whether it aligns (docs/aligners.md, "How much each
-    aligner varies over seeds"). `center_tokens` scores F_E(x) minus the pair's mean F_E over its valid tokens of both
-    sides, which removes any constant offset, c included (N, a distance, does not change); `center_e` (eq. 6)
+    negative, and whether a seed learns to cancel it decides whether it aligns (docs/concepts/aligners.md, "How much
+    each aligner varies over seeds"). `center_tokens` scores F_E(x) minus the pair's mean F_E over its valid tokens of
+    both sides, which removes any constant offset, c included (N, a distance, does not change); `center_e` (eq. 6)
     removes E's mean, the ‖c‖² part only. The config's default is `center_tokens: true`; the argument's default stays
     False so that a run saved before it existed (its config has no such key) loads as it was trained.
     """

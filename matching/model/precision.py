@@ -22,7 +22,7 @@
   run's log says what auto chose. A run saved before the dtype key is read as fp32.
 
 What bf16 gains is the matrix products' (oneDNN's bf16 kernels); PyTorch's element-wise bf16 kernels convert to
-float32 and back and are no faster than float32 ones. docs/performance.md has the figures.
+float32 and back and are no faster than float32 ones. docs/results/performance.md has the figures.
 
 The same pair computed in another batch (alone, beside other pairs, padded to a longer pair) can get a slightly
 different answer, in either dtype: a matrix product's kernel and the order in which it adds up its float32 sums
@@ -169,7 +169,7 @@ class Tolerance:
 #: 3e-6, scores 6e-5 at most). bf16: about four times the largest difference measured between a pair computed alone
 #: and in the batches `Matcher` forms over 2,000 pairs (random pairs of WikiQA's lengths, SNLI dev, WikiQA dev;
 #: SNLI-sample CoDA runs of 1 and 10 epochs and a WikiQA CoDA run of 3, on AMX): probabilities 1.05e-3, scores
-#: 9.6e-3 (docs/performance.md, "The same pair, the same answer").
+#: 9.6e-3 (docs/archive/2026-11-performance.md, "The same pair, the same answer").
 TOLERANCES = {
     torch.float32: Tolerance(probability=1e-5, score=1e-4),
     torch.bfloat16: Tolerance(probability=4e-3, score=4e-2),

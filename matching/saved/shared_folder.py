@@ -183,7 +183,9 @@ def model_card(run: TrainedModel, metrics: dict[str, float], encoder: dict | Non
             else "(rebuilt from the options the run chose; config.yaml holds every other setting)")  # fmt: skip
     what = "ranks candidates (pointwise, by P(match))" if kind == "rank" else f"classifies pairs into {run.labels}"
     tags = ["matching", "decomposable-attention", f"aligner-{aligner}", task]
-    front = {"library_name": "matching", "tags": tags, "pipeline_tag": "text-classification"}
+    # library_name: the distribution's name, what pip installs (the import package is `matching`; `matching` on PyPI
+    # is another project)
+    front = {"library_name": "sentence-matching", "tags": tags, "pipeline_tag": "text-classification"}
     return f"""---
 {OmegaConf.to_yaml(OmegaConf.create(front)).strip()}
 ---
@@ -215,6 +217,10 @@ A sentence-pair model trained with `matching` (Decomposable Attention, Parikh et
 {note}
 {examples_part}
 ## Use it
+
+```bash
+pip install 'sentence-matching[hub]'   # imported as `matching`
+```
 
 ```python
 from matching import Matcher

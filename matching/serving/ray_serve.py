@@ -2,7 +2,7 @@
 deployment, for serving beyond one machine: Ray places `ray.replicas` copies on the cluster's nodes, its proxy spreads
 the requests over them and restarts a replica whose health check fails. Nothing of ours schedules: each replica
 builds the app with `build_served_app` (Ray's documented `serve.ingress` with a builder function) and answers as
-`matching-serve` does. Needs the ray-serve extra (`pip install "matching[ray-serve]"`).
+`matching-serve` does. Needs the ray-serve extra (`pip install "sentence-matching[ray-serve]"`).
 """
 
 from __future__ import annotations

@@ -258,11 +258,11 @@ def write_page(
         f"- Baselines: {', '.join(spec.families[b].label for b in spec.baselines) or 'none'}. Each row's Δ is its "
         "difference from the baseline in points. Its 95 % interval and p count the seeds and the questions (or "
         "examples) together: the training run is a unit of chance like a question (a crossed seeds × units design, "
-        "Student's t on Satterthwaite's degrees of freedom; docs/comparing.md), so the verdict is about the method, "
-        "not the seeds drawn. The detectable Δ is the difference these seeds and units would find with 80 % power; "
-        "an unresolved row says how many seeds a side would find its Δ. With fewer than three seeds on a side there "
-        "is no verdict (docs/comparing.md, 'Two seeds a side'). Beside it, the conditional test over units alone "
-        "(these trained models, seeds averaged), which says "
+        "Student's t on Satterthwaite's degrees of freedom; docs/concepts/comparing.md), so the verdict is about the "
+        "method, not the seeds drawn. The detectable Δ is the difference these seeds and units would find with "
+        "80 % power; an unresolved row says how many seeds a side would find its Δ. With fewer than three seeds on a "
+        "side there is no verdict (docs/concepts/comparing.md, 'Two seeds a side'). Beside it, the conditional test "
+        "over units alone (these trained models, seeds averaged), which says "
         "nothing about the method.",
         *(
             [f"- Primary comparison (the question the study was run to answer): {primary_text(spec)}."]

@@ -81,7 +81,7 @@ def training_threads(cfg: DictConfig) -> int:
     """The intra-op threads a run starts with, set: `threads=N` (N > 0) exactly; else OMP_NUM_THREADS's when its
     launcher set it; else the cores free now (matching.inference.threads.free_cores: at a run's start the cores less
     the load average, no wait; SharedCores re-measures them from the idle time at every epoch), at least one. More
-    threads than free cores stall every step (docs/performance.md, "Training beside other jobs")."""
+    threads than free cores stall every step (docs/results/performance.md, "Training beside other jobs")."""
     requested = int(cfg.get("threads") or 0)
     if requested < 0:
         raise ConfigError(f"threads must be 0 (the free cores) or a positive number of threads, got {requested}")

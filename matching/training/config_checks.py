@@ -140,7 +140,7 @@ def check_capture(cfg: DictConfig) -> None:
     if several or nodes > 1:
         refused.append(f"trainer.devices={devices} trainer.num_nodes={nodes} (several processes: their gradients are "
                        f"averaged during the backward pass, which this replay does not capture; one GPU per run, "
-                       f"several runs at once, fills a machine: docs/performance.md)")  # fmt: skip
+                       f"several runs at once, fills a machine: docs/results/performance.md)")  # fmt: skip
     if int(trainer.get("accumulate_grad_batches") or 1) != 1:
         refused.append(f"trainer.accumulate_grad_batches={trainer.get('accumulate_grad_batches')}")
     if str(trainer.get("precision")) in ("16-mixed", "16"):

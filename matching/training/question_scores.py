@@ -89,7 +89,7 @@ def chance_warning(name: str, value: float, targets: np.ndarray, groups: np.ndar
         f"{name}: MAP {value:.4f} is within what a random order of the same candidates gets ({low:.4f}-{high:.4f} in "
         "95 % of 200 shuffles): this model ranks no better than chance, and its scores mean little. Train longer (a "
         "model from positives alone needs more epochs than 3), check the labels (task.labels, the match label "
-        "second), or compare with a run that ranks: docs/ranking.md"
+        "second), or compare with a run that ranks: docs/how-to/ranking.md"
     )
 
 

@@ -5,8 +5,8 @@ instead of ~800 kernel launches.
 
 Why `torch.cuda.graph` directly rather than torch.compile's CUDA graphs (`compile_mode=reduce-overhead`): those
 capture the model's forward and backward as separate graphs and leave the loss, the optimiser and the batch gather
-to Python, which is where the step's time went (docs/performance.md); a whole-step graph needs the optimiser inside
-it (Adam's `capturable` update) and the batch gathered inside it, which only a capture of the whole step gives.
+to Python, which is where the step's time went (docs/results/performance.md); a whole-step graph needs the optimiser
+inside it (Adam's `capturable` update) and the batch gathered inside it, which only a capture of the whole step gives.
 `compile=true` (compile_mode=default) still fuses the model's kernels, and the capture then records the fused ones.
 
 What a graph fixes, and so what is replayed: the batch's size and both sides' padded widths (`data.pad_to` rounds

@@ -1,6 +1,6 @@
 // The page of matching-serve: one pair (or a query and its candidates) through every served run, each run's
 // prediction and alignment matrices as heat-maps on the same token axes, and the difference of two matrices.
-// Plain JavaScript, no library: the page works offline. The server's answers are JSON (see docs/serving.md).
+// Plain JavaScript, no library: the page works offline. The server's answers are JSON (see docs/how-to/serving.md).
 "use strict";
 
 const $ = (id) => document.getElementById(id);

@@ -1,4 +1,4 @@
-"""What the README and docs/results.md publish of the centring study (conf/study/centring.yaml, whose `published`
+"""What the README and docs/results/index.md publish of the centring study (conf/study/centring.yaml, whose `published`
 names these renderers): its controlled table, the seeds each cell took, and the headline of its declared primary
 comparison, each rendered from the study's page in docs/studies/centring (matching.results.publish)."""
 
@@ -25,11 +25,6 @@ FAMILIES = ("softmax", "softmax_centred", "coda", "coda_centred", "conflict", "c
             "softmax_conflict", "softmax_conflict_centred")  # fmt: skip
 #: The metrics its tasks are monitored by (a row of another metric is left out).
 MONITORED = {"acc", "map"}
-
-
-def summary(folder: Path) -> str:
-    """The table alone (the README's): `table` without each aligner's centred − uncentred list."""
-    return table(folder, twins=False)
 
 
 def table(folder: Path, twins: bool = True) -> str:
@@ -115,3 +110,30 @@ def headline(folder: Path, primary: dict[str, Primary] | None = None) -> str:
     if missing:
         out += f" Not run yet: {', '.join(missing)} (`make results` runs them)."
     return out
+
+
+#: The README's summary: one line a task over the frozen encoder (the default for one's own pairs), the aligners a
+#: newcomer chooses between; SciTail's line comes from its own study (docs/studies/scitail), which the row links.
+SUMMARY_TASKS = {
+    "snli_check_encoder": ("SNLI check (842 dev pairs)", "acc", "centring"),
+    "trecqa_encoder": ("TrecQA clean-dev (65 questions)", "MAP", "centring"),
+    "wikiqa_encoder": ("WikiQA dev (122 questions)", "MAP", "centring"),
+    "scitail_encoder": ("SciTail dev (1,304 pairs)", "acc", "scitail"),
+}
+SUMMARY_FAMILIES = ("softmax", "coda", "coda_centred")
+
+
+def readme_summary(folder: Path) -> str:
+    """A line a task: each aligner's dev mean over its seeds (one decimal), the seeds, and a link to the study page
+    that holds the intervals and verdicts. No interval or verdict here: the page says whether a gap is resolved."""
+    lines = ["| task, dev, frozen MiniLM encoder | metric | softmax | CoDA | CoDA, centred | seeds | page |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for task, (title, metric, study) in SUMMARY_TASKS.items():
+        rows = {r["family"]: r for r in study_rows(folder.parent / study)
+                if r["task"] == task and r["split"] == "dev" and r["metric"] in MONITORED}  # fmt: skip
+        means = [f"{float(rows[f]['mean']):.1f}" if f in rows else "–" for f in SUMMARY_FAMILIES]
+        seeds = sorted({int(rows[f]["n"]) for f in SUMMARY_FAMILIES if f in rows})
+        counted = "–" if not seeds else f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]}"
+        lines.append(f"| {title} | {metric} | " + " | ".join(means) + f" | {counted} | "
+                     f"[{study}](docs/studies/{study}/study.md) |")  # fmt: skip
+    return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""What the README and docs/ranking.md publish of the fine-tuning studies (conf/study/fine_tuning.yaml and
+"""What the README and docs/how-to/ranking.md publish of the fine-tuning studies (conf/study/fine_tuning.yaml and
 fine_tuning_selected.yaml, whose `published` names these renderers): the table of each fine-tuned family against the
 frozen encoder and the CrossEncoder trained outside the study (benchmarks/cross_encoder.py), and the README's headline
 of the declared primary comparison, each rendered from the study's page in docs/studies/<study>

@@ -30,8 +30,8 @@ def frontier_rows(folder: Path, task: str) -> tuple[dict, dict[tuple[str, int], 
 
 
 def frontier_table(folder: Path, task: str) -> str:
-    """docs/performance.md's table of a task's frontier under both conditions: each model's rank pairs/s on texts
-    seen once (an index's build counted) and on a corpus indexed in advance, at 1 and 2 threads, the index's build
+    """docs/results/performance.md's table of a task's frontier under both conditions: each model's rank pairs/s on
+    texts seen once (an index's build counted) and on a corpus indexed in advance, at 1 and 2 threads, the index's build
     seconds and memory, dev MAP and MRR, and each speed against the CrossEncoder's."""
     found = frontier_rows(folder, task)
     if found is None:
@@ -68,7 +68,7 @@ def wikiqa_frontier_table(folder: Path) -> str:
 
 
 def denormals_table(folder: Path) -> str:
-    """docs/performance.md's table of training with denormal floats kept and flushed (benchmarks/denormals.py
+    """docs/results/performance.md's table of training with denormal floats kept and flushed (benchmarks/denormals.py
     --json): each case's training seconds both ways, its first and last epoch's, and whether the dev scores agree."""
     path = folder / DENORMALS
     if not path.is_file():
@@ -173,7 +173,7 @@ def gpu_and_cpu_speed(folder: Path) -> str:
 
 
 def centring_test_table(folder: Path) -> str:
-    """docs/results.md's held-out test table of the controlled comparison, from the figures file."""
+    """docs/results/index.md's held-out test table of the controlled comparison, from the figures file."""
     f = figures(folder)["centring_test"]
     families = ("softmax", "softmax_centred", "coda", "coda_centred", "conflict", "conflict_centred")
     names = ("softmax", "softmax, centred", "CoDA", "CoDA, centred", "conflict", "conflict, centred")

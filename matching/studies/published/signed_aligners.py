@@ -1,4 +1,4 @@
-"""What the README and docs/results.md publish of the signed-aligner study (conf/study/signed_aligners.yaml, whose
+"""What the README and docs/results/index.md publish of the signed-aligner study (conf/study/signed_aligners.yaml, whose
 `published` names these renderers): per task, every family against CoDA centred, softmax centred and (a gated one)
 itself ungated; and the README's answer to the study's question, each rendered from the study's page in
 docs/studies/signed_aligners (matching.results.publish)."""
