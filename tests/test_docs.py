@@ -337,9 +337,12 @@ def check_benchmark(words: list[str]) -> None:
             raise DocError(f"{words[1]} takes no flag {flag}")
 
 
-def check_pip(words: list[str]) -> None:
+def check_pip(words: list[str], inline: bool = False) -> None:
+    """Extras that pyproject.toml has, asked for by the distribution's name. `matching` names another project on
+    PyPI: with extras, or in a code block, that is an instruction that installs the wrong thing; a bare `pip install
+    matching` in prose may be the page saying not to."""
     for spec in words:
-        if re.fullmatch(r"matching(\[[\w,-]+\])?", spec, re.I):
+        if re.fullmatch(r"matching\[[\w,-]+\]", spec, re.I) or (spec.lower() == "matching" and not inline):
             raise DocError(
                 f"pip install {spec} installs another project (`matching` on PyPI solves matching games); this one is "
                 f"{DISTRIBUTION}: pip install {spec.replace('matching', DISTRIBUTION, 1)}"
@@ -357,7 +360,7 @@ def plan(command: Command, checkpoint: Path, my_conf: Path) -> list[Composition]
     if words[0] == "make":
         return plan_make(words, checkpoint, my_conf)
     if words[0] == "pip":
-        check_pip(words)
+        check_pip(words, inline=command.where.endswith("(inline)"))
         return []
     if words[0] in ("python", "python3") and words[1].startswith("benchmarks/"):
         check_benchmark(words)
@@ -490,6 +493,7 @@ def test_every_command_of_the_docs_composes(command, wrong):
         'pip install -e ".[servee]"',  # no such extra
         "pip install 'sentence-matching[servee]'",  # no such extra, by the distribution's name
         "pip install 'matching[serve]'",  # the distribution of another project
+        "pip install matching",  # the same, in a code block: an instruction
         "python benchmarks/bench_step.py --trainerr cpu",  # a flag the benchmark does not take
     ],
 )
@@ -498,6 +502,73 @@ def test_a_broken_command_fails(line, trained_run, my_conf):
     (words,) = simple_commands(line)
     broken = Command("example", tuple(words))
     assert set(problems([broken], trained_run, my_conf)) == {broken}
+
+
+def unquoted(line: str) -> str:
+    """The characters of a shell line that no quote protects, comments dropped (what zsh and bash expand); a quote
+    left open at the end of the line leaves a `'` or `"` at the end."""
+    out, quote = [], None
+    for i, ch in enumerate(line):
+        if quote:
+            quote = None if ch == quote else quote
+            out.append(" ")
+        elif ch in "'\"":
+            quote = ch
+            out.append(" ")
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            break
+        else:
+            out.append(ch)
+    return "".join(out) + (quote or "")
+
+
+def shell_lines(page: Path) -> list[tuple[str, str]]:
+    """(where, logical line) of each project command of a page's bash blocks and inline code: a line continued with
+    `\\` or inside an open quote is one line."""
+    text = page.read_text()
+    name = page.relative_to(ROOT).as_posix()
+    found = []
+    for first, body in code_blocks(text):
+        lines, i = body.split("\n"), 0
+        while i < len(lines):
+            start, line = i, lines[i]
+            while i + 1 < len(lines) and (line.rstrip().endswith("\\") or unquoted(line)[-1:] in ("'", '"')):
+                i += 1
+                line = line.rstrip().removesuffix("\\") + " " + lines[i].strip()
+            found.append((f"{name}:{first + start}", line))
+            i += 1
+    for m in re.finditer(r"`([^`]+)`", prose(text)):
+        span = " ".join(m.group(1).split())
+        if re.match(r"(python3? (-m matching\.|benchmarks/)|matching-[a-z-]+( |$)|make [a-z])", span):
+            found.append((f"{name} (inline)", span))
+    project = r"(^|\s)(python3? (-m matching|benchmarks/)|matching-|make )"
+    return [(where, line) for where, line in found if re.search(project, line)]
+
+
+def test_every_command_shown_is_safe_to_paste_into_bash_or_zsh():
+    """A Hydra list (`logger=[csv,wandb]`, `compare=[...]`) unquoted is a glob to zsh ('no matches found'), and an
+    optional part shown in brackets (`[backend=onnx]`) is typed as it is: every `[` or `]` of a command is quoted."""
+    unsafe = [
+        f"{where}: {line}"
+        for page in PAGES
+        for where, line in shell_lines(page)
+        if re.search(r"[\[\]]", unquoted(line))
+    ]
+    assert not unsafe, "\n".join(unsafe)
+
+
+def test_the_paste_check_sees_a_bracket_outside_quotes():
+    assert re.search(r"[\[\]]", unquoted("python -m matching.train logger=[csv,wandb]"))
+    assert not re.search(r"[\[\]]", unquoted("python -m matching.train 'logger=[csv,wandb]'  # [a comment]"))
+    assert not re.search(r"[\[\]]", unquoted('matching-visualize a="[x]" b=y'))
+
+
+def test_prose_may_name_the_other_projects_pip_install_to_say_not_to():
+    """"`pip install matching` does not install this one" is inline code that reads like a command; with extras it is
+    an instruction, and wrong."""
+    check_pip(["pip", "install", "matching"], inline=True)
+    with pytest.raises(DocError, match="pip install sentence-matching\\[serve\\]"):
+        check_pip(["pip", "install", "matching[serve]"], inline=True)
 
 
 def test_a_broken_command_is_found_among_the_commands_composed_with_it(trained_run, my_conf):
@@ -604,11 +675,13 @@ def test_the_published_tables_are_rendered_from_the_study_pages():
         assert found.group(2).rstrip("\n") == content, f"{name}'s block {block} differs from make results-render's"
         # 1 or 2 decimals (p = 0.098 is its own), each found in the block's files at the precision printed
         numbers = {(float(n), len(n.split(".")[1])) for n in re.findall(r"[-+]?\d+\.\d\d?(?!\d)", content)}
+        numbers |= {(float(n), 0) for n in re.findall(r"(?<![\d.])(\d+) (?:s|ms|minutes)\b", content)}  # durations
         # its study's files, and those of any study page the block links to (a summary over several studies)
         folders = {ROOT / blocks[(name, block)][0], *(ROOT / "docs" / "studies" / s for s in
                                                        re.findall(r"studies/(\w+)/study\.md", content))}  # fmt: skip
         page = " ".join(path.read_text() for folder in folders for path in page_data(folder))
-        recorded = {(round(float(n), d), d) for n in re.findall(r"[-+]?\d+\.\d+", page) for d in (1, 2)}
+        recorded = {(round(float(n), d), d) for n in re.findall(r"[-+]?\d+\.\d+", page) for d in (0, 1, 2)}
+        recorded |= {(float(n), 0) for n in re.findall(r"(?<![\d.])\d+(?![\d.])", page)}
         assert numbers or "not run yet" in content, f"{name} {block}: neither a number nor 'not run yet'"
         assert numbers <= recorded, f"{name} {block}: {sorted(numbers - recorded)} not in its page"
 
@@ -713,3 +786,15 @@ def test_no_published_run_names_a_folder_of_the_machine_it_ran_on():
             if OTHER_STUDY.search(text) or str(ROOT) in text:
                 named.append(str(path.relative_to(ROOT)))
     assert not named, f"published runs naming a machine's folder (publish push scrubs them): {named[:5]}"
+
+
+def test_every_shipped_study_is_described_and_every_study_page_listed():
+    """docs/concepts/studies.md's table names each study of conf/study/; docs/results/index.md links each study page."""
+    shipped = {p.stem for p in (CONF / "study").glob("*.yaml")}
+    described = set(re.findall(r"^\| `(\w+)` \|", (ROOT / "docs" / "concepts" / "studies.md").read_text(), re.M))
+    assert described == shipped, (
+        f"not described: {sorted(shipped - described)}; no such study: {sorted(described - shipped)}"
+    )
+    results = (ROOT / "docs" / "results" / "index.md").read_text()
+    pages = {p.parent.name for p in (ROOT / "docs" / "studies").glob("*/study.md")}
+    assert {name for name in pages if f"../studies/{name}/study.md" not in results} == set()

@@ -213,3 +213,12 @@ def fine_tuning_test(folder: Path) -> str:
             f"CrossEncoder, a tie. Measured separately (issue {ce['source']['issue']}, {ce['date']}); not our "
             f"runs.")  # fmt: skip
     return "\n".join([*lines, "", said])
+
+
+def demo_duration(folder: Path) -> str:
+    """The demo page's "How long": the newest sitting with the demo's seeds, and the fresh clone's install."""
+    demo = figures(folder)["demo"]
+    seconds = demo["demo_seconds"]
+    return (f"`make demo` with {demo['seeds']} seeds a side, the project installed: "
+            f"{seconds['three_seeds_installed']} s; `git clone` + `make install` (from PyPI): "
+            f"{demo['install_seconds']} s ({demo['date']}).")  # fmt: skip

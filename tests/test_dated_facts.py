@@ -1,0 +1,79 @@
+"""Facts that go stale with time are tied to their source: a page cannot say what its source no longer says.
+
+The seeds the demo runs with (conf/demo.yaml) against the seeds its page and its timing record state; a study
+called "running" or "training" by a hand-written page (a study's own page says where it stands, from its runs);
+the test suite's duration against its record (docs/figures/measured_elsewhere.yaml). The lab-note archive is dated
+records and is not read.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+FIGURES = yaml.safe_load((DOCS / "figures" / "measured_elsewhere.yaml").read_text())
+#: The hand-written pages: the README and docs/, the study pages (written from their runs) and the archive left out.
+PAGES = [ROOT / "README.md", *sorted(p for p in DOCS.rglob("*.md")
+#: The hand-written pages: the README and docs/, less the study pages (written from their runs) and the archive.
+RENDERED = re.compile(r"<!-- results:([\w-]+) -->.*?<!-- /results:\1 -->", re.S)
+FENCE = re.compile(r"^ *```.*?^ *```", re.S | re.M)
+WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+
+
+def prose(page: Path) -> str:
+    """A page's text without its code blocks (examples) and rendered blocks (checked against their data by
+    tests/test_docs.py)."""
+    return FENCE.sub("", RENDERED.sub("", page.read_text(encoding="utf-8")))
+
+
+def demo_seeds() -> int:
+    return len(yaml.safe_load((ROOT / "conf" / "demo.yaml").read_text())["seeds"])
+
+
+def test_the_demo_timing_was_measured_with_the_demos_seeds():
+    assert FIGURES["demo"]["seeds"] == demo_seeds(), (
+        "conf/demo.yaml's seeds changed since the demo's timing (docs/figures/measured_elsewhere.yaml, demo): "
+        "measure `make demo` again and record it with its seeds"
+    )
+
+
+def test_the_demo_page_says_the_demos_seeds():
+    text = prose(DOCS / "getting-started" / "demo.md")
+    said = re.findall(r"\b(two|three|four|five|six|seven|eight|nine|ten|\d+) seeds (?:each|a side)\b", text)
+    assert said, "the demo page no longer says how many seeds each aligner trains"
+    counts = {int(s) if s.isdigit() else {w: n for n, w in WORDS.items()}[s] for s in said}
+    assert counts == {demo_seeds()}, f"the demo page says {sorted(counts)} seeds, conf/demo.yaml runs {demo_seeds()}"
+
+
+#: A study said to be under way: only its own page (written from its runs) can say so and stay true.
+UNDER_WAY = re.compile(
+    r"\b(?:stud(?:y|ies)|looks?|runs?|seeds?)\b[^.\n]{0,80}?\b(?:is|are|still|now) (?:running|training|in progress)\b"
+    r"|\b(?:running|training) (?:now|at the moment|as of)\b|\(running\)|\(training\)",
+    re.I,
+)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_hand_written_page_calls_a_study_running(page):
+    found = [m.group(0) for m in UNDER_WAY.finditer(prose(page))]
+    assert not found, f"{page.name}: {found}: say it on the study's page (written from its runs), or say it is done"
+
+
+def test_the_under_way_pattern_finds_what_it_is_for():
+    assert UNDER_WAY.search("The third look (7 seeds, 18 runs) is training.")
+    assert UNDER_WAY.search("the study is still running")
+    assert not UNDER_WAY.search("a run folder without metrics.json (failed or still running) is run again")
+
+
+def test_a_stated_duration_of_the_test_suite_is_its_records():
+    """`make test` said to take N minutes: N is the newest sitting of the suite's record."""
+    newest = FIGURES["test_suite"]["now"]["minutes"]
+    for page in PAGES:
+        for sentence in re.split(r"(?<=[.;\n])\s", prose(page)):
+            if "make test" in sentence and (m := re.search(r"(\d+(?:\.\d+)?) minutes", sentence)):
+                assert float(m.group(1)) == newest, f"{page.name}: {sentence.strip()} (recorded: {newest} minutes)"
