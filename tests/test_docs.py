@@ -564,8 +564,8 @@ def test_the_paste_check_sees_a_bracket_outside_quotes():
 
 
 def test_prose_may_name_the_other_projects_pip_install_to_say_not_to():
-    """"`pip install matching` does not install this one" is inline code that reads like a command; with extras it is
-    an instruction, and wrong."""
+    """A page saying "`pip install matching` does not install this one" shows inline code that reads like a command;
+    with extras it is an instruction, and wrong."""
     check_pip(["pip", "install", "matching"], inline=True)
     with pytest.raises(DocError, match="pip install sentence-matching\\[serve\\]"):
         check_pip(["pip", "install", "matching[serve]"], inline=True)
