@@ -36,8 +36,8 @@ demo: install  ## the first five minutes, offline: train softmax and CoDA on a s
 train: install  ## train one model: make train TASK=snli ARGS="aligner=coda seed=2"
 	$(BIN)/python -m matching.train task=$(TASK) $(ARGS)
 
-sweep: install  ## seed x aligner sweep: make sweep TASK=scitail ARGS="paths.data_dir=..."
-	$(BIN)/python -m matching.train -m task=$(TASK) aligner=softmax,coda,conflict seed=1,2,3 $(ARGS)
+sweep: install  ## seed x aligner sweep, every aligner centred alike: make sweep TASK=scitail ARGS="paths.data_dir=..."
+	$(BIN)/python -m matching.train -m task=$(TASK) aligner=softmax,coda,conflict aligner.center_tokens=true seed=1,2,3 $(ARGS)
 
 evaluate: install  ## evaluate a checkpoint: make evaluate CKPT=outputs/runs/.../best.ckpt ARGS="split=test"
 	$(BIN)/matching-evaluate ckpt=$(CKPT) $(ARGS)

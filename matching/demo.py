@@ -75,13 +75,18 @@ def read_pairs(path: Path) -> tuple[list[Pair], list[str]]:
 
 
 def train_command(cfg: DictConfig, sweep: Path) -> list[str]:
-    """The training sweep as a command line: every aligner and seed with the demo's settings, and, when every
-    aligner has a score function F (`aligner.projection`), the same F for all (none: the model's own projection,
-    CoDA's default), so that the comparison is controlled: a difference is the aligner's, not F's."""
-    controlled = all("projection" in OmegaConf.load(CONF / "aligner" / f"{a}.yaml") for a in cfg.aligners)
+    """The training sweep as a command line: every aligner and seed with the demo's settings, and what the aligners'
+    defaults would otherwise make differ, held the same for all, so that the comparison is controlled (a difference
+    is the aligner's): when every aligner has a score function F (`aligner.projection`), the same F (none: the
+    model's own projection, CoDA's default); when every aligner has token centring (`aligner.center_tokens`), on for
+    all (CoDA's default; softmax's is off, and centring is what moved CoDA most: docs/results/index.md)."""
+    options = [OmegaConf.load(CONF / "aligner" / f"{a}.yaml") for a in cfg.aligners]
+    held = [override for key, override in (("projection", "aligner.projection=none"),
+                                           ("center_tokens", "aligner.center_tokens=true"))
+            if all(key in option for option in options)]  # fmt: skip
     return [
         "-m", "experiment=demo", f"aligner={','.join(map(str, cfg.aligners))}",
-        f"seed={','.join(map(str, cfg.seeds))}", *(["aligner.projection=none"] if controlled else []),
+        f"seed={','.join(map(str, cfg.seeds))}", *held,
         f"hydra.sweep.dir={sweep}", *shlex.split(str(cfg.train or "")),
     ]  # fmt: skip
 

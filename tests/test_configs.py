@@ -236,10 +236,12 @@ def _sweep_jobs(*overrides: str) -> list[tuple[tuple[str, ...], object]]:
 
     from matching.training.sweeps import grid
 
+    parser = OverridesParser.create()
+    single = [o for o in overrides if not parser.parse_override(o).is_sweep_override()]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
-        params = [f"{key}={value}" for key, value in cfg.hydra.sweeper.params.items()]
-        jobs = grid(OverridesParser.create().parse_overrides([*params, *overrides]))
+        cfg = compose("train", overrides=single, return_hydra_config=True)
+        params = [f"{key}={value}" for key, value in (cfg.hydra.sweeper.params or {}).items()]
+        jobs = grid(parser.parse_overrides([*params, *overrides]))
         return [(job, compose("train", overrides=list(job))) for job in jobs]
 
 
@@ -267,13 +269,14 @@ def test_the_controlled_experiment_trains_every_aligner_with_the_same_centring(t
     centring: dict[tuple[str, str], dict[str, set[bool]]] = {}
     for n, (job, cfg) in enumerate(jobs):
         given = _given(job)
-        cell = (given["aligner.projection"], given["aligner.center_tokens"])
+        cell = (given["aligner.projection"], given.get("aligner.center_tokens", "unset").lower())  # it writes True
         assert cfg.aligner.projection == cell[0]
         centring.setdefault(cell, {}).setdefault(given["aligner"], set()).add(cfg.aligner.center_tokens)
         run = tmp_path / "multirun" / f"{n}"  # the job's run folder, as report reads it
         (run / ".hydra").mkdir(parents=True)
         aligner = {key: cfg.aligner[key] for key in ("projection", "center_tokens")}
-        config = {"task": {"name": "wikiqa"}, "aligner": aligner, "seed": cfg.seed, "choices": {"aligner": given["aligner"]}}
+        task = {"name": "wikiqa", "monitor": "val/map", "report_metrics": ["map"]}
+        config = {"task": task, "aligner": aligner, "seed": cfg.seed, "choices": {"aligner": given["aligner"]}}
         (run / "config.yaml").write_text(yaml.safe_dump(config))
         (run / "metrics.json").write_text(json.dumps({"val/map": 0.6 + n / 1000}))
         (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(list(job)))
@@ -285,3 +288,35 @@ def test_the_controlled_experiment_trains_every_aligner_with_the_same_centring(t
     assert {r.n for r in rows} == {3} and len(rows) == 3 * len(centring)  # one row per aligner and cell, 3 seeds each
     baselines = {r.variant for r in rows if r.aligner == "softmax"}
     assert all(r.variant in baselines and "aligner.center_tokens=" in r.variant for r in rows)
+
+
+def _make_sweep_overrides() -> list[str]:
+    """The overrides of the Makefile's `sweep` target (its `-m` command line, TASK=wikiqa, no ARGS)."""
+    import re
+    import shlex
+
+    recipe = re.search(r"^sweep:.*\n\t(.*)$", (CONF.parent / "Makefile").read_text(), re.MULTILINE).group(1)
+    command = shlex.split(recipe.replace("$(TASK)", "wikiqa").replace("$(ARGS)", ""))
+    return [o for o in command[command.index("matching.train") + 1 :] if o != "-m"]
+
+
+def _demo_overrides(tmp_path) -> list[str]:
+    """The overrides of the demo's training sweep (matching.demo.train_command with conf/demo.yaml's aligners)."""
+    from omegaconf import OmegaConf
+
+    from matching.demo import train_command
+
+    demo = OmegaConf.load(CONF / "demo.yaml")
+    command = train_command(OmegaConf.create({"aligners": list(demo.aligners), "seeds": [1], "train": ""}), tmp_path)
+    return [o for o in command if o != "-m" and not o.startswith("hydra.")]
+
+
+@pytest.mark.parametrize("sweep", ["make sweep", "make demo"])
+def test_every_sweep_that_compares_aligners_centres_them_alike(tmp_path, sweep):
+    """`make sweep` (aligner=softmax,coda,conflict) and the demo's sweep (softmax, coda) train every aligner with
+    the same aligner.center_tokens, not each with its own default (CoDA on, softmax and conflict off)."""
+    overrides = _make_sweep_overrides() if sweep == "make sweep" else _demo_overrides(tmp_path)
+    jobs = _sweep_jobs(*overrides)
+    aligners = {_given(job)["aligner"] for job, _ in jobs}
+    assert len(aligners) > 1 and "coda" in aligners and "softmax" in aligners
+    assert {cfg.aligner.center_tokens for _, cfg in jobs} == {True}

@@ -130,15 +130,18 @@ def test_the_comparison_says_what_the_seed_aware_test_resolves():
     assert comparison(_rows(softmax=(57.3, 0.4)), 500) == []
 
 
-def test_the_demo_compares_with_the_same_score_function_when_every_aligner_has_one(tmp_path):
+def test_the_demo_compares_with_the_same_score_function_and_centring_when_every_aligner_has_them(tmp_path):
+    """CoDA centres its tokens by default and softmax does not: the demo holds centring the same for both, as it
+    holds F, so that its verdict is the aligner's (the centring table, docs/results/index.md)."""
     from omegaconf import OmegaConf
 
     from matching.demo import train_command
 
     args = train_command(OmegaConf.create({"aligners": ["softmax", "coda"], "seeds": [1, 2], "train": ""}), tmp_path)
-    assert "aligner.projection=none" in args
+    assert "aligner.projection=none" in args and "aligner.center_tokens=true" in args
     args = train_command(OmegaConf.create({"aligners": ["softmax", "conflict"], "seeds": [1], "train": ""}), tmp_path)
     assert not any(a.startswith("aligner.projection") for a in args)  # conflict has no F
+    assert "aligner.center_tokens=true" in args  # but it has centring
 
 
 def _run_demo(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
@@ -151,7 +154,8 @@ def _run_demo(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
 def _check_outputs(out: Path, aligners: list[str], stdout: str) -> None:
     assert "| snli_sample | coda |" in stdout and "| snli_sample | softmax |" in stdout  # the report's table
     assert "Dev accuracy (mean ± std over seeds" in stdout and "Go further:" in stdout
-    assert "coda − softmax F=none: " in stdout and " over 500 dev pairs and " in stdout  # the paired test
+    assert "coda − softmax F=none aligner.center_tokens=true: " in stdout  # the paired test, F and centring held
+    assert " over 500 dev pairs and " in stdout
     for aligner in aligners:
         predictions = [json.loads(line) for line in (out / f"predictions_{aligner}.jsonl").read_text().splitlines()]
         assert len(predictions) == 6 and predictions[0]["a"] == "A man is playing a guitar on a stage."
