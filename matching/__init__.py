@@ -13,11 +13,11 @@ from matching.saved.run_names import name_from_data
 
 __all__ = ["DEMO_DATA", "Matcher"]
 
-#: The demo's sample (SNLI pairs, word vectors, new pairs), package data: found through the package, never the
-#: working directory, so that `make demo` works from any folder and from an installed package. Configs name its
-#: files as `${demo_data:<file>}` (conf/task/snli_sample.yaml); registered here, on the package's import, so that
-#: every way of composing a config (the commands, Hydra's compose API, a test) resolves it.
 DEMO_DATA = Path(__file__).resolve().parent / "demo_data"
+"""The demo's sample (SNLI pairs, word vectors, new pairs), package data: found through the package, never the
+working directory, so that `make demo` works from any folder and from an installed package. Configs name its files
+as `${demo_data:<file>}` (conf/task/snli_sample.yaml); the resolver is registered on the package's import, so that
+every way of composing a config (the commands, Hydra's compose API, a test) resolves it."""
 
 
 OmegaConf.register_new_resolver("demo_data", lambda name="": str(DEMO_DATA / name), replace=True)

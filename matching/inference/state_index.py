@@ -36,8 +36,8 @@ class StaleIndexError(RunError):
 
 class StateIndex:
     """Word states (float16, or float32 of a fine-tuned encoder) of texts, looked up by the text's words as the
-    model sees them (see the module docstring). `key`: what the states depend on; `get(words)` is None for a text
-    the index does not hold."""
+    model sees them (the folder's files: the module docstring). `key`: what the states depend on; `get(words)` is
+    None for a text the index does not hold. Build one with `Matcher.index`, load one with `Matcher.use_index`."""
 
     def __init__(self, key: dict, texts: Sequence[Sequence[str]], states: np.ndarray, offsets: np.ndarray):
         if len(offsets) != len(texts) + 1 or offsets[-1] != len(states):

@@ -21,6 +21,14 @@ config names unless it is one of matching's own model and text components (`SHAR
 someone else cannot make Hydra call an arbitrary function. What an embedding source loads from elsewhere (an
 encoder) is not in the folder: the config names it by hub id and revision, and the weights are checked against the
 sha256 recorded at training.
+
+Write one with `matching-export ckpt=<run> format=hub out=DIR`; with `push_to_hub=true repo_id=<you>/<name>`
+(`private=true` for a new private repository) it is also uploaded, which needs the `hub` extra and a login
+(`hf auth login` or `HF_TOKEN`); a failed upload leaves the folder complete. The model card's training command is
+the run's recorded Hydra overrides when it has them. Read one with `Matcher.load(DIR)`, or
+`Matcher.load("<you>/<name>")` from the hub. A contextual run's folder names its encoder by its own
+`embeddings.model` when that is a hub name; for a run trained from a local encoder folder, give the hub id and
+revision of the same weights: `encoder=<owner/name> encoder_revision=<commit>`.
 """
 
 from __future__ import annotations
