@@ -31,6 +31,19 @@ FIXTURE_VECTORS = FIXTURES / "vectors" / "glove.fixture.20d.txt"
 PINNED_DTYPE = "dtype=fp32"
 
 
+def reference_hook():
+    """docs/hooks/reference.py, the site's hook that generates the command reference (not a module of the package:
+    MkDocs loads it by path, and so do the tests)."""
+    import importlib.util
+
+    if "docs_reference" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("docs_reference", ROOT / "docs" / "hooks" / "reference.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+        spec.loader.exec_module(module)
+    return sys.modules["docs_reference"]
+
+
 def cli_overrides(tmp_path: Path) -> list[str]:
     """Command-line overrides that point a `python -m matching.train` subprocess at the fixtures, tiny model, fp32."""
     return [

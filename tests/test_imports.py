@@ -416,7 +416,7 @@ def rooms_drawing(graph: dict[str, set[str]] | None = None) -> str:
     return "\n".join(lines + ["```"])
 
 
-ARCHITECTURE = ROOT / "docs" / "architecture.md"
+ARCHITECTURE = ROOT / "docs" / "concepts" / "architecture.md"
 
 
 def test_the_architecture_page_draws_the_rooms_as_the_code_imports_them():

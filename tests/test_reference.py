@@ -10,10 +10,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import reference_hook
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
@@ -24,15 +24,7 @@ from matching.files import config_dir
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_generator():
-    spec = importlib.util.spec_from_file_location("docs_reference", ROOT / "docs" / "hooks" / "reference.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-reference = _load_generator()
+reference = reference_hook()
 
 
 def _scripts() -> dict[str, str]:
