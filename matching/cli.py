@@ -92,6 +92,46 @@ def quiet_libraries() -> None:
 _HYDRA_QUERIES = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion", "-sc")
 
 
+def group_options(group: str) -> list[str]:
+    """The options of the config group `group` (`aligner`, `task/reader`): the names of its files in conf/."""
+    return sorted(path.stem for path in (config_dir() / group).glob("*.yaml"))
+
+
+def help_groups(choices: DictConfig) -> str:
+    """The `== Configuration groups ==` section of a command's --help (`${help_groups:${hydra.runtime.choices}}` in
+    its help template): the groups of the command's own defaults list, those its command line can set with
+    `group=option`, each with its options; nothing for a command that has none (evaluate, report). Hydra's
+    $APP_CONFIG_GROUPS would list every folder of conf/ under every command, groups that it refuses included
+    (`study` under matching-train, `aligner` under matching-study); Hydra's own groups (hydra/launcher=...) are
+    --hydra-help's."""
+    groups = sorted(group for group in choices if group != "hydra" and not group.startswith("hydra/"))
+    if not groups:
+        return ""
+    lines = [f"{group}: {', '.join(group_options(group))}" for group in groups]
+    return (
+        "== Configuration groups ==\nCompose your configuration from those groups (group=option)\n\n"
+        + "\n".join(lines)
+        + "\n\n"
+    )
+
+
+def help_keys(*, _root_: DictConfig) -> str:
+    """What the `== Options ==` section of a command's --help lists (`${help_keys:}`): a command on a trained run
+    (`ckpt=`) also takes every key of the run's saved config; the others take their own keys alone."""
+    if "ckpt" in _root_.keys():  # `in _root_` is False while ckpt is ??? (not given)
+        return (
+            "The command's own keys, then (given ckpt=) the trained run's saved config; override any key with "
+            "key=value."
+        )
+    return "The command's keys; override any key with key=value."
+
+
+# Registered here, where every command starts (their help templates, conf/command.yaml and conf/train.yaml, use
+# them; nothing else resolves those templates).
+OmegaConf.register_new_resolver("help_groups", help_groups, replace=True)
+OmegaConf.register_new_resolver("help_keys", help_keys, replace=True)
+
+
 def _given(argv: Sequence[str], keys: Sequence[str]) -> list[Override]:
     """The overrides of `keys` on the command line, in its order (parsed with Hydra's own grammar, so quoting
     works)."""

@@ -21,10 +21,21 @@ USAGE = """Usage: matching-serve-onnx ckpt=<exported ONNX folder> [port=8000] [h
 
 Serves a model exported with matching-export format=onnx on ONNX Runtime alone (no torch, Lightning or Hydra needed):
 the page at /, POST /classify and /rank, GET /health and /info; /align needs the PyTorch model (matching-serve).
-Keys: conf/serve.yaml's own, as key=value."""
-#: The keys `matching-serve-onnx` takes: conf/serve.yaml's own (the run's config is not there to override).
+Keys: some of matching-serve's (conf/serve.yaml says what each does), as key=value; --help lists them."""
+#: The keys `matching-serve-onnx` takes: some of conf/serve.yaml's (the run's config is not there to override).
 EXPORTED_KEYS = ("ckpt", "host", "port", "workers", "allowed_hosts", "cors_origins", "threads", "max_batch_size",
                  "batch_timeout", "timeout", "log_level", "access_log", "limits", "quantize")  # fmt: skip
+
+
+def usage() -> str:
+    """What --help prints: USAGE, then the keys it takes (EXPORTED_KEYS) with their defaults, and no other key of
+    conf/serve.yaml (backend, compare, engine, ... are matching-serve's alone)."""
+    from matching.files import config_dir
+
+    defaults = OmegaConf.load(config_dir() / "serve.yaml")
+    keys = OmegaConf.masked_copy(defaults, list(EXPORTED_KEYS))
+    keys.limits.max_text_tokens = "the model's max_length (its serving.json), else 512"
+    return f"{USAGE}\n\n== Options ==\n{OmegaConf.to_yaml(keys).rstrip()}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in args):
-        print(USAGE)
+        print(usage())
         return 0
     try:
         given = OmegaConf.from_dotlist(args)

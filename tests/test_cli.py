@@ -184,3 +184,94 @@ def test_a_typo_is_answered_before_torch_and_lightning_load(name, snli_run, tmp_
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, input="")
     assert done.stdout.strip() == "2 []", done.stdout + done.stderr[-2000:]
     assert "unknwon_key" in done.stderr and "Traceback" not in done.stderr
+
+
+#: Every console script (pyproject.toml's [project.scripts]) that is a Hydra app, and the module whose main it runs.
+HYDRA_SCRIPTS = {
+    "matching-train": "train", "matching-evaluate": "evaluate", "matching-predict": "predict",
+    "matching-visualize": "visualize", "matching-export": "export", "matching-report": "report",
+    "matching-study": "study", "matching-derive-vectors": "derive_vectors", "matching-serve": "serve",
+    "matching-demo": "demo",
+}  # fmt: skip
+
+
+def test_every_console_script_is_checked_for_its_help():
+    import tomllib
+    from conftest import ROOT
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert set(scripts) == {*HYDRA_SCRIPTS, "matching-serve-onnx"}
+    assert all(scripts[name] == f"matching.{module}:main" for name, module in HYDRA_SCRIPTS.items())
+
+
+def _listed_groups(help_text: str) -> dict[str, list[str]]:
+    """The `group: option, option` lines of a --help's `== Configuration groups ==` section ({} without one)."""
+    if "== Configuration groups ==" not in help_text:
+        return {}
+    section = help_text.split("== Configuration groups ==", 1)[1].split("\n== ", 1)[0]
+    lines = [line for line in section.splitlines()[1:] if ": " in line]
+    return {group: options.split(", ") for group, options in (line.split(": ", 1) for line in lines)}
+
+
+def _composes(config_name: str, override: str) -> bool:
+    from matching.cli import OverrideError
+
+    try:
+        compose_config(config_name, [override])
+    except OverrideError:
+        return False
+    return True
+
+
+#: The groups each command's --help must list: those of its own defaults list, no other folder of conf/.
+EXPECTED_GROUPS = {
+    "train": {"aligner", "debug", "embeddings", "experiment", "intra", "logger", "loss", "model", "optim", "paths",
+              "sweep", "task", "task/reader", "trainer"},
+    "study": {"paths", "study"}, "derive_vectors": {"paths"}, "demo": {"paths"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("script", sorted(HYDRA_SCRIPTS))
+def test_help_lists_only_the_groups_the_command_takes(script, capsys):
+    """Hydra's default help lists every folder of conf/ under every command (`study` under matching-train, which
+    refuses it): each command's --help lists the groups of its own defaults list, each of which composes with one
+    of the options listed for it; a command without groups (evaluate, report, ...) lists none."""
+    import importlib
+
+    name = HYDRA_SCRIPTS[script]
+    assert importlib.import_module(f"matching.{name}").main(["--help"]) == 0
+    listed = _listed_groups(capsys.readouterr().out)
+    assert set(listed) == EXPECTED_GROUPS.get(name, set())
+    for group, options in listed.items():
+        assert options == sorted(options) and all(options), (group, options)
+        assert any(_composes(name, f"{group}={option}") for option in options), f"{script} --help lists {group}"
+    if name == "train":
+        assert not _composes("train", "study=centring")  # what the old help offered and train refuses
+
+
+def test_help_says_a_run_s_config_is_taken_only_by_the_commands_on_a_run(capsys):
+    for module, on_a_run in ((evaluate, True), (predict, True), (report, False), (demo, False)):
+        assert module.main(["--help"]) == 0
+        said = "(given ckpt=) the trained run's saved config" in capsys.readouterr().out
+        assert said == on_a_run, module.__name__
+
+
+def test_serve_onnx_help_lists_the_keys_it_takes_and_no_other(capsys):
+    """matching-serve-onnx takes some of matching-serve's keys (EXPORTED_KEYS), not the run's config, nor backend,
+    compare, engine, ...: its --help lists exactly those, and each one listed is accepted."""
+    import yaml
+    from conftest import CONF
+
+    from matching.serve_onnx import EXPORTED_KEYS
+    from matching.serve_onnx import main as serve_onnx
+
+    assert serve_onnx(["--help"]) == 0
+    listed = yaml.safe_load(capsys.readouterr().out.split("== Options ==\n", 1)[1])
+    assert set(listed) == set(EXPORTED_KEYS)
+    assert set(yaml.safe_load((CONF / "serve.yaml").read_text())) - set(listed) >= {"backend", "compare", "engine"}
+    for key in listed:  # accepted: the answer is about the missing ckpt, not about the key
+        value = "x" if key != "limits" else "{max_pairs: 1}"
+        assert serve_onnx([f"{key}={value}"] if key != "ckpt" else ["ckpt=/no/such/folder"]) == 2
+        assert "takes key=value arguments among" not in capsys.readouterr().err, key
+    assert serve_onnx(["backend=onnx"]) == 2
+    assert "takes key=value arguments among" in capsys.readouterr().err
