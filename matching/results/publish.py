@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     pushed = sub.add_parser("push", help="a study's page and runs' small files into docs/studies/<study>")
     pushed.add_argument("study")
     pushed.add_argument("--from", dest="source", type=Path, default=None, help="the study's folder (default outputs)")
-    sub.add_parser("render", help="the README's and docs/results/index.md's blocks from docs/studies")
+    sub.add_parser("render", help="the README's and docs' blocks and quoted figures from their records")
     args = parser.parse_args(argv)
     try:
         root = clone_root()
@@ -307,7 +307,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.verb == "push":
             print(f"{push(args.study, root, source=args.source)} runs' small files in docs/studies/{args.study}/runs")
         else:
-            changed = render_files(root)
+            from matching.results.quotes import render_pages
+
+            changed = list(dict.fromkeys([*render_files(root), *render_pages(root)]))
             print("rendered: " + (", ".join(str(p.relative_to(root)) for p in changed) or "nothing changed"))
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
