@@ -320,3 +320,21 @@ def test_every_sweep_that_compares_aligners_centres_them_alike(tmp_path, sweep):
     aligners = {_given(job)["aligner"] for job, _ in jobs}
     assert len(aligners) > 1 and "coda" in aligners and "softmax" in aligners
     assert {cfg.aligner.center_tokens for _, cfg in jobs} == {True}
+
+
+def test_the_controlled_study_centres_every_family_alike():
+    """study=controlled_f (experiment=controlled_f as a study) trains every family, conflict included, with the same
+    aligner.center_tokens."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from matching.studies.spec import read_spec, selection_runs
+
+    spec = read_spec(OmegaConf.load(CONF / "study" / "controlled_f.yaml"), ["wikiqa"])
+    centring = {}
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        for run in (r for r in selection_runs(spec) if r.seed == 1):
+            overrides = [o for o in run.overrides(spec) if not o.startswith("hydra.")]
+            centring[run.family] = compose("train", overrides=overrides).aligner.center_tokens
+    assert set(centring) == set(spec.families) and "conflict" in centring
+    assert set(centring.values()) == {True}
