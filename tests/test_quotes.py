@@ -118,6 +118,7 @@ def test_a_quote_prints_value_sign_and_unit_from_its_record(clone):
             "<!--q study:s/wikiqa/coda/base_interval|interval:+.2f-->x<!--/q-->")  # fmt: skip
     texts = [m.group("text") for m in QUOTE.finditer(render(text, clone))]
     assert texts == ["94 s", "+4.50 [+2.25, +6.75]", "81.20 ± 0.43", "77.17", "+2.52 [-1.18, +6.23]"]
+    assert record(ROOT, "paper:scitail.coda.acc") == (83.6, None)  # the CoDA paper's Table 3, as conf/task keeps it
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import importlib
+import json
 import re
 import shutil
 import sys
@@ -42,24 +43,47 @@ OUTSIDE_BASELINE = "cross_encoder"
 OUTSIDE_FILES = ("*/comparison.json", "*/seed*/metrics.json", "*/seed*/scores/val.csv")  # <task>/...
 
 
-def study_rows(folder: Path) -> list[dict[str, str]]:
-    """The page's rows that have runs (a planned family with none is left out: "not run yet")."""
+def study_rows(folder: Path) -> list[dict]:
+    """The page's rows that have runs (a planned family with none is left out: "not run yet"); a study that added
+    seeds until decided (seeds.json) gives each row the decisions of its comparisons, under `decisions`: the baseline
+    (or twin) compared with -> the look that decided it (status, seeds a side, difference, Holm-adjusted p)."""
     path = folder / "study.csv"
     if not path.is_file():
         return []
     with path.open(newline="") as f:
-        return [r for r in csv.DictReader(f) if r.get("n") not in ("", "0", None)]
+        rows = [r for r in csv.DictReader(f) if r.get("n") not in ("", "0", None)]
+    decided = {}
+    if (folder / "seeds.json").is_file():
+        for d in json.loads((folder / "seeds.json").read_text(encoding="utf-8")).get("decisions", []):
+            if d.get("looks"):
+                decided[(d["task"], d["family"], d["baseline"])] = {"status": d["status"], **d["looks"][-1]}
+    for row in rows:
+        row["decisions"] = {b: v for (task, family, b), v in decided.items()
+                            if task == row["task"] and family == row["family"]}  # fmt: skip
+    return rows
 
 
-def interval_cell(row: dict[str, str], prefix: str) -> str:
-    """A page row's difference against `prefix` (a baseline, `twin`) with its 95 % interval, as a table cell."""
+def _decision(row: dict, prefix: str) -> dict | None:
+    """The look that decided a row's comparison against `prefix` (a baseline, or `twin`), if the study recorded it."""
+    baseline = row.get("twin") if prefix == "twin" else prefix
+    return (row.get("decisions") or {}).get(baseline)
+
+
+def interval_cell(row: dict, prefix: str) -> str:
+    """A page row's difference against `prefix` (a baseline, `twin`) with its 95 % interval, as a table cell. When the
+    comparison was decided at a look with fewer seeds than the row now has (its family took more seeds for another
+    comparison), the interval pools all of them and says so: it is descriptive, the verdict is the look's."""
     low, _, high = row.get(f"{prefix}_ci", "").partition(" ")
     if not row.get(f"{prefix}_diff"):
         return "–"
     diff = float(row[f"{prefix}_diff"])
     if not low or low == "nan":  # too few seeds for an interval
         return f"{diff:+.2f}"
-    return f"{diff:+.2f} [{float(low):+.2f}, {float(high):+.2f}]"
+    cell = f"{diff:+.2f} [{float(low):+.2f}, {float(high):+.2f}]"
+    look = _decision(row, prefix)
+    if look and int(look["seeds"]) < int(row["n"]):
+        cell += f" over all {row['n']} seeds (descriptive)"
+    return cell
 
 
 def mean_cell(row: dict[str, str] | None, counted: bool = False) -> str:
@@ -73,12 +97,19 @@ def mean_cell(row: dict[str, str] | None, counted: bool = False) -> str:
     return f"{mean} ({n} seed{'s' if n > 1 else ''})"
 
 
-def verdict_cell(row: dict[str, str], prefix: str) -> str:
-    """A page row's verdict against `prefix` with its (Holm-adjusted) p, as a table cell."""
+def verdict_cell(row: dict, prefix: str) -> str:
+    """A page row's verdict against `prefix` with its (Holm-adjusted) p, as a table cell; where the study decided it
+    at a look, the look's seeds, and its difference where the interval beside it pools more seeds."""
     verdict = row.get(f"{prefix}_verdict", "")
     p = row.get(f"{prefix}_p_holm") or row.get(f"{prefix}_p")
     if not verdict:
         return "–"
+    look = _decision(row, prefix)
+    if look:
+        said = f"{look['status']} at {look['seeds']} seeds a side"
+        if int(look["seeds"]) < int(row["n"]):
+            said += f" (Δ {float(look['difference']):+.2f} there)"
+        return f"{said}, Holm p = {float(look['p_adjusted']):.2g}"
     return f"{verdict}, p = {float(p):.2g}" if p else verdict
 
 
@@ -101,9 +132,11 @@ DENORMALS = "denormals.json"
 
 
 def page_data(folder: Path) -> list[Path]:
-    """The files a block's rendered numbers come from: a study page's table and an outside baseline's comparison, or
+    """The files a block's rendered numbers come from: a study page's table, the looks that decided its comparisons
+    and an outside baseline's comparison, or
     the file of figures measured elsewhere, the reranking frontier's data files and the denormals sitting's."""
-    return [path for path in (folder / "study.csv", *sorted(folder.glob(f"{OUTSIDE_BASELINE}/*/comparison.json")),
+    return [path for path in (folder / "study.csv", folder / "seeds.json",
+                              *sorted(folder.glob(f"{OUTSIDE_BASELINE}/*/comparison.json")),
                               folder / FIGURES.name, *sorted(folder.glob(FRONTIER.format(task="*"))),
                               folder / DENORMALS)
             if path.is_file()]  # fmt: skip

@@ -13,6 +13,8 @@ SOURCE, one of:
   column pair `<prefix>_diff` with `<prefix>_ci` reads as the interval [diff, low, high] under `<prefix>_interval`.
 - `file:<path under docs/>#<dotted path>`: a value of a JSON or YAML data file, e.g.
   `file:figures/denormals.json#cases.0.ratio`.
+- `paper:<task>.<dotted path>`: a published paper's figure as the task's config keeps it (conf/task/<task>.yaml,
+  `paper:`), e.g. `paper:scitail.coda.acc`.
 
 FORMAT: a format spec for the value followed by literal text (`.2f`, `+.2f`, `.0f s`, `.1fx`), or a kind and its
 spec: `interval:+.2f` for [difference, low, high] ("+1.23 [+0.45, +2.01]"; a record whose interval does not contain
@@ -108,7 +110,13 @@ def record(root: Path, source: str, where: str = "a quote") -> tuple[object, str
             raise ConfigError(f"{where}: no data file docs/{name}")
         data = json.loads(data_file.read_text(encoding="utf-8")) if name.endswith(".json") else _yaml(data_file)
         return _dotted(data, path, where)
-    raise ConfigError(f"{where}: a quote's source is figures:, study: or file:, got {source!r}")
+    if kind == "paper":
+        task, _, path = rest.partition(".")
+        config = root / "conf" / "task" / f"{task}.yaml"
+        if not config.is_file():
+            raise ConfigError(f"{where}: no task config conf/task/{task}.yaml")
+        return _dotted((_yaml(config) or {}).get("paper") or {}, path, where)
+    raise ConfigError(f"{where}: a quote's source is figures:, study:, file: or paper:, got {source!r}")
 
 
 def _number(value: object, spec: str, where: str) -> str:
