@@ -1,41 +1,73 @@
-"""The reranking frontier: how fast each model ranks a question's candidates, and how well, in one sitting.
+"""The reranking frontier: how fast each model ranks a question's candidates, and how well, on PyTorch and on ONNX
+Runtime, float32 and int8, ours and a CrossEncoder's, in one sitting.
 
-    python benchmarks/bench_rerank.py --pairs WikiQA-dev.tsv.gz --columns Question,Sentence,QuestionID,Label \
-        --model static=<run> --model contextual=<run> --model contextual+index=<run> [--model distilled=<run>] \
-        [--cross-encoder <folder or hub name>] [--threads 1,2] [--queries 0]
-    python benchmarks/bench_rerank.py --task trecqa --data-dir /path/to/corpora --model ...   # its dev split
+    python benchmarks/bench_rerank.py --task trecqa --data-dir /path/to/corpora --threads 1,2 --repeats 3 \
+        --model fine-tuned=<run> --model fine-tuned+onnx=<run> --model fine-tuned+onnx+int8=<run> \
+        --model fine-tuned+index=<run> --model fine-tuned+index+ort=<run> --model fine-tuned+index+ort+int8=<run> \
+        --cross-encoder <CrossEncoder folder> [--cross-encoder-as torch,onnx,onnx+int8] --json ... --chart ...
+    python benchmarks/bench_rerank.py --pairs WikiQA-dev.tsv.gz --columns Question,Sentence,QuestionID,Label ...
 
-For each model (`name=path`, any form `Matcher.load` takes; a name with `+index` ranks against an index of all the
-file's candidates, built first and timed apart; with `+ort`, a contextual model's encoder runs new text on ONNX
-Runtime, `encoder_backend="onnx"`) and each thread count, it prints:
+A model is `name=path` (any form `Matcher.load` takes); the flags after `+` in its name say how it runs:
 
-- `rank` pairs/s under two conditions: *indexed* (a fixed corpus whose candidates are indexed in advance: the
-  encoder's index is built before the clock starts, and its build seconds and memory per 1,000 candidates are
-  reported beside) and *new* (texts seen once, as when ranking new candidates: the build counted in the time).
-  `Matcher.rank(question, its candidates)` once per question, the candidates' pairs over the total time; a model
-  without an index has one speed, both;
-- `predict` pairs/s: every pair in one `Matcher.predict` call;
-- MAP and MRR over the questions with both a correct and an incorrect candidate (the filtered protocol of
-  WikiQA and TrecQA), from the `rank` answers.
+- none: PyTorch, float32;
+- `index`: it ranks against an index of all the file's candidates (`Matcher.index`), built in each pass and timed
+  apart;
+- `ort`: a contextual model's encoder runs new text on ONNX Runtime (`encoder_backend="onnx"`), its aligner on
+  PyTorch; with `int8`, that encoder's graph with int8 weights (ONNX Runtime's dynamic quantization, the function
+  `quantize="int8"` uses, `int8_encoder`);
+- `onnx`: the whole model on ONNX Runtime (`backend="onnx"`, with `int8` `quantize="int8"`): its graph encodes each
+  pair's texts itself, so it has no index.
 
-`--cross-encoder`: a sentence-transformers CrossEncoder (e.g. a fine-tuned MiniLM-L6 folder; `pip install
-sentence-transformers`, not a dependency of matching) timed the same way
-(`CrossEncoder.predict` on a question's pairs; on all pairs); its MAP is meaningful only for a fine-tuned one
-(a bi-encoder's weights, e.g. the `minilm` extra's all-MiniLM-L6-v2, get an untrained scoring head: speed only).
-Threads: torch's intra-op threads for everything (`torch.set_num_threads`, Matcher's `threads=`).
+The CrossEncoder (`--cross-encoder`: a fine-tuned sentence-transformers CrossEncoder folder, e.g.
+benchmarks/cross_encoder.py's `seed1/model`; `pip install sentence-transformers`, not a dependency of matching) is
+timed through sentence-transformers' own `CrossEncoder.predict` on each runtime of `--cross-encoder-as`: `torch`
+(PyTorch, float32), `onnx` and `onnx+int8` (ONNX Runtime, float32 or int8 weights). Its ONNX Runtime form is the one
+sentence-transformers' `backend="onnx"` builds, without Optimum: its transformer exported once into
+`<folder>/onnx/model.onnx` (torch.onnx, the exporter of our encoder's graph), run by an ONNX Runtime session that
+takes the PyTorch model's place inside the CrossEncoder (`OrtSequenceClassifier`, what Optimum's
+ORTModelForSequenceClassification is there), so its tokenisation, length-sorted batches and activation are
+sentence-transformers' own on both runtimes; int8: the same dynamic quantization as ours. (Optimum, which
+`backend="onnx"` needs, requires transformers < 5: installing it would replace the transformers matching runs on.)
+
+For each thread count every row is loaded and warmed, then `--repeats` passes run, each pass timing every row in
+turn, so that a change in the machine's speed falls on all rows alike. Each figure is the median of the passes,
+with their range:
+
+- `rank` pairs/s under two conditions: *indexed in advance* (a fixed corpus whose index is built before the clock
+  starts; its build seconds and memory per 1,000 candidates beside) and *texts seen once* (`rank_new`: the build
+  counted). One `Matcher.rank(question, its candidates)` (or `CrossEncoder.predict` on its pairs) per question, all
+  the pairs over the total time; a row without an index has one speed, both;
+- `predict` pairs/s: every pair in one call;
+- MAP and MRR over the questions with both a correct and an incorrect candidate (the filtered protocol of WikiQA and
+  TrecQA), from the first pass's `rank` answers.
+
+Each of our rows is set against the CrossEncoder on the same runtime and precision at the same threads (`x_new`,
+`x_indexed`: the ratio of the medians, its range from each pass's own ratio; an `ort` row, whose aligner stays on
+PyTorch, against the CrossEncoder on ONNX Runtime) and against the CrossEncoder's fastest row at those threads
+(`x_best_new`, `x_best_indexed`, `best_cross_encoder`). The JSON records the sitting once: processor, cores,
+versions, the load average before and after, what else ran (`--load-note`). Threads: torch's intra-op threads
+(`torch.set_num_threads`, Matcher's `threads=`) and each ONNX Runtime session's; our encoder on ONNX Runtime uses one
+thread for a short query within that count (matching.inference.threads). `--profile ROW`: one rank pass of that row
+under cProfile first, its top functions printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import csv
 import gzip
 import io
 import json
+import os
+import platform
+import pstats
 import re
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -103,46 +135,140 @@ def map_mrr(questions: Sequence[Question], scores: Sequence[Sequence[float]]) ->
     return 100 * float(np.mean(aps)), 100 * float(np.mean(rrs)), len(aps)
 
 
+#: What a row's runtime is called in the data file, by its flag; the CrossEncoder each of our rows is set against runs
+#: on `COMPARED_ON`'s runtime (an `ort` row's encoder is on ONNX Runtime, the cost that matters; its aligner is not).
+RUNTIMES = {"torch": "PyTorch", "onnx": "ONNX Runtime", "ort": "ONNX Runtime encoder, PyTorch aligner"}
+COMPARED_ON = {"torch": "PyTorch", "onnx": "ONNX Runtime", "ort": "ONNX Runtime"}
+FLAGS = {"index", "ort", "onnx", "int8"}
+
+
+@dataclass
+class Row:
+    """One way of ranking in the sitting: a model on a runtime at a precision, and the calls that time it."""
+
+    model: str  # its name in the sitting (`fine-tuned+index+ort`, `cross-encoder+onnx+int8`)
+    side: str  # "ours" or "cross-encoder"
+    runtime: str  # a key of RUNTIMES
+    precision: str  # "fp32" or "int8" (weights)
+    scores: Callable[[str, list[str]], list[float]]  # one question's candidates' scores, in their order
+    predict: Callable[[list[tuple[str, str]]], object]  # every pair at once
+    build: Callable[[], object] | None = None  # an index of every candidate, used from then on (ours with `index`)
+
+
 def timed(run: Callable[[], object]) -> tuple[float, object]:
     start = time.perf_counter()
     out = run()
     return time.perf_counter() - start, out
 
 
-def bench_matcher(name: str, path: str, questions: Sequence[Question], threads: int) -> dict:
+def matcher_row(name: str, path: str, questions: Sequence[Question], threads: int) -> Row:
+    """One of our models as its name's flags say (see the module docstring)."""
     flags = set(name.split("+")[1:])
-    encoder = "onnx" if "ort" in flags else "torch"
-    matcher = Matcher.load(path, backend="torch", threads=threads, encoder_backend=encoder)
-    pairs = [(q, c) for q, candidates, _ in questions for c in candidates]
-    built, index_bytes, candidates_indexed = None, None, None
-    if "index" in flags:
-        matcher.rank(*questions[0][:2])  # warm before the build is timed: the encoder's first call loads it
-        built, index = timed(lambda: matcher.index(dict.fromkeys(c for _, cs, _ in questions for c in cs)))
-        index_bytes, candidates_indexed = index.states.nbytes + index.offsets.nbytes, len(index)
-    matcher.rank(*questions[0][:2])  # warm: the encoder's first call loads it
-    seconds, ranked = timed(lambda: [matcher.rank(q, candidates) for q, candidates, _ in questions])
-    scores = []
-    for answers, (_, candidates, _) in zip(ranked, questions, strict=True):
-        by_index = {r["index"]: r["score"] for r in answers}
-        scores.append([by_index[i] for i in range(len(candidates))])
-    predict_seconds, _ = timed(lambda: matcher.predict(pairs))
-    ap, rr, scored = map_mrr(questions, scores)
-    return {"rank": len(pairs) / seconds, "predict": len(pairs) / predict_seconds, "map": ap, "mrr": rr,
-            "questions": scored, **conditions(len(pairs), seconds, built, index_bytes, candidates_indexed)}  # fmt: skip
+    if flags - FLAGS:
+        sys.exit(f"--model {name}: unknown flag(s) {sorted(flags - FLAGS)}; the flags are {sorted(FLAGS)}")
+    if "onnx" in flags and flags & {"index", "ort"}:
+        sys.exit(f"--model {name}: +onnx runs the whole graph on ONNX Runtime, which encodes each pair's texts itself: "
+                 "it has no index and no separate encoder (+ort: the encoder alone)")  # fmt: skip
+    if "int8" in flags and not flags & {"onnx", "ort"}:
+        sys.exit(f"--model {name}: int8 weights run on ONNX Runtime: add +onnx (the whole model) or +ort (the encoder)")
+    precision = "int8" if "int8" in flags else "fp32"
+    if "onnx" in flags:
+        matcher = Matcher.load(path, backend="onnx", quantize="int8" if "int8" in flags else None, threads=threads)
+        runtime = "onnx"
+    else:
+        runtime = "ort" if "ort" in flags else "torch"
+        matcher = Matcher.load(path, backend="torch", dtype="fp32", threads=threads,
+                               encoder_backend="onnx" if runtime == "ort" else "torch")  # fmt: skip
+        if precision == "int8":
+            int8_encoder(matcher)
+
+    def scores(question: str, candidates: list[str]) -> list[float]:
+        by_index = {r["index"]: r["score"] for r in matcher.rank(question, candidates)}
+        return [by_index[i] for i in range(len(candidates))]
+
+    candidates = list(dict.fromkeys(c for _, cs, _ in questions for c in cs))
+    build = (lambda: matcher.index(candidates)) if "index" in flags else None
+    return Row(name, "ours", runtime, precision, scores, matcher.predict, build)
 
 
-def conditions(pairs: int, seconds: float, built: float | None, index_bytes: int | None,
-               candidates: int | None) -> dict:  # fmt: skip
-    """A model's rank speed under both conditions: `rank_new` ranks texts seen once (an index built for them counted:
-    each candidate belongs to one question), `rank` a fixed corpus indexed in advance (the build not counted, its
-    seconds and the index's memory per 1,000 candidates beside). A model without an index does no work in advance:
-    both are its one speed."""
-    per_1000 = None if index_bytes is None else index_bytes * 1000 / candidates
-    return {"rank_new": pairs / (seconds + (built or 0.0)), "index_seconds": built, "index_candidates": candidates,
-            "index_mb_per_1000": None if per_1000 is None else per_1000 / 2**20}  # fmt: skip
+def int8_encoder(matcher: Matcher) -> None:
+    """Our encoder on ONNX Runtime with int8 weights: the graph `encoder_backend="onnx"` exported, quantized by the
+    function `quantize="int8"` uses (matching.inference.onnx_backend.quantized: dynamic quantization, reduce_range on a
+    CPU without VNNI), in place of its float32 session. `Matcher.load` has no switch for it: its `quantize="int8"`
+    quantizes the whole graph (backend=onnx), which has no index."""
+    from matching.inference.onnx_backend import Sessions, quantized
+
+    encoder = matcher._predictor.backend.text_states.runtime  # matching.inference.onnx_encoder.OnnxEncoder
+    encoder.session = Sessions(encoder.ort, quantized(encoder.path))
+    encoder.session(1)
 
 
-def bench_cross_encoder(path: str, questions: Sequence[Question], threads: int) -> dict:
+class OrtSequenceClassifier(torch.nn.Module):
+    """A CrossEncoder's transformer on ONNX Runtime, in the PyTorch model's place inside sentence-transformers'
+    CrossEncoder: what Optimum's ORTModelForSequenceClassification is to its `backend="onnx"` (the tensors in as
+    numpy, one session run, the logits back as a tensor). The session's intra-op threads are the sitting's."""
+
+    def __init__(self, graph: Path, threads: int, config) -> None:
+        super().__init__()
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        self.names = [i.name for i in self.session.get_inputs()]
+        self.config = config  # sentence-transformers reads the transformer's config
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None, **_) -> dict:
+        feed = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        logits = self.session.run(["logits"], {n: feed[n].numpy() for n in self.names})[0]
+        return {"logits": torch.from_numpy(logits)}
+
+
+class _Logits(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model.eval()
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+
+
+def exported_cross_encoder(model, folder: Path) -> Path:
+    """The CrossEncoder's transformer as an ONNX graph (ids, mask, token types -> logits; any batch and length up to
+    its positions), written once into `<folder>/onnx/model.onnx`, where sentence-transformers keeps its own ONNX
+    export, by torch.onnx's exporter as matching.inference.onnx_encoder exports our encoder."""
+    import warnings
+
+    from matching.files import write_atomic
+
+    out = folder / "onnx" / "model.onnx"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    transformer = model[0].model
+    features = model.preprocess([("what is a glacier cave", "a cave formed in the ice of a glacier"),
+                                 ("who", "a cave")])  # fmt: skip
+    inputs = tuple(features[k] for k in ("input_ids", "attention_mask", "token_type_ids"))
+    batch = torch.export.Dim("batch")
+    pieces = torch.export.Dim("pieces", max=transformer.config.max_position_embeddings)
+
+    def export(tmp: Path) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(_Logits(transformer), inputs,
+                                        input_names=["input_ids", "attention_mask", "token_type_ids"],
+                                        output_names=["logits"], dynamo=True, external_data=False, verbose=False,
+                                        dynamic_shapes=({0: batch, 1: pieces},) * 3)  # fmt: skip
+        program.save(str(tmp))
+
+    write_atomic(out, export)
+    return out
+
+
+def cross_encoder_row(path: str, how: str, threads: int, agreement: dict) -> Row:
+    """The CrossEncoder on `how` (torch, onnx, onnx+int8), timed through `CrossEncoder.predict`; on ONNX Runtime,
+    its scores' largest difference from PyTorch's on 64 pairs goes into `agreement`."""
     try:
         from sentence_transformers import CrossEncoder
     except ImportError:
@@ -150,16 +276,162 @@ def bench_cross_encoder(path: str, questions: Sequence[Question], threads: int) 
             "--cross-encoder needs sentence-transformers, which matching does not depend on: "
             "pip install sentence-transformers (6.2 gave docs/results/performance.md's figures)"
         ) from None
-
+    if how not in ("torch", "onnx", "onnx+int8"):
+        sys.exit(f"--cross-encoder-as: {how!r} is none of torch, onnx, onnx+int8")
     model = CrossEncoder(path, num_labels=1, device="cpu")
+    name, precision = "cross-encoder" + ("" if how == "torch" else "+" + how), "int8" if "int8" in how else "fp32"
+    if how != "torch":
+        if not Path(path).is_dir():
+            sys.exit("--cross-encoder on ONNX Runtime needs the model's folder (its graph is exported into it)")
+        from matching.inference.onnx_backend import quantized
+
+        graph = exported_cross_encoder(model, Path(path))
+        graph = quantized(graph) if precision == "int8" else graph
+        probe = [
+            ("what is a glacier cave", f"a cave formed in the ice of a glacier, {i} metres deep") for i in range(64)
+        ]
+        before = model.predict(probe, show_progress_bar=False)
+        model[0].model = OrtSequenceClassifier(graph, threads, model[0].model.config)
+        agreement[name] = float(np.max(np.abs(model.predict(probe, show_progress_bar=False) - before)))
+
+    def scores(question: str, candidates: list[str]) -> list[float]:
+        return model.predict([(question, c) for c in candidates], show_progress_bar=False).tolist()
+
+    def predict(pairs: list[tuple[str, str]]) -> object:
+        return model.predict(pairs, batch_size=64, show_progress_bar=False)
+
+    return Row(name, "cross-encoder", "onnx" if how != "torch" else "torch", precision, scores, predict)
+
+
+def figures(values: Sequence[float]) -> tuple[float, list[float]]:
+    """The median of a figure's passes and their range [min, max]."""
+    return statistics.median(values), [min(values), max(values)]
+
+
+def run_sitting(rows: list[Row], questions: Sequence[Question], threads: int, repeats: int) -> list[dict]:
+    """Every row warmed, then `repeats` passes, each timing every row in turn: its index's build (a row with one),
+    a rank call per question, one predict of every pair. Each row's figures: medians and ranges of the passes, the
+    passes themselves, MAP and MRR of the first pass's answers."""
     pairs = [(q, c) for q, candidates, _ in questions for c in candidates]
-    model.predict(pairs[:8], show_progress_bar=False)
-    seconds, scores = timed(lambda: [model.predict([(q, c) for c in candidates], show_progress_bar=False).tolist()
-                                     for q, candidates, _ in questions])  # fmt: skip
-    predict_seconds, _ = timed(lambda: model.predict(pairs, batch_size=64, show_progress_bar=False))
-    ap, rr, scored = map_mrr(questions, scores)
-    return {"rank": len(pairs) / seconds, "predict": len(pairs) / predict_seconds, "map": ap, "mrr": rr,
-            "questions": scored, **conditions(len(pairs), seconds, None, None, None)}  # fmt: skip
+    for row in rows:  # warm: an encoder's first call loads it, a session's first run allocates
+        row.scores(*questions[0][:2])
+        row.predict(pairs[:8])
+    passes: dict[str, list[dict]] = {row.model: [] for row in rows}
+    answers: dict[str, list[list[float]]] = {}
+    footprint: dict[str, tuple[int, int]] = {}
+    for repeat in range(repeats):
+        for row in rows:
+            built = None
+            if row.build is not None:
+                built, index = timed(row.build)
+                footprint[row.model] = (index.states.nbytes + index.offsets.nbytes, len(index))
+            seconds, scores = timed(lambda row=row: [row.scores(q, candidates) for q, candidates, _ in questions])
+            predict_seconds, _ = timed(lambda row=row: row.predict(pairs))
+            answers.setdefault(row.model, scores)
+            passes[row.model].append({"rank": len(pairs) / seconds, "rank_new": len(pairs) / (seconds + (built or 0)),
+                                      "predict": len(pairs) / predict_seconds, "index_seconds": built})  # fmt: skip
+            note = "" if built is None else f" (index built in {built:.1f} s)"
+            print(f"  pass {repeat + 1}/{repeats}, {threads} thread(s): {row.model:<28} rank "
+                  f"{len(pairs) / seconds:8,.0f} pairs/s{note}", flush=True)  # fmt: skip
+    results = []
+    for row in rows:
+        each = passes[row.model]
+        ap, rr, scored = map_mrr(questions, answers[row.model])
+        result = {"model": row.model, "side": row.side, "runtime": RUNTIMES[row.runtime], "precision": row.precision,
+                  "threads": threads, "repeats": repeats}  # fmt: skip
+        for key in ("rank", "rank_new", "predict"):
+            result[key], result[f"{key}_range"] = figures([p[key] for p in each])
+            result[f"{key}_passes"] = [p[key] for p in each]
+        if row.build is not None:
+            result["index_seconds"], result["index_seconds_range"] = figures([p["index_seconds"] for p in each])
+            size, candidates = footprint[row.model]
+            result["index_candidates"], result["index_mb_per_1000"] = candidates, size * 1000 / candidates / 2**20
+        else:
+            result["index_seconds"] = result["index_candidates"] = result["index_mb_per_1000"] = None
+        results.append({**result, "map": ap, "mrr": rr, "questions": scored})
+    return results
+
+
+def profile_row(row: Row, questions: Sequence[Question], top: int = 15) -> None:
+    """One rank pass of `row` under cProfile (after a warm call), its top functions by their own time and by
+    cumulative time: what a rank call spends its time on (tokenising, the session, Python around them)."""
+    row.scores(*questions[0][:2])
+    if row.build is not None:
+        row.build()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for q, candidates, _ in questions:
+        row.scores(q, candidates)
+    profiler.disable()
+    print(f"profile of one rank pass of {row.model}:")
+    stats = pstats.Stats(profiler, stream=sys.stdout).strip_dirs()
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+
+
+def with_ratios(results: list[dict]) -> None:
+    """Each of our rows' rank speed against the CrossEncoder's at the same threads under both conditions (`x_new`:
+    texts seen once, against the CrossEncoder, which indexes nothing; `x_indexed`: a corpus indexed in advance): on
+    the same runtime and precision (`against`; an encoder on ONNX Runtime against the CrossEncoder on ONNX Runtime)
+    and against its fastest row (`best_cross_encoder`, `x_best_*`). A ratio is that of the medians, its range the
+    lowest and highest of each pass's own ratio (the passes time every row in turn), rounded as published; none
+    without such a CrossEncoder row in the sitting."""
+    theirs = {(r["threads"], r["runtime"], r["precision"]): r for r in results if r["side"] == "cross-encoder"}
+
+    def ratio(ours: list[float], against: list[float]) -> tuple[float, list[float]]:
+        each = [o / a for o, a in zip(ours, against, strict=True)]
+        return round(statistics.median(ours) / statistics.median(against), 1), [
+            round(min(each), 1),
+            round(max(each), 1),
+        ]
+
+    for r in results:
+        if r["side"] != "ours":
+            continue
+        runtime = next(COMPARED_ON[k] for k, v in RUNTIMES.items() if v == r["runtime"])
+        same = theirs.get((r["threads"], runtime, r["precision"]))
+        if same is not None:
+            r["against"] = same["model"]
+            r["x_new"], r["x_new_range"] = ratio(r["rank_new_passes"], same["rank_passes"])
+            r["x_indexed"], r["x_indexed_range"] = ratio(r["rank_passes"], same["rank_passes"])
+        at_threads = [t for t in theirs.values() if t["threads"] == r["threads"]]
+        if at_threads:
+            best = max(at_threads, key=lambda t: t["rank"])
+            r["best_cross_encoder"] = best["model"]
+            r["x_best_new"], r["x_best_new_range"] = ratio(r["rank_new_passes"], best["rank_passes"])
+            r["x_best_indexed"], r["x_best_indexed_range"] = ratio(r["rank_passes"], best["rank_passes"])
+
+
+def machine() -> dict:
+    """The processor (its model name in /proc/cpuinfo, else the platform's), its cores, the instructions int8 and
+    bf16 arithmetic use, and the versions of what ran."""
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name") and name in (platform.processor(), platform.machine()):
+                    name = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    for package in ("onnxruntime", "sentence_transformers", "transformers"):
+        try:
+            versions[package] = __import__(package).__version__
+        except ImportError:
+            versions[package] = None
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"processor": name, "cores": os.cpu_count(), "cores_usable": usable,
+            "instructions": sorted(flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16",
+                                            "amx_int8"}), "versions": versions}  # fmt: skip
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
 
 
 def main() -> None:
@@ -169,21 +441,22 @@ def main() -> None:
     source.add_argument("--task", help="a ranking task's dev split as matching reads it (wikiqa, trecqa: clean-dev)")
     parser.add_argument("--data-dir", type=Path, default=None, help="with --task: the folder that holds the corpora")
     parser.add_argument("--columns", default="Question,Sentence,QuestionID,Label", help="a,b,group,label")
-    parser.add_argument("--model", action="append", default=[], help="name=path (name+index: with an index)")
-    parser.add_argument("--cross-encoder", default=None)
+    parser.add_argument("--model", action="append", default=[],
+                        help="name=path; the name's flags: +index, +ort, +onnx, +int8 (see above)")  # fmt: skip
+    parser.add_argument("--cross-encoder", default=None, help="a fine-tuned sentence-transformers CrossEncoder folder")
+    parser.add_argument("--cross-encoder-as", default="torch,onnx,onnx+int8",
+                        help="the CrossEncoder's runtimes: torch, onnx, onnx+int8")  # fmt: skip
     parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--repeats", type=int, default=3, help="passes per row; each figure the median (>= 1)")
     parser.add_argument("--queries", type=int, default=0, help="the first N questions (0: all)")
-    parser.add_argument(
-        "--cross-encoder-map",
-        type=float,
-        default=None,
-        help="the CrossEncoder's MAP on the same split measured elsewhere (e.g. a fine-tuned one's), drawn instead",
-    )
+    parser.add_argument("--load-note", default=None, help="what else ran on the machine, for the data file")
+    parser.add_argument("--profile", default=None, metavar="ROW", help="profile one rank pass of this row first")
     parser.add_argument("--chart", type=Path, default=None, help="a PNG of MAP against rank pairs/s (log)")
     parser.add_argument("--split", default=None, help="what --pairs is, for the chart (default: from its file name)")
     parser.add_argument("--json", type=Path, default=None, help="every figure as JSON")
     args = parser.parse_args()
-    results = []
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     if args.task:
         if args.data_dir is None:
             parser.error("--task reads the task's dev split from --data-dir /path/to/corpora")
@@ -193,49 +466,49 @@ def main() -> None:
         questions = read_questions(args.pairs, args.columns.split(","), args.queries)
         source_name, split = args.pairs.name, split_name(args.pairs)
     pairs = sum(len(c) for _, c, _ in questions)
-    print(f"{len(questions)} questions, {pairs} pairs from {source_name}; torch {torch.__version__}")
-    print(f"{'model':<22} {'threads':>7} {'rank new':>9} {'rank indexed':>13} {'predict pairs/s':>16} {'MAP':>6} "
-          f"{'MRR':>6}  note")  # fmt: skip
+    sitting = {**machine(), "load_before": load_average(), "load_note": args.load_note}
+    print(f"{len(questions)} questions, {pairs} pairs from {source_name}; {sitting['processor']}, "
+          f"{sitting['cores']} cores, load {sitting['load_before']}; {sitting['versions']}")  # fmt: skip
+    results, agreement = [], {}
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
-        rows = [(spec.split("=", 1)[0], spec.split("=", 1)[1]) for spec in args.model]
+        rows = [matcher_row(*spec.split("=", 1), questions, threads) for spec in args.model]
         if args.cross_encoder:
-            rows.append(("cross-encoder", args.cross_encoder))
-        for name, path in rows:
-            if name == "cross-encoder":
-                result = bench_cross_encoder(path, questions, threads)
-            else:
-                result = bench_matcher(name, path, questions, threads)
-            note = "" if not result["index_seconds"] else (
-                f"index of {result['index_candidates']:,} candidates built in {result['index_seconds']:.1f} s, "
-                f"{result['index_mb_per_1000']:.2f} MB per 1,000")  # fmt: skip
-            print(f"{name:<22} {threads:>7} {result['rank_new']:>9,.0f} {result['rank']:>13,.0f} "
-                  f"{result['predict']:>16,.0f} {result['map']:>6.2f} {result['mrr']:>6.2f}  {note}",
-                  flush=True)  # fmt: skip
-            if name == "cross-encoder" and args.cross_encoder_map is not None:
-                result["map_quoted"] = args.cross_encoder_map
-            results.append({"model": name, "threads": threads, **result})
+            rows += [cross_encoder_row(args.cross_encoder, how, threads, agreement)
+                     for how in args.cross_encoder_as.split(",")]  # fmt: skip
+        if args.profile and threads == int(args.threads.split(",")[0]):
+            profile_row(next(r for r in rows if r.model == args.profile), questions)
+        results += run_sitting(rows, questions, threads, args.repeats)
     with_ratios(results)
+    sitting["load_after"] = load_average()
+    print(f"{'model':<28} {'runtime':<38} {'prec':<5} {'thr':>3} {'rank new':>17} {'rank indexed':>17} "
+          f"{'predict':>7} {'MAP':>6} {'x same (new/idx)':>17} {'x best':>11}")  # fmt: skip
+    for r in results:
+        same = f"{r['x_new']:.1f}x/{r['x_indexed']:.1f}x" if "x_new" in r else "–"
+        best = f"{r['x_best_new']:.1f}x/{r['x_best_indexed']:.1f}x" if "x_best_new" in r else "–"
+        print(f"{r['model']:<28} {r['runtime']:<38} {r['precision']:<5} {r['threads']:>3} "
+              f"{r['rank_new']:>6,.0f} ({r['rank_new_range'][0]:,.0f}–{r['rank_new_range'][1]:,.0f}) "
+              f"{r['rank']:>6,.0f} ({r['rank_range'][0]:,.0f}–{r['rank_range'][1]:,.0f}) {r['predict']:>7,.0f} "
+              f"{r['map']:>6.2f} {same:>17} {best:>11}")  # fmt: skip
+    print(f"CrossEncoder on ONNX Runtime against PyTorch, largest score difference: {agreement}; load "
+          f"{sitting['load_before']} -> {sitting['load_after']}")  # fmt: skip
     if args.json:  # the data file docs/results/performance.md's frontier quotes (with how it was measured)
         said = [said_argument(arg, args.data_dir) for arg in sys.argv[1:]]  # no folder of this machine
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"command": "python benchmarks/bench_rerank.py " + " ".join(said),
                                          "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                          "torch": torch.__version__, "questions": len(questions), "pairs": pairs,
+                                         "repeats": args.repeats, "sitting": sitting,
+                                         "order": "each pass times every row in turn; a figure is the median of the "
+                                                  "passes, its range their lowest and highest",
+                                         "cross_encoder_onnx": {
+                                             "how": "its transformer exported by torch.onnx (dynamo), run by an ONNX "
+                                                    "Runtime session inside sentence-transformers' CrossEncoder; int8: "
+                                                    "ONNX Runtime dynamic quantization",
+                                             "largest_score_difference": agreement},
                                          "results": results}, indent=1) + "\n")  # fmt: skip
     if args.chart:
         draw(results, args.chart, args.split or split, source_name)
-
-
-def with_ratios(results: list[dict]) -> None:
-    """Each model's rank speed against the CrossEncoder's at the same threads, under both conditions (`x_new`: texts
-    seen once against the CrossEncoder, which indexes nothing; `x_indexed`: a corpus indexed in advance), rounded as
-    published; none without a CrossEncoder in the sitting."""
-    theirs = {r["threads"]: r["rank"] for r in results if r["model"] == "cross-encoder"}
-    for r in results:
-        if r["model"] != "cross-encoder" and r["threads"] in theirs:
-            r["x_new"] = round(r["rank_new"] / theirs[r["threads"]], 1)
-            r["x_indexed"] = round(r["rank"] / theirs[r["threads"]], 1)
 
 
 def said_argument(arg: str, data_dir: Path | None) -> str:
@@ -258,54 +531,59 @@ def split_name(path: Path) -> str:
     return found[0] if found else path.name
 
 
+#: The chart's marker for each runtime and precision.
+MARKERS = {("PyTorch", "fp32"): "o", ("ONNX Runtime", "fp32"): "s", ("ONNX Runtime", "int8"): "^",
+           (RUNTIMES["ort"], "fp32"): "D", (RUNTIMES["ort"], "int8"): "v"}  # fmt: skip
+
+
 def draw(results: list[dict], out: Path, split: str, source: str) -> None:
-    """MAP against `rank` pairs/s (log scale): each model at 1 thread (labelled, blue) joined to its 2-thread point
-    (orange), a quoted MAP drawn hollow; a model with an index drawn twice, its candidates indexed in advance (a dot)
-    and seen once (a cross, the index's build counted), joined by a dotted line; dashed, the CrossEncoder's MAP and
-    10x its 1-thread speed."""
+    """MAP against `rank` pairs/s (log scale), a panel per thread count: each row at its median speed with its range
+    (the bar), ours blue and the CrossEncoder's red, the marker its runtime and precision; a row with an index drawn
+    twice, indexed in advance (filled) and on texts seen once (hollow, the index's build counted), joined by a dotted
+    line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    fig, ax = plt.subplots(figsize=(8, 5))
-    by_model: dict[str, list[dict]] = {}
-    for r in results:
-        by_model.setdefault(r["model"], []).append(r)
-    labels, points = [], {}
-    for name, rows in by_model.items():
-        rows = sorted(rows, key=lambda r: r["threads"])
-        ys = [r["map_quoted"] if r.get("map_quoted") is not None else r["map"] for r in rows]
-        ax.plot([r["rank"] for r in rows], ys, color="0.7", lw=1, zorder=1)
-        for r, y in zip(rows, ys, strict=True):
-            colour = "C0" if r["threads"] == 1 else "C1"
-            hollow = r.get("map_quoted") is not None
-            ax.scatter(r["rank"], y, s=55, edgecolors=colour, facecolors="none" if hollow else colour, zorder=2)
-            points.setdefault(name, []).append((r["rank"], y))
-        for r, y in zip(rows, ys, strict=True):  # an indexed model's speed on texts seen once: the build counted
-            if r.get("index_seconds"):
-                colour = "C0" if r["threads"] == 1 else "C1"
-                ax.plot([r["rank_new"], r["rank"]], [y, y], color=colour, ls=":", lw=1, zorder=1)
-                ax.scatter(r["rank_new"], y, s=45, marker="x", color=colour, zorder=2)
-                points.setdefault(name, []).append((r["rank_new"], y))
-        first = rows[0]
-        labels.append(
-            (name, name + (" (MAP quoted)" if first.get("map_quoted") is not None else ""), first["rank"], ys[0])
-        )
-        if name == "cross-encoder":
-            ax.axhline(ys[0], color="C2", ls="--", lw=0.8)
-            ax.axvline(10 * first["rank"], color="C2", ls="--", lw=0.8)
-            ax.annotate("10x the CrossEncoder's rank speed (1 thread)", (10 * first["rank"], ax.get_ylim()[0]),
-                        textcoords="offset points", xytext=(4, 4), fontsize=7, color="C2")  # fmt: skip
-    low, high = ax.get_ylim()
-    ax.set_ylim(low - 0.5, high + 0.12 * (high - low))  # room above the best models for their names
-    ax.set_xscale("log")
-    ax.set_xlabel("rank per question: pairs/s (log; blue: 1 thread, orange: 2; x: new texts, index build counted)")
-    ax.set_ylabel(f"{split} MAP (%)")
-    ax.set_title(f"{source} ({split}): ranking quality against speed (one sitting)")
-    ax.grid(True, which="both", alpha=0.3)
+    counts = sorted({r["threads"] for r in results})
+    fig, axes = plt.subplots(1, len(counts), figsize=(7 * len(counts), 5.5), sharey=True, squeeze=False)
+    for ax, threads in zip(axes[0], counts, strict=True):
+        labels, points = [], {}
+        for r in (r for r in results if r["threads"] == threads):
+            colour = "C0" if r["side"] == "ours" else "C3"
+            marker = MARKERS.get((r["runtime"], r["precision"]), "o")
+            low, high = r.get("rank_range", [r["rank"], r["rank"]])
+            ax.errorbar(r["rank"], r["map"], xerr=[[r["rank"] - low], [high - r["rank"]]], fmt=marker, color=colour,
+                        ms=7, capsize=3, lw=1, zorder=2)  # fmt: skip
+            points.setdefault(r["model"], []).append((r["rank"], r["map"]))
+            if r.get("index_seconds"):  # texts seen once: the build counted
+                low, high = r.get("rank_new_range", [r["rank_new"], r["rank_new"]])
+                ax.plot([r["rank_new"], r["rank"]], [r["map"]] * 2, color=colour, ls=":", lw=1, zorder=1)
+                ax.errorbar(r["rank_new"], r["map"], xerr=[[r["rank_new"] - low], [high - r["rank_new"]]], fmt=marker,
+                            mfc="none", color=colour, ms=7, capsize=3, lw=1, zorder=2)  # fmt: skip
+                points[r["model"]].append((r["rank_new"], r["map"]))
+            labels.append((r["model"], r["model"], r["rank"], r["map"]))
+        ax.set_xscale("log")
+        ax.set_title(f"{threads} thread{'s' if threads > 1 else ''}")
+        ax.set_xlabel("rank per question: pairs/s (log; median, bar: range of the passes)")
+        ax.grid(True, which="both", alpha=0.3)
+        low, high = ax.get_ylim()
+        ax.set_ylim(low - 0.3, high + 0.15 * (high - low))  # room for the names
+        fig.tight_layout()
+        place_labels(ax, labels, points)
+    axes[0][0].set_ylabel(f"{split} MAP (%)")
+    legend = [Line2D([], [], color="C0", marker="o", ls="", label="ours (CoDA)"),
+              Line2D([], [], color="C3", marker="o", ls="", label="CrossEncoder"),
+              *(Line2D([], [], color="0.4", marker=m, ls="", label=f"{runtime}, {precision}")
+                for (runtime, precision), m in MARKERS.items()),
+              Line2D([], [], color="0.4", marker="o", mfc="none", ls=":",
+                     label="texts seen once (index build counted)")]  # fmt: skip
+    axes[0][-1].legend(handles=legend, fontsize=7, loc="lower right")
+    repeats = results[0].get("repeats", 1) if results else 1
+    fig.suptitle(f"{source} ({split}): ranking quality against speed, one sitting, median of {repeats} passes")
     fig.tight_layout()
-    place_labels(ax, labels, points)
     fig.savefig(out, dpi=130)
     print(f"wrote {out}")
 
