@@ -67,7 +67,6 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -142,17 +141,19 @@ COMPARED_ON = {"torch": "PyTorch", "onnx": "ONNX Runtime", "ort": "ONNX Runtime"
 FLAGS = {"index", "ort", "onnx", "int8"}
 
 
-@dataclass
 class Row:
-    """One way of ranking in the sitting: a model on a runtime at a precision, and the calls that time it."""
+    """One way of ranking in the sitting: a model on a runtime at a precision, and the calls that time it.
 
-    model: str  # its name in the sitting (`fine-tuned+index+ort`, `cross-encoder+onnx+int8`)
-    side: str  # "ours" or "cross-encoder"
-    runtime: str  # a key of RUNTIMES
-    precision: str  # "fp32" or "int8" (weights)
-    scores: Callable[[str, list[str]], list[float]]  # one question's candidates' scores, in their order
-    predict: Callable[[list[tuple[str, str]]], object]  # every pair at once
-    build: Callable[[], object] | None = None  # an index of every candidate, used from then on (ours with `index`)
+    `model`: its name in the sitting (`fine-tuned+index+ort`, `cross-encoder+onnx+int8`); `side`: "ours" or
+    "cross-encoder"; `runtime`: a key of RUNTIMES; `precision`: "fp32" or "int8" (weights); `scores`: one question's
+    candidates' scores, in their order; `predict`: every pair at once; `build`: an index of every candidate, used from
+    then on (ours with `index`)."""
+
+    def __init__(self, model: str, side: str, runtime: str, precision: str,
+                 scores: Callable[[str, list[str]], list[float]], predict: Callable[[list[tuple[str, str]]], object],
+                 build: Callable[[], object] | None = None) -> None:  # fmt: skip
+        self.model, self.side, self.runtime, self.precision = model, side, runtime, precision
+        self.scores, self.predict, self.build = scores, predict, build
 
 
 def timed(run: Callable[[], object]) -> tuple[float, object]:
