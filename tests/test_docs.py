@@ -816,3 +816,21 @@ def test_every_shipped_study_is_described_and_every_study_page_listed():
     results = (ROOT / "docs" / "results" / "index.md").read_text()
     pages = {p.parent.name for p in (ROOT / "docs" / "studies").glob("*/study.md")}
     assert {name for name in pages if f"../studies/{name}/study.md" not in results} == set()
+
+
+def test_a_study_page_carries_its_outside_baselines_rows():
+    """A study compared with a baseline trained outside it (the CrossEncoder) shows that baseline's rows on its own
+    page, as the page writer renders them from the comparison files beside it: the page and the files cannot part."""
+    from matching.studies.page import outside_section
+    from matching.studies.spec import read_spec
+
+    for spec_file in sorted((CONF / "study").glob("*.yaml")):
+        spec = read_spec(OmegaConf.load(spec_file))
+        page = ROOT / "docs" / "studies" / spec.name / "study.md"
+        if not spec.outside or not page.is_file():
+            continue
+        section = "\n".join(outside_section(spec, page.parent))
+        assert section, f"{spec.name}: no comparison file of {spec.outside} beside its page"
+        assert section in page.read_text(), (
+            f"{page.relative_to(ROOT)} lacks (or differs from) its outside baselines' rows"
+        )

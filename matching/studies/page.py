@@ -327,6 +327,7 @@ def write_page(
             if spec.weights:
                 lines += weight_table(spec, task, firsts, study_dir / f"weights_{task}.json", path_settings)
         lines.append("")
+    lines += outside_section(spec, study_dir)
     if figures and compared:
         first = compared[spec.baselines[0]]
         try:
@@ -338,6 +339,46 @@ def write_page(
     page = write_text_atomic(study_dir / "study.md", "\n".join(lines).rstrip() + "\n")
     write_text_atomic(study_dir / "study.csv", _csv(table_rows))
     return page
+
+
+def outside_section(spec: StudySpec, study_dir: Path) -> list[str]:
+    """The baselines trained outside the study (`outside:`, e.g. the CrossEncoder of benchmarks/cross_encoder.py), each
+    task's comparison as its script wrote it (<study>/<name>/<task>/comparison.json): the baseline's own row and each
+    family compared with it, seed-aware, Holm over the families compared. Both sides are on the study's page."""
+    lines = []
+    for name in spec.outside:
+        found = sorted((study_dir / name).glob("*/comparison.json"))
+        if not found:
+            continue
+        said = (f"Trained by its own script, with the study's seeds compared seed for seed (the seed-aware test, Holm "
+                f"over the families compared); its files are in `{name}/<task>/`. Training minutes are one thread a "
+                "run, timed while other jobs shared the machine: a cost, not a speed figure.")  # fmt: skip
+        lines += [f"## The outside baseline: `{name}`", "", said, ""]
+        for path in found:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            base = data[name] if name in data else data.get("cross_encoder", {})
+            lines += [f"### {path.parent.name}", "", "```bash", data.get("command", ""), "```", "",
+                      "| | seeds | dev MAP | MRR | training minutes a run | Δ MAP vs the baseline [95 % CI] | Holm p | "
+                      "verdict |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+
+            def spread(node: dict) -> str:
+                return (
+                    f"{node['mean']:.2f} ± {node['std']:.2f}" if node.get("std") is not None else f"{node['mean']:.2f}"
+                )
+
+            minutes = base.get("train_minutes")
+            lines.append(f"| **{name}** | {base.get('seeds', '–')} | {spread(base['map'])} | {spread(base['mrr'])} | "
+                         f"{'–' if minutes is None else f'{minutes:.1f}'} | – | – | – |")  # fmt: skip
+            for row in data.get("compared", []):
+                label = spec.families[row["name"]].label if row["name"] in spec.families else row["name"]
+                minutes = row.get("train_minutes")
+                versus = ("too few seeds" if row.get("too_few_seeds") else
+                          f"{row['difference']:+.2f} [{row['low']:+.2f}, {row['high']:+.2f}]")  # fmt: skip
+                lines.append(f"| {label} | {row['seeds']} | {spread(row['map'])} | {spread(row['mrr'])} | "
+                             f"{'–' if minutes is None else f'{minutes:.1f}'} | {versus} | "
+                             f"{row.get('p_holm', float('nan')):.2g} | {row.get('verdict', '–')} |")  # fmt: skip
+            lines.append("")
+    return lines
 
 
 def _compared(spec: StudySpec, rows: list[Row], runs: list[Run]) -> tuple[dict[str, list[Row]], list[Row]]:
