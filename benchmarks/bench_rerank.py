@@ -404,16 +404,20 @@ def with_ratios(results: list[dict]) -> None:
 
 
 def machine() -> dict:
-    """The processor (its model name in /proc/cpuinfo, else the platform's), its cores, the instructions int8 and
-    bf16 arithmetic use, and the versions of what ran."""
-    name, flags = platform.processor() or platform.machine(), set()
+    """The processor (its model name in /proc/cpuinfo, else the platform's; with its family, model and stepping, which
+    tell a generation where a virtual machine's model name does not: AMD family 25 model 17 is Zen 4), its cores, the
+    instructions int8 and bf16 arithmetic use, and the versions of what ran."""
+    name, flags, cpuid = platform.processor() or platform.machine(), set(), {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
-                if line.startswith("model name") and name in (platform.processor(), platform.machine()):
-                    name = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
+                key, _, value = (part.strip() for part in line.partition(":"))
+                if key == "model name" and name in (platform.processor(), platform.machine()):
+                    name = value
+                elif key in ("cpu family", "model", "stepping") and key not in cpuid:
+                    cpuid[key] = value
+                elif key == "flags" and not flags:
+                    flags = set(value.split())
     except OSError:
         pass
     versions = {"python": platform.python_version(), "torch": torch.__version__}
@@ -423,7 +427,7 @@ def machine() -> dict:
         except ImportError:
             versions[package] = None
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"processor": name, "cores": os.cpu_count(), "cores_usable": usable,
+    return {"processor": name, "cpuid": cpuid, "cores": os.cpu_count(), "cores_usable": usable,
             "instructions": sorted(flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16",
                                             "amx_int8"}), "versions": versions}  # fmt: skip
 
