@@ -47,6 +47,15 @@ def _runtime_of(r: dict) -> str:
     return f"{r['runtime']} {r['precision']}"
 
 
+def _processor(sitting: dict) -> str:
+    """The sitting's processor, with its family and model where recorded (a virtual machine's name alone, "AMD EPYC",
+    does not tell its generation)."""
+    cpuid = sitting.get("cpuid") or {}
+    if "cpu family" not in cpuid:
+        return sitting["processor"]
+    return f"{sitting['processor']} (family {cpuid['cpu family']}, model {cpuid.get('model', '?')})"
+
+
 def _spread(r: dict, key: str, form: str) -> str:
     """A figure of a frontier row, its range of the passes after it in brackets where it has one."""
     low_high = r.get(f"{key}_range")
@@ -82,7 +91,7 @@ def frontier_table(folder: Path, task: str) -> str:
     else:
         versions = sitting["versions"]
         load = f"load average {sitting['load_before'][0]:.2f} before, {sitting['load_after'][0]:.2f} after"
-        about = (f"{data['date']}, {sitting['processor']}, {sitting['cores']} cores, torch {versions['torch']}, ONNX "
+        about = (f"{data['date']}, {_processor(sitting)}, {sitting['cores']} cores, torch {versions['torch']}, ONNX "
                  f"Runtime {versions['onnxruntime']}, sentence-transformers {versions['sentence_transformers']}; "
                  f"{data['questions']} questions, {data['pairs']:,} pairs; each figure the median of "
                  f"{data['repeats']} passes, every row timed in turn in each, its range in brackets; {load}"
@@ -190,7 +199,7 @@ def frontier_clause(folder: Path, task: str, name: str) -> str | None:
             f"({_runtime_of(fastest)}) against the CrossEncoder's fastest ({_runtime_of(best)}): "
             f"**{fastest['x_best_indexed']:.1f}x** ({low:.1f}–{high:.1f}); on texts seen once (the build counted) "
             f"{seen_once} in the same order; dev MAP {maps} against the CrossEncoder's {theirs}, in the same order "
-            f"(each speed the median of {data['repeats']} passes, its range in brackets; {sitting['processor']}, "
+            f"(each speed the median of {data['repeats']} passes, its range in brackets; {_processor(sitting)}, "
             f"{sitting['cores']} cores, {data['date']})")  # fmt: skip
 
 
