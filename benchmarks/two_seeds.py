@@ -10,8 +10,9 @@ false-positive rate, under a shift the power. The rules:
 - `floor, df R−1`: each side's seed spread s² raised to at least MS_e/Q (a seed's metric varies at least by its own
   noise over the units), its degrees of freedom kept at R − 1;
 - `floor, df of MS_e`: the same floor, counted with MS_e's (R − 1)(Q − 1) degrees of freedom where it applies.
-docs/concepts/comparing.md ("Two seeds a side") reads the table: the first repair is calibrated and useless, the second
-useful and at the edge of calibrated, so a verdict needs three seeds a side (significance.MIN_SEEDS).
+docs/concepts/comparing.md ("Two seeds a side") reads the table (its sitting: docs/archive/2026-11-concepts.md): the
+first repair is calibrated and useless, the second useful and at the edge of calibrated, so a verdict needs three seeds
+a side (significance.MIN_SEEDS).
 """
 
 from __future__ import annotations

@@ -171,7 +171,7 @@ class Matcher:
                 or AVX512-BF16). Default: the run's own `dtype` (`auto` for a run trained with the default, resolved
                 on the machine that loads it; fp32 for a run saved before the key existed). bf16 keeps float32
                 weights and returns float32 logits, within about 1 % of fp32's; faster on a CPU with bf16
-                arithmetic (docs/results/performance.md, "bfloat16 on a CPU"), slower on one without it.
+                arithmetic (docs/results/training-speed.md, "bfloat16 on a CPU"), slower on one without it.
             threads: Intra-op threads of each call. 0 picks per call: one for a small call (a 10-candidate `rank`,
                 one pair), more for a big one while cores are free (the machine's idle time, re-measured every
                 half second); more threads than free cores stall small calls in the thread pool.

@@ -70,13 +70,38 @@ def test_the_under_way_pattern_finds_what_it_is_for():
     assert not UNDER_WAY.search("a run folder without metrics.json (failed or still running) is run again")
 
 
+def newest_suite_minutes(record: dict) -> tuple[str, float]:
+    """(date, minutes) of the test suite's newest sitting in its record: each sitting gives minutes, or seconds of
+    several runs (their median)."""
+    import statistics
+
+    sittings = []
+    for node in (record, *(v for v in record.values() if isinstance(v, dict))):
+        date = str(node.get("date", ""))[:10]
+        if "minutes" in node and date[:1].isdigit():
+            sittings.append((date, float(node["minutes"])))
+        elif isinstance(node.get("after"), dict) and date[:1].isdigit():
+            seconds = node["after"].get("seconds")
+            seconds = statistics.median(seconds) if isinstance(seconds, list) else seconds
+            sittings.append((date, float(seconds) / 60))
+    return max(sittings)
+
+
+def test_the_newest_sitting_of_the_suite_is_found():
+    record = {"date": "2026-11-27", "minutes": 6.5, "now": {"date": "2026-11-28", "minutes": 9},
+              "later": {"date": "2026-12-01", "after": {"seconds": [486, 438, 492]}}}  # fmt: skip
+    assert newest_suite_minutes(record) == ("2026-12-01", 8.1)
+
+
 def test_a_stated_duration_of_the_test_suite_is_its_records():
-    """`make test` said to take N minutes: N is the newest sitting of the suite's record."""
-    newest = FIGURES["test_suite"]["now"]["minutes"]
+    """`make test` said to take about N minutes: N is the suite's newest sitting, to the minute."""
+    date, newest = newest_suite_minutes(FIGURES["test_suite"])
     for page in PAGES:
         for sentence in re.split(r"(?<=[.;\n])\s", prose(page)):
             if "make test" in sentence and (m := re.search(r"(\d+(?:\.\d+)?) minutes", sentence)):
-                assert float(m.group(1)) == newest, f"{page.name}: {sentence.strip()} (recorded: {newest} minutes)"
+                assert abs(float(m.group(1)) - newest) < 1, (
+                    f"{page.name}: {sentence.strip()} (the newest sitting, {date}: {newest:.1f} minutes)"
+                )
 
 
 #: A comparison with the CrossEncoder trained 2 epochs (short of its dev-best epoch), retired by the selected study:

@@ -14,7 +14,7 @@ distribution (400,000 paths; the same levels every time). Where the units' share
 not shrink with more seeds, successive looks are more alike than t_k = R_k / R_max says, and these levels are
 conservative. A comparison whose observed Δ the maximum number of seeds could not resolve stops early ("futility");
 that never adds a false "resolved". `matching.results.simulation` checks the whole rule's error rate on studies with
-known truth (docs/concepts/comparing.md, its calibration table).
+known truth (benchmarks/calibration.py; its sitting in docs/archive/2026-11-concepts.md).
 """
 
 from __future__ import annotations

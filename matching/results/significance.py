@@ -31,12 +31,12 @@ one the seeds' spread is unknown, with two it rests on one degree of freedom (tw
 0), and the comparison says "too few seeds" instead of giving a p-value (docs/concepts/comparing.md, "Two seeds a
 side").
 
-Why this test and not another (docs/concepts/comparing.md argues it at length, with the simulator's calibration table
-behind each claim, `matching.results.simulation`): a two-level bootstrap (seeds, then units) cannot estimate the
-seeds' spread from 2 or 3 seeds (a resample of 3 seeds has 10 distinct forms and shrinks their variance by
-(R − 1)/R), so it is overconfident exactly where studies live; a permutation of whole runs is exact but cannot go
-below p = 0.1 with 3 seeds a side; a test over units alone (each unit's score averaged over seeds) leaves the seeds
-out and calls two sets of seeds of one configuration different most of the time on a large evaluation set.
+Why this test and not another (docs/concepts/comparing.md argues it, and docs/archive/2026-11-concepts.md keeps the
+simulator's calibration tables behind each claim, `matching.results.simulation`): a two-level bootstrap (seeds, then
+units) cannot estimate the seeds' spread from 2 or 3 seeds (a resample of 3 seeds has 10 distinct forms and shrinks
+their variance by (R − 1)/R), so it is overconfident exactly where studies live; a permutation of whole runs is exact
+but cannot go below p = 0.1 with 3 seeds a side; a test over units alone (each unit's score averaged over seeds) leaves
+the seeds out and calls two sets of seeds of one configuration different most of the time on a large evaluation set.
 
 **The conditional test** (`paired_test`, a second, clearly named column): "do *these trained models* differ on this
 population of questions?" A paired bootstrap and a paired sign-flip randomization test over the units of the

@@ -21,9 +21,9 @@ The tests compared on the same studies (`TESTS`):
 - `bootstrap`: a two-level bootstrap interval (seeds within each system, then units), "resolved" when it excludes 0
   (only where asked: it costs resamples × seeds × units per study).
 
-`calibration` runs a grid of cells and returns one record per cell; `benchmarks/calibration.py` prints the table of
-docs/concepts/comparing.md from it; tests/test_calibration.py fails if the method test's false-positive rate leaves its
-Monte-Carlo band.
+`calibration` runs a grid of cells and returns one record per cell; `benchmarks/calibration.py` prints the calibration
+tables (docs/archive/2026-11-concepts.md keeps the sitting of 2026-11-26) from it; tests/test_calibration.py fails if
+the method test's false-positive rate leaves its Monte-Carlo band.
 """
 
 from __future__ import annotations
