@@ -47,9 +47,22 @@ _UNIT = r"%|x\b|s\b|ms\b|µs\b|min\b|minutes\b|hours?\b|MB\b|GB\b"
 _NUMBER = re.compile(rf"(?<![\w.\-])([-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+−]?\d+)?)((?:–[-+−]?[\d.,]+)?\s?(?:{_UNIT}))?")
 
 
+#: A fenced code block: its commands' options are settings, its comments are prose (a duration typed in a comment is
+#: a figure like any other), an example answer in a comment (JSON) is a shape, not a measurement.
+_FENCED = re.compile(r"^ *```\w*\n(.*?)^ *```", re.S | re.M)
+
+
+def _comments(block: re.Match) -> str:
+    said = re.findall(r"(?:^|\s)#\s?(.*)$", block.group(1), re.M)
+    return (
+        "\n" + "\n".join(line for line in said if '": ' not in line and not line.lstrip().startswith(("{", "["))) + "\n"
+    )
+
+
 def figures_in(text: str) -> list[str]:
-    """The figures of a page's text outside its rendered blocks and quotes: numbers with a decimal point, an
-    exponent or a unit. Whole numbers without a unit are counts (122 questions, 3 seeds), not figures."""
+    """The figures of a page's text outside its rendered blocks and quotes, code blocks' comments included: numbers
+    with a decimal point, an exponent or a unit. Whole numbers without a unit are counts (122 questions, 3 seeds)."""
+    text = _FENCED.sub(_comments, text)
     for name in EXCEPTIONS:
         text = text.replace(name, " ")
     for pattern in _REMOVED:
@@ -158,4 +171,6 @@ def test_a_figure_without_a_quote_is_found_where_it_hides():
     assert figures_in("| SciTail dev acc | 89.37 ± 0.38 | resolved |") == ["89.37", "0.38"]
     assert figures_in("the speed-up is 11.0x on one thread, 14.6 s to build") == ["11.0x", "14.6 s"]
     assert figures_in("a whole-number claim of 42 minutes") == ["42 minutes"]
+    assert figures_in("```bash\nmake test    # about 8 minutes on 2 cores\nrun --lr 3.5\n```\n") == ["8 minutes"]
+    assert figures_in('```bash\ncurl x\n# {"label": "a", "probs": {"a": 0.91}}\n```\n') == []
     assert printed(0.000123, ".2g", "x") == "0.00012"
