@@ -237,17 +237,24 @@ class _Logits(torch.nn.Module):
 
 def exported_cross_encoder(model, folder: Path) -> Path:
     """The CrossEncoder's transformer as an ONNX graph (ids, mask, token types -> logits; any batch and length up to
-    its positions), written once into `<folder>/onnx/model.onnx`, where sentence-transformers keeps its own ONNX
-    export, by torch.onnx's exporter as matching.inference.onnx_encoder exports our encoder."""
+    its positions), written into `<folder>/onnx/model.onnx`, where sentence-transformers keeps its own ONNX export, by
+    torch.onnx's exporter as matching.inference.onnx_encoder exports our encoder; exported again when the weights
+    it was exported from (their sha256 beside it, `model.weights.sha256`) are not the model's."""
+    import hashlib
     import warnings
 
     from matching.files import write_atomic
 
-    out = folder / "onnx" / "model.onnx"
-    if out.is_file():
+    out, stamp = folder / "onnx" / "model.onnx", folder / "onnx" / "model.weights.sha256"
+    transformer = model[0].model
+    digest = hashlib.sha256()
+    for name, tensor in transformer.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    weights = digest.hexdigest()
+    if out.is_file() and stamp.is_file() and stamp.read_text().strip() == weights:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    transformer = model[0].model
     features = model.preprocess([("what is a glacier cave", "a cave formed in the ice of a glacier"),
                                  ("who", "a cave")])  # fmt: skip
     inputs = tuple(features[k] for k in ("input_ids", "attention_mask", "token_type_ids"))
@@ -264,6 +271,7 @@ def exported_cross_encoder(model, folder: Path) -> Path:
         program.save(str(tmp))
 
     write_atomic(out, export)
+    stamp.write_text(weights + "\n")
     return out
 
 
