@@ -464,3 +464,50 @@ def test_runs_to_compare_that_cannot_be_served_beside_the_first_are_reported_bef
     assert "must all classify or all rank" in said and "(wikiqa, rank)" in said
     assert serve_main([f"ckpt={ckpt}", f"compare=[{tmp_path / 'nowhere'}]"]) == 2
     assert "no run directory, checkpoint or shared model folder at" in capsys.readouterr().err
+
+
+def _answer_validator(url: str, name: str):
+    """A validator of the schema GET /openapi.json publishes for `name`, its $refs resolved in the document."""
+    jsonschema = pytest.importorskip("jsonschema")
+    document = httpx.get(f"{url}/openapi.json", timeout=60).json()
+    schema = {"$ref": f"#/components/schemas/{name}", "components": document["components"]}
+    return jsonschema.Draft202012Validator(schema)
+
+
+def test_rerank_answers_are_what_openapi_json_publishes(servers):
+    """Issue 103: the /rerank answer is built from the models /openapi.json publishes. Real answers (documents
+    returned or not, as objects or as Infinity's texts, top_n, a document cut) each validate against the published
+    schema, which allows no field it does not name."""
+    url = servers["wikiqa"]
+    validator = _answer_validator(url, "RerankAnswer")
+    long = " ".join(["glacier", "ice", "cave"] * 20)  # over the server's 30 tokens: cut
+    bodies = [
+        {"query": QUERY, "documents": CANDIDATES},
+        {"query": QUERY, "documents": CANDIDATES, "top_n": 2, "return_documents": True},
+        {"query": QUERY, "documents": [{"id": f"d{i}", "text": c} for i, c in enumerate(CANDIDATES)],
+         "return_documents": True, "model": "rerank-english-v3.0"},
+        {"query": QUERY, "documents": CANDIDATES, "return_documents": True, "raw_scores": True, "top_n": 3},
+        {"query": QUERY, "documents": [*CANDIDATES[:2], long], "return_documents": True},
+        {"query": QUERY, "documents": [*CANDIDATES[:2], long], "max_tokens_per_doc": 4, "top_n": 1},
+    ]  # fmt: skip
+    for path, body in zip(["/rerank", "/v1/rerank", "/v2/rerank", "/rerank", "/v2/rerank", "/v1/rerank"], bodies,
+                          strict=True):  # fmt: skip
+        answer = _post(url, path, body)
+        assert answer.status_code == 200, answer.text
+        given = answer.json()
+        assert not list(validator.iter_errors(given)), (body, [e.message for e in validator.iter_errors(given)])
+        assert len(given["results"]) == body.get("top_n", len(body["documents"]))
+        assert all(("document" in r) == body.get("return_documents", False) for r in given["results"])
+        assert ("truncated" in given["meta"]) == ("max_tokens_per_doc" in body or long in body["documents"])
+    assert given["meta"]["truncated"] and given["meta"]["warnings"]
+    assert list(validator.iter_errors({**given, "surprise": 1})), "the schema names every field of the answer"
+
+
+def test_classify_and_rank_answers_are_what_openapi_json_publishes(servers):
+    for name, path, url, body in [
+        ("ClassifyAnswer", "/classify", servers["snli"], {"pairs": [{"a": a, "b": b} for a, b in NLI]}),
+        ("RankAnswer", "/rank", servers["wikiqa"], {"query": QUERY, "candidates": CANDIDATES}),
+    ]:
+        answer = _post(url, path, body)
+        assert answer.status_code == 200, answer.text
+        assert not list(_answer_validator(url, name).iter_errors(answer.json()))

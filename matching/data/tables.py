@@ -79,8 +79,10 @@ def resolve_columns(
 ) -> Columns:
     """The columns to read: the ones named, else found among `names` by their usual names (exactly one of the usual
     pairs, TEXT_COLUMNS, may be there), else (texts) the two columns for which `is_text` holds that are no label,
-    group or id column (ID_COLUMNS). A named column that does not exist, none found, two usual pairs or more than two
-    candidate texts is a DataFormatError that lists the columns there are and says `advice` (how to name them).
+    group or id column (ID_COLUMNS), unless one column bears a usual text name without its partner (a `b` beside a
+    `text`): then which text is which is not guessed by position, and the missing one is named. A named column that
+    does not exist, none found, two usual pairs, half a usual pair or more than two candidate texts is a
+    DataFormatError that lists the columns there are and says `advice` (how to name them).
     `labelled`: a label column is required."""
     lower = {n.lower(): n for n in names}
 
@@ -105,6 +107,7 @@ def resolve_columns(
             )
         found = usual[0] if usual else None
         if found is None:
+            _refuse_half_pair(names, [(x, y) for x, y in TEXT_COLUMNS], where, advice)
             kept = {*LABEL_COLUMNS, *GROUP_COLUMNS, *ID_COLUMNS}
             texts = [n for n in names if n not in (label, group) and n.lower() not in kept and is_text(n)]
             if len(texts) > 2:
@@ -128,6 +131,26 @@ def resolve_columns(
     if group is None:
         group = next((lower[n] for n in GROUP_COLUMNS if n in lower and lower[n] not in (a, b, label)), None)
     return Columns(a, b, label, group)
+
+
+def _refuse_half_pair(names: Sequence[str], pairs: Sequence[tuple[str, str]], where: str, advice: str) -> None:
+    """A DataFormatError when a name among `names` is one text of one of `pairs` (first, second) and its partner is
+    not there: the texts would otherwise be guessed by position, perhaps swapped (`{"b": .., "text": ..}` read as
+    a=b). Names the missing text and the names there are; case is ignored."""
+    lower = {n.lower(): n for n in names}
+    for present in names:
+        missing = [
+            y if x.lower() == present.lower() else x for x, y in pairs if present.lower() in (x.lower(), y.lower())
+        ]
+        missing = [m for m in dict.fromkeys(missing) if m.lower() not in lower]
+        if missing:
+            side = "first" if any(present.lower() == x.lower() for x, _ in pairs) else "second"
+            other = "second" if side == "first" else "first"
+            raise DataFormatError(
+                f"{where}: cannot tell which columns hold the two texts: {present!r} names the {side} text of a "
+                f"pair and there is no {' or '.join(repr(m) for m in missing)} for the {other} (which is which is "
+                f"never guessed); the columns are {list(names)}. {advice}"
+            )
 
 
 def label_value(value: Any, names: Sequence[str] | None = None) -> str:
@@ -321,14 +344,19 @@ def open_table(
 def is_header(cells: Sequence[str], preferred: Sequence[str | None] = (), named: Sequence[str] = ()) -> bool:
     """Whether a first line's cells are a header: they name both texts of a pair, by the `preferred` names (a run's
     own task.columns a and b) or by one of the usual pairs (TEXT_COLUMNS), or they hold one of the columns `named`
-    for this input by the user; case is ignored."""
+    for this input by the user; case is ignored. A line with one such name alone (`evidence<TAB>text`) is a header
+    too, so that the missing text is named (`new_pair_columns`) rather than the line read as a pair and the rows by
+    position, perhaps in the other order."""
     names = {c.strip().lower() for c in cells}
     if any(str(n).lower() in names for n in named):
         return True
     wanted = [str(n).lower() for n in preferred[:2] if n is not None]
     if len(wanted) == 2 and set(wanted) <= names:
         return True
-    return any(x in names and y in names for x, y in TEXT_COLUMNS)
+    if any(x in names and y in names for x, y in TEXT_COLUMNS):
+        return True
+    texts = {x for pair in TEXT_COLUMNS for x in pair} | {n for n in wanted if not n.isdigit()}
+    return bool(names & texts)
 
 
 def _delimited(
@@ -625,7 +653,20 @@ def new_pair_columns(
         found = Columns("1", "2", None, "3" if len(names) == 3 else None)
         how = "by position: no header line"
     else:
-        found = resolve_columns(names, is_text, None, None, None, None, where, labelled=False, advice=advice)
+        # One of the run's own names without the other (both would have been read above): that text is read only
+        # where a usual pair puts it on its own side (a run's question/sentence given question/answer); else the
+        # other is named as missing, never guessed by position.
+        own = (str(preferred.get("a") or ""), str(preferred.get("b") or ""))
+        half = [(side, n) for side, n in zip(("a", "b"), own, strict=True) if all(own) and n.lower() in lower]
+        try:
+            found = resolve_columns(names, is_text, None, None, None, None, where, labelled=False, advice=advice)
+        except DataFormatError:
+            if not half:
+                raise
+            found = None
+        usual = found is not None and (found.a.lower(), found.b.lower()) in TEXT_COLUMNS
+        if half and (not usual or getattr(found, half[0][0]).lower() != half[0][1].lower()):
+            _refuse_half_pair(names, [own], where, advice)
         how = "found by their usual names" + (
             f"; the run's own{_listed(preferred)} are not among {list(names)}" if preferred.get("a") else ""
         )

@@ -36,6 +36,15 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from matching.data.preparation import PreparedPairs
 from matching.errors import RunError
+from matching.serving.answers import (
+    BilledUnits,
+    ClassifyAnswer,
+    RankAnswer,
+    RerankAnswer,
+    RerankMeta,
+    RerankResult,
+    RerankUsage,
+)
 
 if TYPE_CHECKING:
     from matching.matcher import Matcher
@@ -248,8 +257,9 @@ class Worker:
         if isinstance(answers, Rejected):
             return answers
         try:
-            body = self.align(prepared) if answers is None else self._body(job, answers, prepared)
-            return json.dumps(body, ensure_ascii=False).encode()
+            if answers is None:
+                return json.dumps(self.align(prepared), ensure_ascii=False).encode()
+            return self._answer(job, answers, prepared).body()
         except Exception as err:  # noqa: BLE001 - ours, and this job's alone
             log.exception("answering a %s request failed", job.kind)
             return _bug(err)
@@ -273,33 +283,37 @@ class Worker:
             log.exception("scoring a request failed")
             return _bug(err)
 
-    def _body(self, job: Job, answers: list[dict], prepared: PreparedPairs) -> dict:
-        """The answer of a classify, rank or rerank job (the last in the shape rerank clients read: Cohere's, Jina's,
-        Infinity's, with Cohere's `meta`, Jina's and Infinity's `usage`: the tokens the model read, the query counted
-        with each document)."""
+    def _answer(
+        self, job: Job, answers: list[dict], prepared: PreparedPairs
+    ) -> ClassifyAnswer | RankAnswer | RerankAnswer:
+        """The answer of a classify, rank or rerank job, built as the model GET /openapi.json publishes
+        (matching.serving.answers): the last in the shape rerank clients read (Cohere's, Jina's, Infinity's, with
+        Cohere's `meta` and Jina's and Infinity's `usage`: the tokens the model read, the query counted with each
+        document)."""
         from matching.inference.predictor import ranking
 
         if isinstance(job.query, ClassifyQuery):
-            return {"predictions": answers}
+            return ClassifyAnswer(predictions=answers)
         if isinstance(job.query, RankQuery):
-            return {"ranking": ranking(job.query.candidates, answers)}
+            return RankAnswer(ranking=ranking(job.query.candidates, answers))
         rerank: RerankQuery = job.query
         score = "score" if rerank.raw_scores else "p_match"
-        results = [{"index": r["index"], "relevance_score": r[score],
-                    **({"document": rerank.shown[r["index"]]} if rerank.shown is not None else {})}
+        results = [RerankResult(index=r["index"], relevance_score=r[score],
+                                **({"document": rerank.shown[r["index"]]} if rerank.shown is not None else {}))
                    for r in ranking(rerank.documents, answers)[: rerank.top_n]]  # fmt: skip
         tokens = int(prepared.sides().sum())
-        meta: dict = {"billed_units": {"search_units": 1}}
         cut = prepared.second_cut()
+        said: dict = {}  # the documents cut, if any
         if cut:
             limit = self.document_tokens(rerank)
             many = len(cut) > 1
-            meta["warnings"] = [f"{len(cut)} document{'s' if many else ''} (documents{cut}) had more than {limit} "
-                                f"tokens and {'were' if many else 'was'} cut to the first {limit} before scoring "
-                                "(max_tokens_per_doc, or the server's limits.max_text_tokens)"]  # fmt: skip
-            meta["truncated"] = cut
-        return {"id": str(uuid.uuid4()), "model": rerank.model, "results": results, "meta": meta,
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}  # fmt: skip
+            said = {"truncated": cut, "warnings": [
+                f"{len(cut)} document{'s' if many else ''} (documents{cut}) had more than {limit} tokens and "
+                f"{'were' if many else 'was'} cut to the first {limit} before scoring (max_tokens_per_doc, or the "
+                "server's limits.max_text_tokens)"]}  # fmt: skip
+        meta = RerankMeta(billed_units=BilledUnits(search_units=1), **said)
+        return RerankAnswer(id=str(uuid.uuid4()), model=rerank.model, results=results, meta=meta,
+                            usage=RerankUsage(prompt_tokens=tokens, total_tokens=tokens))  # fmt: skip
 
     def align(self, prepared: PreparedPairs) -> dict:
         """`Matcher.align` as JSON, with what a reader of the matrices needs: which tokens are unknown words, what

@@ -9,7 +9,8 @@ a browser is guarded: JSON only (a form post or `text/plain` cannot reach the AP
 allow-list (against DNS rebinding), no CORS unless configured, a Content-Security-Policy and frame headers.
 
 Every body is validated into its typed request model (GET /openapi.json describes them), then made the typed query
-the worker answers (matching.serving.batcher: `ClassifyQuery`, `RankQuery`, `RerankQuery`, `AlignQuery`). A /classify
+the worker answers (matching.serving.batcher: `ClassifyQuery`, `RankQuery`, `RerankQuery`, `AlignQuery`); the worker
+builds its answer from the answer models /openapi.json publishes (matching.serving.answers). A /classify
 pair's texts are found by the rule a file of pairs is read by (matching.data.tables.pair_of_mapping, as `Matcher`
 reads a dict). GET /info serves each run's description, computed once when the run was loaded (`Matcher.description`,
 matching.inference.description), with its endpoints and the limits: nothing is read or hashed here per request."""
@@ -31,6 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from matching.data.tables import pair_of_mapping, text_names
 from matching.errors import DataFormatError
 from matching.matcher import RANKING_TASKS
+from matching.serving.answers import ClassifyAnswer, RankAnswer, RerankAnswer
 from matching.serving.batcher import (
     AlignQuery,
     Batcher,
@@ -124,31 +126,6 @@ class RerankRequest(_Strict):
     max_chunks_per_doc: int | None = None
 
 
-class RerankResult(BaseModel):
-    index: int
-    relevance_score: float
-    document: dict[str, Any] | str | None = None  # an object as given (Cohere, Jina); a text for Infinity
-
-
-class RerankAnswer(BaseModel):
-    """What /rerank answers: Cohere's shape (`id`, `results`, `meta`, whose `warnings` and `truncated` name the
-    documents cut to the token limit) with Jina's and Infinity's `model` and `usage`."""
-
-    id: str
-    model: str
-    results: list[RerankResult]
-    meta: dict[str, Any]
-    usage: dict[str, int]
-
-
-class ClassifyAnswer(BaseModel):
-    predictions: list[dict[str, Any]]
-
-
-class RankAnswer(BaseModel):
-    ranking: list[dict[str, Any]]
-
-
 class ErrorAnswer(BaseModel):
     """Every error's body: what was wrong and what to do, and the status."""
 
@@ -194,8 +171,9 @@ def validation_message(path: str, err: ValidationError) -> Refusal:
 def read_pair(index: int, pair: Any, columns: dict[str, str]) -> tuple[str, str]:
     """A /classify pair's two texts, by the rule a file of pairs is read by (matching.data.tables.pair_of_mapping):
     under the run's own column names, else "a"/"b" or one of the usual pairs (premise/hypothesis, question/answer,
-    ...); other keys (an id, a label) are ignored; two usual pairs at once, or texts that cannot be told, are a 422
-    that lists the keys and says how to name the texts."""
+    ...); other keys (an id, a label) are ignored; the key of one text without its partner's (`{"b": .., "text": ..}`,
+    one of the run's own names alone), two usual pairs at once, or texts that cannot be told, are a 422 that names
+    the missing key, lists the keys and says how to name the texts: never read by position, perhaps swapped."""
     where = f"pairs[{index}]"
     a, b = text_names(columns)
     example = json.dumps({a: "first text", b: "second text"})
