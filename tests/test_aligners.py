@@ -289,7 +289,7 @@ def test_coda_has_no_softmax(monkeypatch):
 
     monkeypatch.setattr(torch, "softmax", forbidden)
     monkeypatch.setattr(torch.nn.functional, "softmax", forbidden)
-    monkeypatch.setattr("matching.model.aligners.masked_softmax", forbidden)
+    monkeypatch.setattr("matching.model.aligners.weightings.masked_softmax", forbidden)
     a, b, ma, mb = _inputs()
     CoDAAligner(DIM, hidden=5)(a, b, ma, mb)
 

@@ -9,6 +9,7 @@ import torch
 from conftest import compose_train
 
 from matching.errors import ConfigError
+from matching.model.aligners.simplex import _EntmaxBisect
 from matching.model.attention import (
     DISTRIBUTIONS,
     SCORES,
@@ -17,7 +18,6 @@ from matching.model.attention import (
     General,
     ScaledDot,
     Similarity,
-    _EntmaxBisect,
     entmax,
     entmax15,
     head_products,

@@ -84,6 +84,58 @@ def test_a_throwaway_aligner_is_one_class_and_one_yaml(tmp_path, monkeypatch, ca
     assert type(run.model.aligner).__name__ == "UniformAligner"
 
 
+THROWAWAY_WEIGHTING = '''
+from matching.model.aligners import weighting
+from matching.model.layers import masked_softmax
+
+
+@weighting("halfmax", formula="softmax(E/2)", each="each {whose} sums to 1", values=(0.0, 1.0))
+def halfmax(scores, mask, dim, zero=None):
+    """A softmax of half the scores."""
+    return masked_softmax(scores / 2, mask, dim, zero=zero)
+'''
+
+HALFMAX_YAML = """\
+# A softmax of half the dot scores.
+_target_: matching.model.aligners.DotAligner
+_partial_: true
+weighting: throwaway_weighting.halfmax
+hidden: ${model.hidden}
+dropout: ${model.dropout}
+projection: none
+center_tokens: true
+"""
+
+
+def test_a_new_weighting_is_one_function_and_one_yaml_and_a_distribution_of_the_design_space(
+    tmp_path, monkeypatch, capsys
+):
+    """A weighting registered outside the package (`@weighting`) is an aligner of its own through one YAML (the
+    dot aligner over it) and, with no YAML at all, a distribution of `aligner=attention`, with every compatibility
+    function and head count; the matrices' captions and ranges come from what it declares."""
+    from matching.model.matrices import matrix_title, value_range
+    from matching.saved.run_folder import load_run
+
+    run_dir = _train_own_option(tmp_path, monkeypatch, "throwaway_weighting", THROWAWAY_WEIGHTING, "aligner",
+                                "halfmax", HALFMAX_YAML)  # fmt: skip
+    seen = _through_every_command(run_dir, tmp_path, "A man plays.\tA person plays music.\n", capsys)
+    assert len(seen["predictions"]) == 1 and {r["aligner"] for r in seen["report"]} == {"halfmax"}
+    run = load_run(run_dir / "checkpoints" / "best.ckpt")
+    assert run.model.aligner.kind == "halfmax"
+    assert matrix_title("halfmax_b", run.cfg) == (
+        "halfmax_b: weights aligning each b token to a (softmax(E/2); each column sums to 1)"
+    )
+    cfg = compose_train(tmp_path / "attention", "aligner=attention", "aligner.distribution=throwaway_weighting.halfmax",
+                        "aligner.score=general", "aligner.heads=2", "trainer.max_epochs=1")  # fmt: skip
+    train(cfg)
+    run = load_run(Path(cfg.paths.output_dir) / "checkpoints" / "best.ckpt")
+    assert run.model.aligner.distribution.weighting.name == "halfmax"
+    assert "(throwaway_weighting.halfmax of general scores; 2 heads, mean; each row sums to 1)" in matrix_title(
+        "attention_a", run.cfg
+    )
+    assert value_range("attention_a", run.cfg) == [0.0, 1.0]
+
+
 THROWAWAY_READER = '''
 from matching.data.pairs import Pair
 

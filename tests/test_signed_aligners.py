@@ -193,7 +193,10 @@ def test_sigmoid_bias_is_minus_log_of_the_attended_sentences_unpadded_length():
         torch.testing.assert_close(logit - unbiased, torch.full_like(logit, -math.log(len_a)), atol=1e-4, rtol=0)
     for matrix in with_bias.values():  # padding: exactly 0
         assert torch.all(matrix[1, 3:] == 0) and torch.all(matrix[1, :, 3:] == 0)
-    torch.testing.assert_close(SigmoidAligner.bias(mb), -torch.log(torch.tensor([5.0, 3.0])))
+    from matching.model.aligners.weightings import sigmoid
+
+    zero_scores = sigmoid(torch.zeros(2, 1, 5), mb.unsqueeze(1), 2, length_bias=True)  # σ(0 − log n), valid entries
+    torch.testing.assert_close(torch.logit(zero_scores[:, 0, 0]), -torch.log(torch.tensor([5.0, 3.0])))
 
 
 # ---------------------------------------------------------------------------------------------- ssmax

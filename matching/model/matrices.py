@@ -3,18 +3,17 @@ values a matrix's cells can take by its formula. Used by `visualize`'s heat-maps
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 
 def matrix_title(name: str, cfg: Mapping | None = None) -> str:
     """What a matrix is, for a panel's title: its formula and its name (`tanh(E) (affinity)`, `softmax_a: ...`),
-    from the run's aligner (or intra) config; `_a`/`_b` say which side the weights align. An unknown matrix (an
-    aligner of one's own) keeps its name."""
+    from the run's aligner (or intra) config; `_a`/`_b` say which side the weights align. Weights of a kind the
+    aligners declare (matching.model.aligners.CAPTIONS: every weighting, differential, conflict) say their formula and
+    what each row holds; an unknown matrix (an aligner of one's own) keeps its name."""
     side, _, base = name.rpartition("/")
-    group = "intra" if side else "aligner"
-    node = (cfg or {}).get(group) or {}
+    node = _node(side, cfg)
     phi_e, phi_n, gate = node.get("phi_e", "tanh"), node.get("phi_n", "sigmoid"), node.get("gate", "center")
     e = "E − mean E" if node.get("center_e") else "E"
     n = {"center": f"{phi_n}(N − mean N)", "scale": f"2·{phi_n}(N)"}.get(gate, f"{phi_n}(N)")
@@ -24,67 +23,63 @@ def matrix_title(name: str, cfg: Mapping | None = None) -> str:
         "gate": f"{n} (gate)",
         "M": "M = affinity × gate",
     }
+    caption = _caption(kind, node) if direction in ("a", "b") else None
     if base in known:
         text = known[base]
-    elif kind in _SIGNED_AND_SPARSE and direction in ("a", "b"):
-        formula, each = _SIGNED_AND_SPARSE[kind]
-        bias = " − log n" if kind == "sigmoid" and node.get("length_bias", True) else ""
-        what = f"{formula.format(bias=bias)}; {each.format(whose='row' if direction == 'a' else 'column')}"
+    elif caption is not None:
+        formula, each = caption.formula, caption.each.format(whose="row" if direction == "a" else "column")
+        formula = formula(node) if callable(formula) else formula
+        if kind == "attention":  # matching/model/attention.py: the weights of its parts, averaged over its heads
+            heads = "feature-wise, mean" if node.get("feature_wise") else f"{node.get('heads', 1)} heads, mean"
+            formula = f"{node.get('distribution', 'softmax')} of {node.get('score', 'dot')} scores" + (
+                f"; {heads}" if node.get("feature_wise") or node.get("heads", 1) != 1 else ""
+            )
+        what = "; ".join(part for part in (formula, each) if part)
         if side:  # intra-sentence: one side against itself
             text = f"{base}: weights of each {side[-1]} token over {side[-1]} itself ({what})"
         else:
             text = f"{base}: weights aligning each {direction} token to {'b' if direction == 'a' else 'a'} ({what})"
-    elif kind in ("softmax", "conflict", "attention") and direction in ("a", "b"):
-        sums = "each row sums to 1" if direction == "a" else "each column sums to 1"
-        if kind == "attention":  # matching/model/attention.py: the weights of its parts, averaged over its heads
-            heads = "feature-wise, mean" if node.get("feature_wise") else f"{node.get('heads', 1)} heads, mean"
-            sums = (
-                f"{node.get('distribution', 'softmax')} of {node.get('score', 'dot')} scores"
-                + (f"; {heads}" if node.get("feature_wise") or node.get("heads", 1) != 1 else "")
-                + ("" if node.get("distribution") == "sigmoid" else f"; {sums}")
-            )
-        if side:  # intra-sentence: one side against itself
-            text = f"{base}: weights of each {side[-1]} token over {side[-1]} itself ({sums})"
-        else:
-            text = f"{base}: weights aligning each {direction} token to {'b' if direction == 'a' else 'a'} ({sums})"
     else:
         text = base
     return f"intra {side[-1]}: {text}" if side else text
 
 
-#: The aligners of matching/model/aligners.py after CoDA: per kind (the matrices' names without _a/_b), the
-#: weights' formula and what each row (or column) of them holds.
-_SIGNED_AND_SPARSE = {
-    "differential": ("softmax(E¹) − λ·softmax(E²)", "signed; each {whose} sums to 1 − λ"),
-    "cog": ("sign(E)·softmax(|E|)", "signed; the |weights| of each {whose} sum to 1"),
-    "softpick": ("ReLU(e^E − 1) / Σ|e^E − 1|", "exact zeros; each {whose} sums to at most 1, all 0 where every E ≤ 0"),
-    "sigmoid": ("σ(E{bias})", "each cell on its own, not normalised"),
-    "ssmax": ("softmax(s·log n·E)", "each {whose} sums to 1"),
-}
+def _node(side: str, cfg: Mapping | None) -> Mapping:
+    """The config node of the aligner that made a matrix: `intra` for an intra-sentence one, else `aligner`."""
+    return (cfg or {}).get("intra" if side else "aligner") or {}
 
-#: The values each kind's weights can take by its formula: cog's |W| ≤ 1; differential's W lies in [−λ, 1] for
-#: 0 ≤ λ ≤ 1 (its λ is learned: a run's own is not known from its config), drawn as signed.
-_WEIGHT_RANGES = {"softmax": (0.0, 1.0), "conflict": (0.0, 1.0), "softpick": (0.0, 1.0), "sigmoid": (0.0, 1.0),
-                  "ssmax": (0.0, 1.0), "cog": (-1.0, 1.0), "differential": (-1.0, 1.0)}  # fmt: skip
 
-#: The values each activation of CoDA can take (φ_E, φ_N; see matching/model/aligners.py).
-_ACTIVATION_RANGES = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0), "arctan": (-math.pi / 2, math.pi / 2),
-                      "algebraic": (-1.0, 1.0)}  # fmt: skip
+def _caption(kind: str, node: Mapping):
+    """What the aligners declare of a kind of weights (matching.model.aligners.CAPTIONS); for the design space's
+    `attention_a`/`_b`, its distribution's. None for a kind no aligner declares."""
+    from matching.model.aligners import CAPTIONS
+    from matching.model.aligners.weightings import find
+
+    if kind == "attention":
+        try:
+            return CAPTIONS[find(node.get("distribution", "softmax")).name]
+        except Exception:  # a distribution that cannot be found here: the weights' values are not known
+            return None
+    return CAPTIONS.get(kind)
 
 
 def value_range(name: str, cfg: Mapping | None = None) -> list[float] | None:
     """The range [low, high] that a matrix's cells can take by its formula, from the run's aligner (or intra)
-    config: [0, 1] for softmax, conflict, softpick and sigmoid weights, [−1, 1] for the signed ones (cog,
-    differential), φ_E's range for the affinity (tanh: [−1, 1]), the gate's, and
-    their product for M. A matrix that can take both signs is drawn on a diverging scale even where one pair's
-    cells happen to share a sign. None for a matrix of unknown formula (an aligner of one's own)."""
+    config: what the aligners declare of its kind of weights ([0, 1] for softmax, conflict, softpick, sigmoid; [−1, 1]
+    for the signed ones, cog and differential; the design space's, its distribution's), φ_E's range for CoDA's affinity
+    (tanh: [−1, 1]), the gate's, and their product for M. A matrix that can take both signs is drawn on a diverging
+    scale even where one pair's cells happen to share a sign. None for a matrix of unknown formula (an aligner of one's
+    own)."""
+    from matching.model.aligners.coda import ACTIVATION_RANGES
+
     side, _, base = name.rpartition("/")
-    node = (cfg or {}).get("intra" if side else "aligner") or {}
+    node = _node(side, cfg)
     kind, _, direction = base.rpartition("_")
-    if kind in _WEIGHT_RANGES and direction in ("a", "b"):
-        return list(_WEIGHT_RANGES[kind])
-    affinity = _ACTIVATION_RANGES.get(node.get("phi_e", "tanh"))
-    gate = _ACTIVATION_RANGES.get(node.get("phi_n", "sigmoid"))
+    caption = _caption(kind, node) if direction in ("a", "b") else None
+    if caption is not None:
+        return list(caption.values)
+    affinity = ACTIVATION_RANGES.get(node.get("phi_e", "tanh"))
+    gate = ACTIVATION_RANGES.get(node.get("phi_n", "sigmoid"))
     if gate is not None and node.get("gate", "center") == "scale":
         gate = (2 * gate[0], 2 * gate[1])
     if base == "affinity" and affinity:
