@@ -8,12 +8,61 @@ exported ONNX folder is described from what its serving.json recorded at export.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from matching.files import file_sha256
 from matching.inference.predictor import Predictor
 from matching.saved.examples import page_examples
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a loaded model is, in one frozen object (`Matcher.facts`; each field also `Matcher.<field>`).
+
+    Attributes:
+        task: The task's name (`snli`, `wikiqa`, ..., or the name of your own pairs).
+        kind: `"classify"` or `"rank"` (a pointwise ranking model: its labels are no match, match).
+        labels: The label names, in the order of the logits' columns.
+        columns: The run's own column names (`task.columns`: a, b, label, group), which dicts of pairs may be keyed by.
+        backend: What runs the model: `torch`, `onnx` or `onnx-int8`.
+        device: Where the model runs: `cpu`, `cuda:N`, `mps` (ONNX Runtime: `cpu`).
+        dtype: The arithmetic: `fp32`, `bf16`, or `int8` (weights).
+        can_align: Whether `align` answers (the PyTorch backend; an exported graph returns the logits only).
+        max_length: The most tokens of a text the model reads (`data.max_length`; longer ones are cut); None: no
+            limit.
+        null_token: Whether the model puts a NULL token (`"<null>"`) first on both sides (`model.null_token`).
+        reads_every_word: An encoder reads every word; a table's unknown words hash to OOV buckets.
+        origin: The folder or file it was loaded from.
+        about: What the model is, for people: its aligner, embeddings, run folder, the checkpoint's sha256, ...
+        config: The run's config when the model came with one (a run, a shared folder); None for an exported ONNX
+            folder.
+        vocab: The run's vocabulary (`matching.data.vocab.Vocabulary`; saved beside the weights as `vocab.txt`).
+    """
+
+    task: str
+    kind: str
+    labels: list[str]
+    columns: dict[str, str | None]
+    backend: str
+    device: str
+    dtype: str
+    can_align: bool
+    max_length: int | None
+    null_token: bool
+    reads_every_word: bool
+    origin: Path
+    about: dict[str, Any]
+    config: Any
+    vocab: Any
+
+    @classmethod
+    def of(cls, predictor: Predictor) -> ModelFacts:
+        p, backend = predictor, predictor.backend
+        return cls(p.task, p.kind, list(p.labels), p.columns, backend.name, backend.device, p.dtype,
+                   backend.can_align, p.max_length, p.null_token, p.reads_every_word, p.origin, p.about, p.config,
+                   p.vocab)  # fmt: skip
 
 
 def run_description(predictor: Predictor) -> dict[str, Any]:
