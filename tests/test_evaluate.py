@@ -155,5 +155,5 @@ def test_a_run_from_another_version_is_a_clear_error(snli_run, tmp_path):
     config = yaml.safe_load((old / "config.yaml").read_text())
     config["aligner"]["project"] = True
     (old / "config.yaml").write_text(yaml.safe_dump(config))
-    with pytest.raises(RunError, match=r"unexpected keyword argument 'project'.*another version of matching"):
+    with pytest.raises(RunError, match=r"aligner.project: .*takes no option 'project'.*another version of matching"):
         load_run(old / "checkpoints" / "best.ckpt")
