@@ -43,6 +43,7 @@ from matching.errors import RunError
 from matching.files import existing
 
 if TYPE_CHECKING:
+    from matching.inference.queries import Scored
     from matching.matcher import Matcher
 
 log = logging.getLogger(__name__)
@@ -52,37 +53,32 @@ INPUT_FORMATS = ("auto", *TABLE_FORMATS)
 
 
 def predict(matcher: Matcher, pairs: Iterable[Pair], out: IO[str], batch_size: int = 256, source: str = "input") -> int:
-    """Write predictions as JSON Lines; returns the number of pairs. The input is read `batch_size` pairs at a time
-    and answered by `Matcher.predict` (in batches within the run's memory budget)."""
-    count = 0
-    stream = iter(pairs)
-    # The pairs were checked as they were read (read_new_pairs): straight to the model, not through
-    # Matcher.predict's check of a caller's pairs.
-    chunks = iter(lambda: list(islice(stream, batch_size)), [])
-    batches = ((chunk, matcher.answers(matcher.logits_of(matcher.prepare(chunk), source))) for chunk in chunks)
-
-    from matching.inference.predictor import ranking
+    """Write predictions as JSON Lines; returns the number of pairs. The input is read `batch_size` pairs at a time,
+    each chunk one classify query of `Matcher.answer` (in batches within the run's memory budget); a ranking model's
+    groups are ranked once the input ends (matching.inference.queries.ranked)."""
+    from matching.inference.queries import ClassifyQuery, Refused, ranked
 
     a, b = text_names(matcher.columns)
-    if matcher.kind == "classify":
-        for batch, answers in batches:
-            for p, answer in zip(batch, answers, strict=True):
-                record = {"line": p.line, a: p.a, b: p.b, "label": answer["label"],
-                          "probs": {k: round(v, 6) for k, v in answer["probs"].items()}}  # fmt: skip
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-            count += len(batch)
-        return count
-
-    groups: dict[str, list[tuple[Pair, dict]]] = {}  # in order of first appearance
-    for batch, answers in batches:
-        for p, answer in zip(batch, answers, strict=True):
-            groups.setdefault(p.group or p.a, []).append((p, answer))
-        count += len(batch)
+    stream, count = iter(pairs), 0
+    groups: dict[str, list[tuple[Pair, Scored]]] = {}  # in order of first appearance
+    for chunk in iter(lambda: list(islice(stream, batch_size)), []):
+        # The pairs were checked as they were read (read_new_pairs): no limits, straight to the model.
+        (answer,) = matcher.answer([ClassifyQuery(chunk, source)])
+        if isinstance(answer, Refused):
+            raise answer.error or RunError(answer.message)
+        count += len(chunk)
+        for p, scored in zip(chunk, answer.pairs, strict=True):
+            if matcher.kind == "rank":
+                groups.setdefault(p.group or p.a, []).append((p, scored))
+                continue
+            record = {"line": p.line, a: p.a, b: p.b, "label": scored.label,
+                      "probs": {k: round(v, 6) for k, v in scored.probs.items()}}  # fmt: skip
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
     for group, members in groups.items():
-        ranked = ranking([p for p, _ in members], [answer for _, answer in members])
+        rows = [(members[r.index][0], r) for r in ranked([s for _, s in members])]
         record = {"group": group, a: members[0][0].a,
-                  "ranking": [{"line": r["candidate"].line, b: r["candidate"].b, "score": round(r["score"], 6),
-                               "p_match": round(r["p_match"], 6)} for r in ranked]}  # fmt: skip
+                  "ranking": [{"line": p.line, b: p.b, "score": round(r.score, 6), "p_match": round(r.p_match, 6)}
+                              for p, r in rows]}  # fmt: skip
         out.write(json.dumps(record, ensure_ascii=False) + "\n")
     return count
 

@@ -17,6 +17,7 @@ from matching.inference.queries import (
     Refused,
     RerankQuery,
 )
+from matching.matcher import Matcher
 
 QUERY = "how big is the moon"
 CANDIDATES = ["the moon is about a quarter of the size of the earth", "paris is the capital of france",
@@ -90,3 +91,16 @@ def test_a_long_document_is_scored_by_its_best_chunk(ranking_model):
     assert first.chunked is None and all(r.chunk is None for r in first.ranked)
     (two,) = answer_all(ranking_model, [RerankQuery(QUERY, [document], max_chunks=2)], limits)
     assert two.cut == [0] and two.ranked[0].chunk == (1 if b > f else 0)
+
+
+def test_matcher_answers_through_answer_all(wikiqa_run):
+    """Matcher's answers are answer_all's, and its description one frozen object whose fields it still answers."""
+    matcher = Matcher.load(wikiqa_run[0])
+    ranked = matcher.rank(QUERY, CANDIDATES)
+    (answer,) = matcher.answer([RankQuery(QUERY, CANDIDATES)])
+    assert [r["index"] for r in ranked] == [r.index for r in answer.ranked]
+    assert matcher.kind == matcher.facts.kind == "rank" and matcher.labels == list(matcher.facts.labels)
+    with pytest.raises(AttributeError):
+        matcher.no_such_member  # noqa: B018
+    with pytest.raises(Exception, match="top_k must be a positive whole number"):
+        matcher.rank(QUERY, CANDIDATES, top_k=0)

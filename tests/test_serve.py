@@ -200,8 +200,9 @@ def test_a_served_answer_is_matchers_within_the_tolerance_of_its_dtype(wide_run,
 
     from matching.cli import compose_config
     from matching.inference import load
+    from matching.inference.queries import ClassifyQuery, Limits
     from matching.model import precision
-    from matching.serving.batcher import ClassifyQuery, Job, Limits, Worker, WorkerSettings
+    from matching.serving.batcher import Job, Worker, WorkerSettings
 
     checkpoint = wide_run / "checkpoints" / "best.ckpt"
     matcher = Matcher.load(wide_run, dtype=dtype)
@@ -226,8 +227,8 @@ def test_a_served_answer_is_matchers_within_the_tolerance_of_its_dtype(wide_run,
 
     tolerance = precision.answer_tolerance(precision.DTYPES[dtype])
     for answers in (alone, in_eights):
-        assert [job_id for job_id, _, _ in answers] == list(range(len(pairs)))
-        got = [json.loads(body)["predictions"][0] for _, status, body in answers if status == 200]
+        assert [job_id for job_id, _ in answers] == list(range(len(pairs)))
+        got = [answer.pairs[0].as_dict() for _, answer in answers if hasattr(answer, "pairs")]
         assert len(got) == len(pairs)
         worst = max(abs(g["probs"][label] - r["probs"][label])
                     for g, r in zip(got, reference, strict=True) for label in matcher.labels)  # fmt: skip
@@ -488,17 +489,21 @@ def test_rerank_answers_are_what_openapi_json_publishes(servers):
          "return_documents": True, "model": "rerank-english-v3.0"},
         {"query": QUERY, "documents": CANDIDATES, "return_documents": True, "raw_scores": True, "top_n": 3},
         {"query": QUERY, "documents": [*CANDIDATES[:2], long], "return_documents": True},
+        {"query": QUERY, "documents": [*CANDIDATES[:2], long], "max_chunks_per_doc": 3, "return_documents": True},
         {"query": QUERY, "documents": [*CANDIDATES[:2], long], "max_tokens_per_doc": 4, "top_n": 1},
     ]  # fmt: skip
-    for path, body in zip(["/rerank", "/v1/rerank", "/v2/rerank", "/rerank", "/v2/rerank", "/v1/rerank"], bodies,
-                          strict=True):  # fmt: skip
+    for path, body in zip(["/rerank", "/v1/rerank", "/v2/rerank", "/rerank", "/v2/rerank", "/v1/rerank",
+                           "/v1/rerank"], bodies, strict=True):  # fmt: skip
         answer = _post(url, path, body)
         assert answer.status_code == 200, answer.text
         given = answer.json()
         assert not list(validator.iter_errors(given)), (body, [e.message for e in validator.iter_errors(given)])
         assert len(given["results"]) == body.get("top_n", len(body["documents"]))
         assert all(("document" in r) == body.get("return_documents", False) for r in given["results"])
-        assert ("truncated" in given["meta"]) == ("max_tokens_per_doc" in body or long in body["documents"])
+        chunked = "max_chunks_per_doc" in body  # the long document read whole, as two chunks: the best one named
+        cut = ("max_tokens_per_doc" in body or long in body["documents"]) and not chunked
+        assert ("truncated" in given["meta"]) == cut
+        assert all(("chunk" in r) == (chunked and r["index"] == 2) for r in given["results"])
     assert given["meta"]["truncated"] and given["meta"]["warnings"]
     assert list(validator.iter_errors({**given, "surprise": 1})), "the schema names every field of the answer"
 

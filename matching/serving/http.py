@@ -1,61 +1,50 @@
-"""The HTTP front of `matching-serve` (see matching/serve.py): a FastAPI app, its request schemas, the JSON error
-answers, the page at `/`, the rerank API the ecosystem calls, and the guards a server on localhost needs. Needs the
-serve extra (fastapi, uvicorn); only their documented APIs are used.
+"""The HTTP front of `matching-serve` (see matching/serve.py): a FastAPI app, its handlers (one module-level function
+per endpoint, reading the runs, limits and settings from the app's state), its request schemas, the JSON error
+answers, the page at `/`, and the guards a server on localhost needs. Needs the serve extra (fastapi, uvicorn); only
+their documented APIs are used.
 
-The front parses and checks what it can without the model (the body's size while it is read, its media type, its JSON
-and nesting, the schema, the number of pairs or candidates, every text's encoding), then hands the request to the
-`Batcher` of the run it names (`?run=<name>`; the first run without it) and awaits the finished answer. What reaches
-a browser is guarded: JSON only (a form post or `text/plain` cannot reach the API without a CORS preflight), a Host
-allow-list (against DNS rebinding), no CORS unless configured, a Content-Security-Policy and frame headers.
-
-Every body is validated into its typed request model (GET /openapi.json describes them), then made the typed query
-the worker answers (matching.serving.batcher: `ClassifyQuery`, `RankQuery`, `RerankQuery`, `AlignQuery`); the worker
-builds its answer from the answer models /openapi.json publishes (matching.serving.answers). A /classify
-pair's texts are found by the rule a file of pairs is read by (matching.data.tables.pair_of_mapping, as `Matcher`
-reads a dict). GET /info serves each run's description, computed once when the run was loaded (`Matcher.description`,
-matching.inference.description), with its endpoints and the limits: nothing is read or hashed here per request."""
+A handler reads its body (matching.serving.reading: its size while it is read, media type, JSON and nesting, every
+text's encoding, the schema), checks what it can without the model (the number of pairs or candidates), makes it the
+engine's typed query (matching.inference.queries; a rerank's through its wire protocol, matching.serving.rerank) and
+hands it to the `Batcher` of the run it names (`?run=<name>`; the first run without it); the typed answer it gets back
+is rendered through the answer models GET /openapi.json publishes (matching.serving.answers), or its refusal as an
+error answer. What reaches a browser is guarded: JSON only (a form post or `text/plain` cannot reach the API without a
+CORS preflight), a Host allow-list (against DNS rebinding), no CORS unless configured, a Content-Security-Policy and
+frame headers. GET /info serves each run's description, computed once when the run was loaded (`Matcher.description`),
+with its endpoints and the limits: nothing is read or hashed here per request."""
 
 from __future__ import annotations
 
 import json
-import re
+import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any
 
-import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from matching.data.tables import pair_of_mapping, text_names
 from matching.errors import DataFormatError
-from matching.matcher import RANKING_TASKS
-from matching.serving.answers import ClassifyAnswer, RankAnswer, RerankAnswer
-from matching.serving.batcher import (
-    AlignQuery,
-    Batcher,
-    ClassifyQuery,
-    Limits,
-    Query,
-    RankQuery,
-    RerankQuery,
-    error_body,
-)
+from matching.inference import queries as asked
+from matching.serving import answers as said
+from matching.serving import rerank as rerank_wire
+from matching.serving.answers import ClassifyAnswer, ErrorAnswer, RankAnswer, Refusal, RerankAnswer
+from matching.serving.batcher import Batcher
+from matching.serving.reading import read_body
+
+log = logging.getLogger(__name__)
 
 #: What each endpoint expects, quoted by the error messages.
 EXPECTED = {
     "/classify": '{"pairs": [{"a": "first text", "b": "second text"}, ...]}',
     "/rank": '{"query": "a question", "candidates": ["an answer", "another answer", ...]}',
     "/align": '{"a": "first text", "b": "second text"}',
-    "/rerank": '{"query": "a question", "documents": ["a passage", ...], "top_n": 3, "return_documents": false}',
+    **dict.fromkeys(rerank_wire.PATHS, rerank_wire.EXPECTED),
 }
-for _alias in ("/v1/rerank", "/v2/rerank"):
-    EXPECTED[_alias] = EXPECTED["/rerank"]
 
-#: The deepest JSON nesting a request may have (a valid request nests 3 deep: an object, a list, an object).
-MAX_JSON_DEPTH = 32
 #: The localhost names a server bound to 127.0.0.1 or ::1 answers by default (`allowed_hosts=` adds others).
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 #: The page's headers: scripts, styles and requests from the server itself only (and the blob: of its JSON download),
@@ -93,141 +82,19 @@ class AlignRequest(_Strict):
     b: str
 
 
-class RerankDocument(BaseModel):
-    """A document given as an object (Cohere's and Jina's form): its `text`, or the fields `rank_fields` names; its
-    other fields (`id`, `title`, ...) are kept and repeated by `return_documents`."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-    text: str | None = None
-
-
-class RerankRequest(_Strict):
-    """The rerank request of Cohere's (v1, v2), Jina's and Infinity's APIs, every field their clients send (LangChain's
-    and Haystack's Cohere rankers, LlamaIndex's, infinity_client): a query, its documents (texts, or objects), the
-    best `top_n`, whether the answer repeats each document; `rank_fields` (the object fields read, in order, their
-    values joined by a newline), `max_tokens_per_doc` (each document cut to that many tokens), Jina's `truncation`
-    (false: a document over the server's limit is refused instead of cut), Infinity's `raw_scores` (the logit
-    margin as `relevance_score`; a request that has the field is Infinity's, and its returned documents are texts, as
-    Infinity gives them, not objects), Cohere's `priority` (accepted: requests are answered in the order they come) and
-    Cohere v1's `max_chunks_per_doc` (accepted: a long document is cut to its first chunk, never chunked further,
-    and the answer says so).
-    `model` is accepted and echoed (a client names one); it selects nothing: `?run=` does."""
-
-    query: str
-    documents: list[str | RerankDocument]
-    top_n: int | None = None
-    return_documents: bool = False
-    model: str | None = None
-    rank_fields: list[str] | None = None
-    max_tokens_per_doc: int | None = None
-    truncation: bool | None = None
-    raw_scores: bool = False
-    priority: int | None = None
-    max_chunks_per_doc: int | None = None
-
-
-class ErrorAnswer(BaseModel):
-    """Every error's body: what was wrong and what to do, and the status."""
-
-    error: str
-    status: int
-
-
-class Refusal(Exception):
-    """A request the front answers itself with a 4xx JSON error."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status, self.message = status, message
-
-
 def error_response(status: int, message: str) -> Response:
-    return Response(error_body(status, message), status_code=status, media_type="application/json")
-
-
-def _location(loc: tuple) -> str:
-    text = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
-    return text or "the body"
-
-
-#: What a document of /rerank may be, said once for a document that is neither (pydantic reports each alternative).
-_DOCUMENT = 'a document is a string or an object with a string "text" (or the fields rank_fields names)'
-
-
-def validation_message(path: str, err: ValidationError) -> Refusal:
-    """Pydantic's validation errors (missing or extra fields, a text that is not a string) as one 422 answer that
-    names every problem once and shows what the endpoint expects."""
-    problems: dict[str, str] = {}
-    for e in err.errors():
-        loc = tuple(e.get("loc", ()))
-        if len(loc) >= 3 and loc[0] == "documents" and isinstance(loc[1], int):  # one document, two alternatives
-            problems.setdefault(_location(loc[:2]), _DOCUMENT)
-        else:
-            problems.setdefault(_location(loc), str(e.get("msg")))
-    listed = "; ".join(f"{where}: {what}" for where, what in problems.items())
-    return Refusal(422, f"invalid request: {listed}; expected {EXPECTED[path]}")
+    return Response(said.error_body(status, message), status_code=status, media_type="application/json")
 
 
 def read_pair(index: int, pair: Any, columns: dict[str, str]) -> tuple[str, str]:
-    """A /classify pair's two texts, by the rule a file of pairs is read by (matching.data.tables.pair_of_mapping):
-    under the run's own column names, else "a"/"b" or one of the usual pairs (premise/hypothesis, question/answer,
-    ...); other keys (an id, a label) are ignored; the key of one text without its partner's (`{"b": .., "text": ..}`,
-    one of the run's own names alone), two usual pairs at once, or texts that cannot be told, are a 422 that names
-    the missing key, lists the keys and says how to name the texts: never read by position, perhaps swapped."""
+    """A /classify pair's two texts, read as a file's row is (matching.inference.queries.pair_texts), or a 422 that
+    names the missing key, lists the keys and says how to name the texts: never read by position."""
     where = f"pairs[{index}]"
-    a, b = text_names(columns)
-    example = json.dumps({a: "first text", b: "second text"})
-    other = "" if (a, b) == ("a", "b") else ' or {"a": ..., "b": ...}'
-    advice = (f"Give each pair as {example}{other}, or under one of the usual pairs of names (premise/hypothesis, "
-              f"question/answer, ...); other keys are ignored (GET /info lists the model's own names under "
-              f"\"columns\")")  # fmt: skip
     try:
-        read = pair_of_mapping(pair, where, {"a": columns.get("a"), "b": columns.get("b")}, advice=advice)
+        a, b = asked.pair_texts(where, pair, columns)
     except DataFormatError as err:
         raise Refusal(422, f"invalid request: {err}") from None
-    return checked_text(f"{where}.a", read.a), checked_text(f"{where}.b", read.b)
-
-
-def rerank_query(body: RerankRequest, run_name: str) -> RerankQuery:
-    """The worker's query of a valid /rerank body: each document's text (a string; an object's `text`, or the values
-    of its `rank_fields` in their order, joined by a newline), what `return_documents` repeats (each object as
-    given, a string as {"text": ...}), and the options checked."""
-    for name in ("top_n", "max_tokens_per_doc", "max_chunks_per_doc"):
-        value = getattr(body, name)
-        if value is not None and value < 1:
-            raise Refusal(422, f"invalid request: {name} must be a positive whole number, got {value}")
-    fields = tuple(body.rank_fields or ("text",))
-    if not fields or any(not isinstance(f, str) or not f for f in fields):
-        raise Refusal(422, f"invalid request: rank_fields names the document fields to read, got {body.rank_fields}")
-    texts = []
-    for i, document in enumerate(body.documents):
-        if isinstance(document, str):
-            texts.append(checked_text(f"documents[{i}]", document))
-            continue
-        given = document.model_dump(exclude_none=True)
-        missing = [f for f in fields if not isinstance(given.get(f), str)]
-        if missing:
-            raise Refusal(422, f"invalid request: documents[{i}] has no string {missing[0]!r} (its fields: "
-                               f"{sorted(given)}); {_DOCUMENT}")  # fmt: skip
-        texts.append(checked_text(f"documents[{i}]", "\n".join(given[f] for f in fields)))
-    shown = None
-    if body.return_documents and "raw_scores" in body.model_fields_set:  # Infinity's request: its answer's form
-        shown = texts
-    elif body.return_documents:
-        shown = tuple({"text": d} if isinstance(d, str) else d.model_dump(exclude_none=True) for d in body.documents)
-    return RerankQuery(checked_text("query", body.query), tuple(texts), shown, body.top_n, body.model or run_name,
-                       body.max_tokens_per_doc, body.truncation is not False, body.raw_scores)  # fmt: skip
-
-
-def checked_text(field_name: str, text: str) -> str:
-    """A text of a request, refused (422, naming the field) when it cannot be encoded as UTF-8: a lone surrogate
-    such as "\\ud800", which JSON's escapes allow and no text holds."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise Refusal(422, f"invalid request: {field_name} holds a lone surrogate (\\u{ord(text[err.start]):04x} at "
-                           f"character {err.start}), which is not text; send valid Unicode") from None  # fmt: skip
-    return text
+    return a, b
 
 
 def _count(field: str, n: int, limit: int, key: str) -> None:
@@ -246,12 +113,23 @@ class ServedRun:
     info: dict
     batcher: Batcher
 
-    async def ask(self, query: Query) -> Response:
-        status, body = await self.batcher.ask(query)
-        return Response(body, status_code=status, media_type="application/json")
+    async def ask(self, query: asked.Query, render: Callable[[Any], BaseModel | bytes]) -> Response:
+        """The answer of `query` rendered by `render` (an answer model of /openapi.json, or JSON bytes), or its
+        refusal as an error answer."""
+        answer = await self.batcher.ask(query)
+        if not isinstance(answer, asked.Refused):
+            try:
+                body = render(answer)
+                body = body if isinstance(body, bytes) else body.model_dump_json(exclude_unset=True).encode()
+                return Response(body, media_type="application/json")
+            except Exception as err:  # noqa: BLE001 - ours, and this request's alone
+                log.exception("rendering a %s answer failed", type(query).__name__)
+                answer = asked.Refused("failed", f"{type(err).__name__}: {err}", err)
+        message = said.BUG.format(answer.message) if answer.why == "failed" else answer.message
+        return error_response(said.STATUS[answer.why], message)
 
 
-def served_info(description: dict, can_align: bool, limits: Limits) -> dict:
+def served_info(description: dict, can_align: bool, limits: asked.Limits) -> dict:
     """What GET /info says about a served run (and the page shows): the model's description, computed once when it
     was loaded (`Matcher.description`: task, labels, aligner, embeddings, weights, examples, ...), with the endpoints
     that answer for it and the server's limits."""
@@ -269,62 +147,6 @@ class Guards:
     cors_origins: tuple[str, ...] = ()
     max_header_bytes: int = 16384
     extra_headers: dict = field(default_factory=lambda: dict(PAGE_HEADERS))
-
-
-#: A JSON string, its escapes included: what the nesting count skips.
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-#: Each byte's step in nesting depth, as int8: '[' and '{' +1, ']' and '}' −1 (255), every other byte 0.
-_NESTING = bytes(1 if b in b"[{" else 255 if b in b"]}" else 0 for b in range(256))
-
-
-def _too_deep(text: bytes, limit: int) -> bool:
-    """Whether JSON `text` nests deeper than `limit`, its strings left out: the running sum of the brackets' steps,
-    in C (a regular expression, bytes.translate and NumPy), not byte by byte in Python on the event loop."""
-    if text.count(b"[") + text.count(b"{") <= limit:
-        return False
-    steps = np.frombuffer(_JSON_STRING.sub(b"", text).translate(_NESTING), dtype=np.int8)
-    return bool(steps.size) and int(np.cumsum(steps, dtype=np.int32).max()) > limit
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-async def _read(request: Request, schema: type[BaseModel], limits: Limits) -> Any:
-    """The request's body, read within limits.max_request_bytes (a declared length over it is refused before
-    reading; a chunked body as soon as it passes it), its media type application/json, its JSON nested at most
-    MAX_JSON_DEPTH deep, validated against `schema`."""
-    path = request.url.path
-    too_large = ("Payload too large: the request body has {size} bytes, over this server's limit of "
-                 f"{limits.max_request_bytes:,} (limits.max_request_bytes); split the request")  # fmt: skip
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limits.max_request_bytes:
-        raise Refusal(413, too_large.format(size=f"{int(declared):,}"))
-    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media_type != "application/json":
-        shown = request.headers.get("content-type") or "none"
-        raise Refusal(415, f"the request body must be JSON sent with the header Content-Type: application/json "
-                           f"(this request's Content-Type: {shown:.80}; with curl, add -H "
-                           f"'Content-Type: application/json'); expected {EXPECTED[path]}")  # fmt: skip
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limits.max_request_bytes:
-            raise Refusal(413, too_large.format(size=f"over {limits.max_request_bytes:,}"))
-        chunks.append(chunk)
-    body = b"".join(chunks)
-    if _too_deep(body, MAX_JSON_DEPTH):
-        raise Refusal(400, f"the request body nests deeper than {MAX_JSON_DEPTH} levels of arrays and objects; send "
-                           f"{EXPECTED[path]}")  # fmt: skip
-    try:
-        data = json.loads(body, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as err:  # not JSON, not UTF-8, NaN/Infinity, a number of 4,300+ digits
-        raise Refusal(400, f"the request body is not valid JSON ({str(err):.200}); send {EXPECTED[path]} with "
-                           f"Content-Type: application/json") from None  # fmt: skip
-    try:
-        return schema.model_validate(data)
-    except ValidationError as err:
-        raise validation_message(path, err) from None
 
 
 class GuardMiddleware:
@@ -355,7 +177,7 @@ class GuardMiddleware:
                                 "site resolves to this machine is refused on purpose)")  # fmt: skip
         if refusal is not None:
             status, message = refusal
-            response = Response(error_body(status, message), status_code=status, media_type="application/json",
+            response = Response(said.error_body(status, message), status_code=status, media_type="application/json",
                                 headers={"connection": "close"})  # fmt: skip
             return await response(scope, receive, send)
 
@@ -367,11 +189,115 @@ class GuardMiddleware:
         return await self.app(scope, receive, send_with_headers)
 
 
-def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guards | None = None) -> Any:
+async def refused(request: Request, exc: Refusal) -> Response:
+    response = error_response(exc.status, exc.message)
+    if exc.status == 413:  # the rest of the body is not read: the connection closes instead of draining it
+        response.headers["connection"] = "close"
+    return response
+
+
+async def http_error(request: Request, exc: StarletteHTTPException) -> Response:  # 404, 405 of the router
+    if exc.status_code == 404:
+        message = f"no endpoint {request.url.path[:100]!r}; the endpoints: {ENDPOINTS}"
+    elif exc.status_code == 405:
+        message = f"{request.method} is not allowed on {request.url.path}; the endpoints: {ENDPOINTS}"
+    else:
+        message = str(exc.detail)
+    return error_response(exc.status_code, message)
+
+
+def run_of(request: Request, ranking: bool = False) -> ServedRun:
+    """The run `?run=` names (the first without it); a ranking endpoint's must rank."""
+    runs: list[ServedRun] = request.app.state.runs
+    name = request.query_params.get("run")
+    run = runs[0] if name is None else next((r for r in runs if r.name == name), None)
+    if run is None:
+        raise Refusal(404, f"no run named {name[:100]!r} is served here; runs: {[r.name for r in runs]} (GET /info "
+                           "lists them)")  # fmt: skip
+    info = run.info
+    if ranking and info["kind"] != "rank":
+        raise Refusal(400, f"this model classifies pairs into {info['labels']} (task {info['task']}); it does not "
+                           f"rank. POST the pairs to /classify, or serve a model trained on a ranking task "
+                           f"({', '.join(asked.RANKING_TASKS)})")  # fmt: skip
+    return run
+
+
+async def classify(request: Request) -> Response:
+    run, limits = run_of(request), request.app.state.limits
+    body = await read_body(request, ClassifyRequest, limits, EXPECTED["/classify"])
+    _count("pairs", len(body.pairs), limits.max_pairs, "limits.max_pairs")
+    pairs = tuple(read_pair(i, p, run.info["columns"]) for i, p in enumerate(body.pairs))
+
+    def render(answer: asked.Classified) -> ClassifyAnswer:
+        return ClassifyAnswer(predictions=[s.as_dict() for s in answer.pairs])
+
+    return await run.ask(asked.ClassifyQuery(pairs), render)
+
+
+async def rank(request: Request) -> Response:
+    run, limits = run_of(request, ranking=True), request.app.state.limits
+    body = await read_body(request, RankRequest, limits, EXPECTED["/rank"])
+    _count("candidates", len(body.candidates), limits.max_candidates, "limits.max_candidates")
+    candidates = tuple(body.candidates)
+
+    def render(answer: Any) -> RankAnswer:
+        return RankAnswer(ranking=[{"index": r.index, "candidate": candidates[r.index], "score": r.score,
+                                    "p_match": r.p_match} for r in answer.ranked])  # fmt: skip
+
+    return await run.ask(asked.RankQuery(body.query, candidates), render)
+
+
+async def rerank(request: Request) -> Response:
+    run, limits = run_of(request, ranking=True), request.app.state.limits
+    body = await read_body(request, rerank_wire.RerankRequest, limits, rerank_wire.EXPECTED)
+    _count("documents", len(body.documents), limits.max_candidates, "limits.max_candidates")
+    query, wire = rerank_wire.query_of(body, run.name)
+    return await run.ask(query, lambda ranking: rerank_wire.answer_of(ranking, wire))
+
+
+async def align(request: Request) -> Response:
+    run = run_of(request)
+    body = await read_body(request, AlignRequest, request.app.state.limits, EXPECTED["/align"])
+    return await run.ask(asked.AlignQuery(body.a, body.b), aligned_json)
+
+
+def aligned_json(aligned: asked.Alignment) -> bytes:
+    """An /align answer: `Matcher.align`'s, with which tokens are unknown words and what each matrix is (its caption)
+    and the range its values can take (None where not known), its matrices as lists."""
+    matrices = {name: m.astype("float64").round(6).tolist() for name, m in aligned.matrices.items()}
+    s = aligned.scored
+    out = {"a_tokens": aligned.a_tokens, "b_tokens": aligned.b_tokens, "matrices": matrices, "label": s.label,
+           "probs": s.probs, **({} if s.score is None else s.as_dict()), "unknown": aligned.unknown,
+           "about": aligned.about}  # fmt: skip
+    return json.dumps(out, ensure_ascii=False).encode()
+
+
+async def health(request: Request) -> Response:
+    stopped = [f"the batcher of run {r.name!r} stopped" for r in request.app.state.runs if not r.batcher.alive]
+    return PlainTextResponse("ok") if not stopped else PlainTextResponse("; ".join(stopped), status_code=503)
+
+
+async def info(request: Request) -> Response:
+    runs = request.app.state.runs
+    listed = [{"name": r.name, **r.info} for r in runs]
+    return JSONResponse({"model": runs[0].info, "runs": listed, "server": request.app.state.server})
+
+
+async def page(request: Request) -> Response:
+    return HTMLResponse((PAGE / "index.html").read_text(encoding="utf-8"))
+
+
+async def page_file(name: str) -> Response:
+    if name not in PAGE_TYPES:
+        return error_response(404, f"no page file {name[:100]!r}; the page is at /")
+    return Response((PAGE / name).read_bytes(), media_type=PAGE_TYPES[name])
+
+
+def build_app(runs: list[ServedRun], limits: asked.Limits, server: dict, guards: Guards | None = None) -> Any:
     """The app over the loaded runs, wrapped in its guards (`GuardMiddleware`; CORS for `guards.cors_origins`
-    only). `server`: what /info says about the server's settings."""
+    only). `server`: what /info says about the server's settings. The handlers above read the runs, the limits and
+    the server's settings from the app's state."""
     guards = guards or Guards()
-    by_name = {r.name: r for r in runs}
 
     async def lifespan(app: FastAPI) -> Any:
         for run in runs:
@@ -381,93 +307,18 @@ def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guard
             await run.batcher.stop()
 
     app = FastAPI(title="matching-serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
-
-    @app.exception_handler(Refusal)
-    async def refused(request: Request, exc: Refusal) -> Response:
-        response = error_response(exc.status, exc.message)
-        if exc.status == 413:  # the rest of the body is not read: the connection closes instead of draining it
-            response.headers["connection"] = "close"
-        return response
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:  # 404, 405 of the router
-        if exc.status_code == 404:
-            message = f"no endpoint {request.url.path[:100]!r}; the endpoints: {ENDPOINTS}"
-        elif exc.status_code == 405:
-            message = f"{request.method} is not allowed on {request.url.path}; the endpoints: {ENDPOINTS}"
-        else:
-            message = str(exc.detail)
-        return error_response(exc.status_code, message)
-
-    def run_of(request: Request) -> ServedRun:
-        name = request.query_params.get("run")
-        if name is None:
-            return runs[0]
-        if name not in by_name:
-            raise Refusal(404, f"no run named {name[:100]!r} is served here; runs: {list(by_name)} (GET /info lists "
-                               "them)")  # fmt: skip
-        return by_name[name]
-
-    def ranking_run(request: Request) -> ServedRun:
-        run = run_of(request)
-        info = run.info
-        if info["kind"] != "rank":
-            raise Refusal(400, f"this model classifies pairs into {info['labels']} (task {info['task']}); it does not "
-                               f"rank. POST the pairs to /classify, or serve a model trained on a ranking task "
-                               f"({', '.join(RANKING_TASKS)})")  # fmt: skip
-        return run
-
-    @app.post("/classify", **openapi_of_route(ClassifyRequest, ClassifyAnswer))
-    async def classify(request: Request) -> Response:
-        run = run_of(request)
-        body = await _read(request, ClassifyRequest, limits)
-        _count("pairs", len(body.pairs), limits.max_pairs, "limits.max_pairs")
-        pairs = tuple(read_pair(i, p, run.info["columns"]) for i, p in enumerate(body.pairs))
-        return await run.ask(ClassifyQuery(pairs))
-
-    @app.post("/rank", **openapi_of_route(RankRequest, RankAnswer))
-    async def rank(request: Request) -> Response:
-        run = ranking_run(request)
-        body = await _read(request, RankRequest, limits)
-        _count("candidates", len(body.candidates), limits.max_candidates, "limits.max_candidates")
-        candidates = tuple(checked_text(f"candidates[{i}]", c) for i, c in enumerate(body.candidates))
-        return await run.ask(RankQuery(checked_text("query", body.query), candidates))
-
-    async def rerank(request: Request) -> Response:
-        run = ranking_run(request)
-        body = await _read(request, RerankRequest, limits)
-        _count("documents", len(body.documents), limits.max_candidates, "limits.max_candidates")
-        return await run.ask(rerank_query(body, run.name))
-
-    for path in ("/rerank", "/v1/rerank", "/v2/rerank"):  # the paths Cohere's, Jina's and Infinity's clients post to
-        app.post(path, **openapi_of_route(RerankRequest, RerankAnswer))(rerank)
-
-    @app.post("/align", **openapi_of_route(AlignRequest, None))
-    async def align(request: Request) -> Response:
-        run = run_of(request)
-        body = await _read(request, AlignRequest, limits)
-        return await run.ask(AlignQuery(checked_text("a", body.a), checked_text("b", body.b)))
-
-    @app.get("/health")
-    async def health() -> Response:
-        stopped = [f"the batcher of run {r.name!r} stopped" for r in runs if not r.batcher.alive]
-        return PlainTextResponse("ok") if not stopped else PlainTextResponse("; ".join(stopped), status_code=503)
-
-    @app.get("/info")
-    async def info() -> Response:
-        listed = [{"name": r.name, **r.info} for r in runs]
-        return JSONResponse({"model": runs[0].info, "runs": listed, "server": server})
-
-    @app.get("/")
-    async def page() -> Response:
-        return HTMLResponse((PAGE / "index.html").read_text(encoding="utf-8"))
-
-    @app.get("/page/{name}")
-    async def page_file(name: str) -> Response:
-        if name not in PAGE_TYPES:
-            return error_response(404, f"no page file {name[:100]!r}; the page is at /")
-        return Response((PAGE / name).read_bytes(), media_type=PAGE_TYPES[name])
-
+    app.state.runs, app.state.limits, app.state.server = runs, limits, server
+    app.add_exception_handler(Refusal, refused)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
+    app.post("/classify", **openapi_of_route(ClassifyRequest, ClassifyAnswer))(classify)
+    app.post("/rank", **openapi_of_route(RankRequest, RankAnswer))(rank)
+    for path in rerank_wire.PATHS:
+        app.post(path, **openapi_of_route(rerank_wire.RerankRequest, RerankAnswer))(rerank)
+    app.post("/align", **openapi_of_route(AlignRequest, None))(align)
+    app.get("/health")(health)
+    app.get("/info")(info)
+    app.get("/")(page)
+    app.get("/page/{name}")(page_file)
     schemas = openapi_schemas()
     default_openapi = app.openapi
 
@@ -488,9 +339,9 @@ def build_app(runs: list[ServedRun], limits: Limits, server: dict, guards: Guard
     return GuardMiddleware(wrapped, guards)
 
 
-#: The models /openapi.json describes (the routes read their bodies themselves, behind the guards of `_read`).
-_MODELS = (ClassifyRequest, ClassifyAnswer, RankRequest, RankAnswer, AlignRequest, RerankRequest, RerankAnswer,
-           ErrorAnswer)  # fmt: skip
+#: The models /openapi.json describes (the routes read their bodies themselves, behind the guards of `read_body`).
+_MODELS = (ClassifyRequest, ClassifyAnswer, RankRequest, RankAnswer, AlignRequest, rerank_wire.RerankRequest,
+           RerankAnswer, ErrorAnswer)  # fmt: skip
 _REF = "#/components/schemas/{model}"
 
 

@@ -200,7 +200,7 @@ def say_who_is_answered(cfg: DictConfig) -> None:
 
 def check_settings(cfg: DictConfig) -> dict:
     """The server's settings from a composed serve config, each checked (a RunError naming the key)."""
-    from matching.serving.batcher import Limits
+    from matching.inference.queries import Limits
 
     limits = Limits(**OmegaConf.to_container(cfg.limits, resolve=True))
     port, max_batch_size = _positive(cfg, "port"), _positive(cfg, "max_batch_size")
