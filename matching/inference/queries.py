@@ -76,6 +76,9 @@ def pair_texts(where: str, item: object, columns: dict[str, str | None]) -> tupl
     cannot be told, are a DataFormatError that names the missing key, lists the keys and says how to name the texts:
     never read by position, perhaps swapped."""
     a, b = text_names(columns)
+    whole = bool(columns.get("a")) == bool(columns.get("b"))  # both of the run's own names, or neither ("a", "b")
+    if whole and isinstance(item, dict) and len(item) == 2 and all(isinstance(item.get(k), str) for k in (a, b)):
+        return item[a], item[b]  # exactly the two names: nothing else to tell apart
     example = json.dumps({a: "first text", b: "second text"})
     other = "" if (a, b) == ("a", "b") else ' or {"a": ..., "b": ...}'
     advice = (f"Give each pair as {example}{other}, or under one of the usual pairs of names (premise/hypothesis, "
