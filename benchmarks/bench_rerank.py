@@ -63,6 +63,7 @@ import os
 import platform
 import pstats
 import re
+import shlex
 import statistics
 import sys
 import time
@@ -458,6 +459,8 @@ def main() -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--pairs", type=Path, help="a TSV or CSV of (question, candidate, question id, label) rows")
     source.add_argument("--task", help="a ranking task's dev split as matching reads it (wikiqa, trecqa: clean-dev)")
+    source.add_argument("--draw-from", type=Path, default=None, metavar="JSON",
+                        help="draw --chart from a sitting's data file, measuring nothing")  # fmt: skip
     parser.add_argument("--data-dir", type=Path, default=None, help="with --task: the folder that holds the corpora")
     parser.add_argument("--columns", default="Question,Sentence,QuestionID,Label", help="a,b,group,label")
     parser.add_argument("--model", action="append", default=[],
@@ -476,6 +479,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.draw_from:
+        if not args.chart:
+            parser.error("--draw-from draws --chart")
+        data = json.loads(args.draw_from.read_text(encoding="utf-8"))
+        task = re.search(r"--task (\S+)", data["command"])
+        draw(data["results"], args.chart, args.split or "dev", task.group(1) if task else args.draw_from.name)
+        return
     if args.task:
         if args.data_dir is None:
             parser.error("--task reads the task's dev split from --data-dir /path/to/corpora")
@@ -513,6 +523,7 @@ def main() -> None:
           f"{sitting['load_before']} -> {sitting['load_after']}")  # fmt: skip
     if args.json:  # the data file docs/results/performance.md's frontier quotes (with how it was measured)
         said = [said_argument(arg, args.data_dir) for arg in sys.argv[1:]]  # no folder of this machine
+        said = [shlex.quote(a) if " " in a and not a.endswith(">") else a for a in said]  # pasteable, <...> as said
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"command": "python benchmarks/bench_rerank.py " + " ".join(said),
                                          "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -599,10 +610,10 @@ def draw(results: list[dict], out: Path, split: str, source: str) -> None:
                 for (runtime, precision), m in MARKERS.items()),
               Line2D([], [], color="0.4", marker="o", mfc="none", ls=":",
                      label="texts seen once (index build counted)")]  # fmt: skip
-    axes[0][-1].legend(handles=legend, fontsize=7, loc="lower right")
     repeats = results[0].get("repeats", 1) if results else 1
     fig.suptitle(f"{source} ({split}): ranking quality against speed, one sitting, median of {repeats} passes")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))  # the legend below the panels, clear of every point
+    fig.legend(handles=legend, fontsize=8, loc="lower center", ncol=4, frameon=False)
     fig.savefig(out, dpi=130)
     print(f"wrote {out}")
 
