@@ -447,6 +447,22 @@ def machine() -> dict:
                                             "amx_int8"}), "versions": versions}  # fmt: skip
 
 
+def code_version() -> dict:
+    """The commit the sitting ran at and whether the working tree differed from it (the code timed is the tree's)."""
+    import subprocess
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    status = git("status", "--porcelain", "--untracked-files=no", "--", "matching", "benchmarks")
+    return {"commit": git("rev-parse", "--short=8", "HEAD"), "changed_files": None if status is None else
+            len(status.splitlines())}  # fmt: skip
+
+
 def load_average() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -495,7 +511,7 @@ def main() -> None:
         questions = read_questions(args.pairs, args.columns.split(","), args.queries)
         source_name, split = args.pairs.name, split_name(args.pairs)
     pairs = sum(len(c) for _, c, _ in questions)
-    sitting = {**machine(), "load_before": load_average(), "load_note": args.load_note}
+    sitting = {**machine(), "code": code_version(), "load_before": load_average(), "load_note": args.load_note}
     print(f"{len(questions)} questions, {pairs} pairs from {source_name}; {sitting['processor']}, "
           f"{sitting['cores']} cores, load {sitting['load_before']}; {sitting['versions']}")  # fmt: skip
     results, agreement = [], {}
