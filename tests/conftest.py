@@ -31,17 +31,23 @@ FIXTURE_VECTORS = FIXTURES / "vectors" / "glove.fixture.20d.txt"
 PINNED_DTYPE = "dtype=fp32"
 
 
-def reference_hook():
-    """docs/hooks/reference.py, the site's hook that generates the command reference (not a module of the package:
-    MkDocs loads it by path, and so do the tests)."""
+def load_by_path(name: str, path: Path):
+    """A script that is no module of the package (a benchmark, the site's hook), loaded by its path once and kept in
+    sys.modules under `name` (dataclasses look their module up while a class is built)."""
     import importlib.util
 
-    if "docs_reference" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("docs_reference", ROOT / "docs" / "hooks" / "reference.py")
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+        sys.modules[name] = module
         spec.loader.exec_module(module)
-    return sys.modules["docs_reference"]
+    return sys.modules[name]
+
+
+def reference_hook():
+    """docs/hooks/reference.py, the site's hook that generates the command reference (MkDocs loads it by path, and
+    so do the tests)."""
+    return load_by_path("docs_reference", ROOT / "docs" / "hooks" / "reference.py")
 
 
 def cli_overrides(tmp_path: Path) -> list[str]:

@@ -4,21 +4,18 @@ Runtime scores as on PyTorch; a machine folder never reaches the data file's com
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from conftest import load_by_path
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_rerank.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_rerank", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_by_path("bench_rerank", SCRIPT)
 
 
 def result(model, side, runtime, precision, passes, new=None, threads=1):

@@ -2,7 +2,6 @@
 here: score files are written as runs and the benchmark writes them)."""
 
 import csv
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -10,16 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import load_by_path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "cross_encoder.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("cross_encoder_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_by_path("cross_encoder_bench", SCRIPT)
 
 
 def _write_run(folder: Path, ap: np.ndarray, minutes: float, ours: bool) -> None:
@@ -146,9 +143,7 @@ def test_the_rerank_benchmark_reads_a_task_split_as_the_runs_do(monkeypatch, tmp
     """bench_rerank.py --task: a ranking task's dev split through matching's own reader gives the questions, their
     candidates and labels that the same corpus's file gives read as a table; a classification task is refused."""
     monkeypatch.chdir(tmp_path)  # the reader's cache goes under the working folder's data/cache
-    spec = importlib.util.spec_from_file_location("bench_rerank", SCRIPT.parent / "bench_rerank.py")
-    rerank = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rerank)
+    rerank = load_by_path("bench_rerank", SCRIPT.parent / "bench_rerank.py")
     fixtures = Path(__file__).parent / "fixtures"
     ids, questions = rerank.ranking_questions("wikiqa", "dev", fixtures)
     table = rerank.read_questions(
