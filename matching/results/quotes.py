@@ -26,7 +26,7 @@ quote of it outside the lab-note archive is refused, naming why.
 
 from __future__ import annotations
 
-import csv
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -40,7 +40,21 @@ QUOTE = re.compile(r"<!--q (?P<source>[^|>]+?)(?:\|(?P<format>[^>]*?))?-->(?P<te
 FIGURES_FILE = Path("docs") / "figures" / "measured_elsewhere.yaml"
 
 
-def _yaml(path: Path) -> object:
+def _data(path: Path) -> object:
+    """A record file's content (YAML, JSON, or a study page's rows), read once while the file stays as it is: a page
+    quotes the same few files hundreds of times."""
+    stat = path.stat()
+    return _parsed(path.resolve(), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(path: Path, mtime_ns: int, size: int) -> object:
+    if path.name == "study.csv":
+        from matching.results.publish import study_rows
+
+        return study_rows(path.parent)
+    if path.suffix == ".json":
+        return json.loads(path.read_text(encoding="utf-8"))
     import yaml
 
     return yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -74,9 +88,8 @@ def _study_cell(root: Path, spec: str, where: str) -> object:
     table = root / "docs" / "studies" / study / "study.csv"
     if not table.is_file():
         raise ConfigError(f"{where}: no study page data {table.relative_to(root)}")
-    with table.open(newline="", encoding="utf-8") as f:
-        rows = [r for r in csv.DictReader(f) if r["task"] == task and r["family"] == family and r["split"] == "dev"
-                and (not metric or r["metric"] == metric)]  # fmt: skip
+    rows = [r for r in _data(table) if r["task"] == task and r["family"] == family and r["split"] == "dev"
+            and (not metric or r["metric"] == metric)]  # fmt: skip
     if not rows:
         raise ConfigError(f"{where}: {table.relative_to(root)} has no dev row for {task}/{family}"
                           + (f" with metric {metric}" if metric else ""))  # fmt: skip
@@ -100,7 +113,7 @@ def record(root: Path, source: str, where: str = "a quote") -> tuple[object, str
     """The value a quote's source names, and why its sitting is retired (None when it is current)."""
     kind, _, rest = source.strip().partition(":")
     if kind == "figures":
-        return _dotted(_yaml(root / FIGURES_FILE), rest, where)
+        return _dotted(_data(root / FIGURES_FILE), rest, where)
     if kind == "study":
         return _study_cell(root, rest, where), None
     if kind == "file":
@@ -108,14 +121,13 @@ def record(root: Path, source: str, where: str = "a quote") -> tuple[object, str
         data_file = root / "docs" / name
         if not data_file.is_file():
             raise ConfigError(f"{where}: no data file docs/{name}")
-        data = json.loads(data_file.read_text(encoding="utf-8")) if name.endswith(".json") else _yaml(data_file)
-        return _dotted(data, path, where)
+        return _dotted(_data(data_file), path, where)
     if kind == "paper":
         task, _, path = rest.partition(".")
         config = root / "conf" / "task" / f"{task}.yaml"
         if not config.is_file():
             raise ConfigError(f"{where}: no task config conf/task/{task}.yaml")
-        return _dotted((_yaml(config) or {}).get("paper") or {}, path, where)
+        return _dotted((_data(config) or {}).get("paper") or {}, path, where)
     raise ConfigError(f"{where}: a quote's source is figures:, study:, file: or paper:, got {source!r}")
 
 
