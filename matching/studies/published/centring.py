@@ -27,7 +27,7 @@ FAMILIES = ("softmax", "softmax_centred", "coda", "coda_centred", "conflict", "c
 MONITORED = {"acc", "map"}
 
 
-def table(folder: Path, twins: bool = True) -> str:
+def table(folder: Path) -> str:
     """The controlled comparison's table: each family's dev mean ± std (seeds), then CoDA centred against softmax
     centred, then each centred aligner against itself uncentred (its twin), each with its interval and verdict."""
     rows = [r for r in study_rows(folder) if r["split"] == "dev" and r["metric"] in MONITORED]
@@ -52,7 +52,7 @@ def table(folder: Path, twins: bool = True) -> str:
             listed.append(f"- {title}: " + "; ".join(parts) + ".")
     note = (f"{seed_counts(rows, labels)} Centred − uncentred, each aligner against itself (95 % CI counting seeds "
             "and units, Holm over the page):")  # fmt: skip
-    return "\n".join([*lines, "", note, "", *listed]) if twins and listed else "\n".join(lines)
+    return "\n".join([*lines, "", note, "", *listed]) if listed else "\n".join(lines)
 
 
 def seed_counts(rows: list[dict[str, str]], labels: dict[str, str]) -> str:
@@ -128,8 +128,9 @@ def readme_summary(folder: Path) -> str:
     that holds the intervals and verdicts. No interval or verdict here: the page says whether a gap is resolved."""
     lines = ["| task, dev, frozen MiniLM encoder | metric | softmax | CoDA | CoDA, centred | seeds | page |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    pages = {study: study_rows(folder.parent / study) for _, _, study in SUMMARY_TASKS.values()}
     for task, (title, metric, study) in SUMMARY_TASKS.items():
-        rows = {r["family"]: r for r in study_rows(folder.parent / study)
+        rows = {r["family"]: r for r in pages[study]
                 if r["task"] == task and r["split"] == "dev" and r["metric"] in MONITORED}  # fmt: skip
         means = [f"{float(rows[f]['mean']):.1f}" if f in rows else "–" for f in SUMMARY_FAMILIES]
         seeds = sorted({int(rows[f]["n"]) for f in SUMMARY_FAMILIES if f in rows})
