@@ -341,6 +341,17 @@ def write_page(
     return page
 
 
+def _outside_cells(side: dict) -> str:
+    """A side of an outside comparison as its table's cells: dev MAP and MRR (mean ± std over its seeds) and its
+    training minutes a run."""
+
+    def spread(node: dict) -> str:
+        return f"{node['mean']:.2f} ± {node['std']:.2f}" if node.get("std") is not None else f"{node['mean']:.2f}"
+
+    minutes = side.get("train_minutes")
+    return f"{spread(side['map'])} | {spread(side['mrr'])} | {'–' if minutes is None else f'{minutes:.1f}'}"
+
+
 def outside_section(spec: StudySpec, study_dir: Path) -> list[str]:
     """The baselines trained outside the study (`outside:`, e.g. the CrossEncoder of benchmarks/cross_encoder.py), each
     task's comparison as its script wrote it (<study>/<name>/<task>/comparison.json): the baseline's own row and each
@@ -356,26 +367,16 @@ def outside_section(spec: StudySpec, study_dir: Path) -> list[str]:
         lines += [f"## The outside baseline: `{name}`", "", said, ""]
         for path in found:
             data = json.loads(path.read_text(encoding="utf-8"))
-            base = data[name] if name in data else data.get("cross_encoder", {})
+            base = data[name]
             lines += [f"### {path.parent.name}", "", "```bash", data.get("command", ""), "```", "",
                       "| | seeds | dev MAP | MRR | training minutes a run | Δ MAP vs the baseline [95 % CI] | Holm p | "
                       "verdict |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-
-            def spread(node: dict) -> str:
-                return (
-                    f"{node['mean']:.2f} ± {node['std']:.2f}" if node.get("std") is not None else f"{node['mean']:.2f}"
-                )
-
-            minutes = base.get("train_minutes")
-            lines.append(f"| **{name}** | {base.get('seeds', '–')} | {spread(base['map'])} | {spread(base['mrr'])} | "
-                         f"{'–' if minutes is None else f'{minutes:.1f}'} | – | – | – |")  # fmt: skip
+            lines.append(f"| **{name}** | {base.get('seeds', '–')} | {_outside_cells(base)} | – | – | – |")
             for row in data.get("compared", []):
                 label = spec.families[row["name"]].label if row["name"] in spec.families else row["name"]
-                minutes = row.get("train_minutes")
                 versus = ("too few seeds" if row.get("too_few_seeds") else
                           f"{row['difference']:+.2f} [{row['low']:+.2f}, {row['high']:+.2f}]")  # fmt: skip
-                lines.append(f"| {label} | {row['seeds']} | {spread(row['map'])} | {spread(row['mrr'])} | "
-                             f"{'–' if minutes is None else f'{minutes:.1f}'} | {versus} | "
+                lines.append(f"| {label} | {row['seeds']} | {_outside_cells(row)} | {versus} | "
                              f"{row.get('p_holm', float('nan')):.2g} | {row.get('verdict', '–')} |")  # fmt: skip
             lines.append("")
     return lines
