@@ -52,14 +52,14 @@ def study_rows(folder: Path) -> list[dict]:
         return []
     with path.open(newline="") as f:
         rows = [r for r in csv.DictReader(f) if r.get("n") not in ("", "0", None)]
-    decided = {}
+    decided: dict[tuple[str, str], dict[str, dict]] = {}
     if (folder / "seeds.json").is_file():
         for d in json.loads((folder / "seeds.json").read_text(encoding="utf-8")).get("decisions", []):
             if d.get("looks"):
-                decided[(d["task"], d["family"], d["baseline"])] = {"status": d["status"], **d["looks"][-1]}
+                look = {"status": d["status"], **d["looks"][-1]}
+                decided.setdefault((d["task"], d["family"]), {})[d["baseline"]] = look
     for row in rows:
-        row["decisions"] = {b: v for (task, family, b), v in decided.items()
-                            if task == row["task"] and family == row["family"]}  # fmt: skip
+        row["decisions"] = decided.get((row["task"], row["family"]), {})
     return rows
 
 
