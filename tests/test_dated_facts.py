@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from matching.results.quotes import quoting_pages
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 FIGURES = yaml.safe_load((DOCS / "figures" / "measured_elsewhere.yaml").read_text())
-#: The hand-written pages: the README and docs/, less the study pages (written from their runs) and the archive.
-UNREAD = ("studies", "archive", "hooks")
-PAGES = [ROOT / "README.md", *sorted(p for p in DOCS.rglob("*.md") if p.relative_to(DOCS).parts[0] not in UNREAD)]
+#: The current pages: those whose figures are quoted (the README and the site, less the study pages, written from
+#: their runs), less the lab-note archive (dated records).
+PAGES = [p for p in quoting_pages(ROOT) if DOCS / "archive" not in p.parents]
 RENDERED = re.compile(r"<!-- results:([\w-]+) -->.*?<!-- /results:\1 -->", re.S)
 FENCE = re.compile(r"^ *```.*?^ *```", re.S | re.M)
 WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
