@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from matching.errors import ConfigError
+from matching.results.study_table import study_rows
 
 #: A quoted figure: its source, its format, and the text rendered from them.
 QUOTE = re.compile(r"<!--q (?P<source>[^|>]+?)(?:\|(?P<format>[^>]*?))?-->(?P<text>.*?)<!--/q-->", re.S)
@@ -50,8 +51,6 @@ def _data(path: Path) -> object:
 @functools.lru_cache(maxsize=64)
 def _parsed(path: Path, mtime_ns: int, size: int) -> object:
     if path.name == "study.csv":
-        from matching.results.publish import study_rows
-
         return study_rows(path.parent)
     if path.suffix == ".json":
         return json.loads(path.read_text(encoding="utf-8"))

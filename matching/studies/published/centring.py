@@ -7,7 +7,8 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from matching.results.publish import interval_cell, mean_cell, study_rows, verdict_cell
+from matching.results.publish import interval_cell, mean_cell, verdict_cell
+from matching.results.study_table import study_rows
 from matching.studies.published import declared_primary
 from matching.studies.spec import Primary
 

@@ -10,7 +10,8 @@ import json
 import statistics
 from pathlib import Path
 
-from matching.results.publish import OUTSIDE_BASELINE, interval_cell, study_rows, verdict_cell
+from matching.results.publish import OUTSIDE_BASELINE, interval_cell, verdict_cell
+from matching.results.study_table import study_rows
 from matching.studies.published import declared_primary
 from matching.studies.results import training_minutes
 from matching.studies.spec import Primary

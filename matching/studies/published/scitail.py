@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from matching.results.publish import interval_cell, mean_cell, study_rows, verdict_cell
+from matching.results.publish import interval_cell, mean_cell, verdict_cell
+from matching.results.study_table import study_rows
 
 #: The study's tasks as the table's rows say them, in order.
 TASKS = {"scitail": "static MiniLM vectors", "scitail_encoder": "frozen MiniLM encoder"}

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from matching.results.publish import interval_cell, mean_cell, study_rows, verdict_cell
+from matching.results.publish import interval_cell, mean_cell, verdict_cell
+from matching.results.study_table import study_rows
 from matching.studies.published import centring
 
 #: The study's tasks as its tables say them, in order: the centring study's, whose tasks these are, and SciTail over
