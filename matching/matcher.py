@@ -79,12 +79,6 @@ class Matcher:
         Raises:
             RunError: The path holds no model, or not one that can be used this way (the message says what to
                 give instead).
-        Returns:
-            The model, ready for `predict`, `rank`, `align`.
-
-        Raises:
-            RunError: The path holds no model, or not one that can be used this way (the message says what to
-                give instead).
         """
         budget = {"data.batch_tokens": batch_tokens, "data.batch_cells": batch_cells}
         settings = {**(overrides or {}), **{k: v for k, v in budget.items() if v is not None}}

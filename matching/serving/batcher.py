@@ -4,11 +4,12 @@ the serving process. It keeps the queue, the futures and the timeouts; the answe
 
 The HTTP front (matching/serving/http.py) hands each checked request to the run's `Batcher` as a typed query
 (matching.inference.queries) and awaits its typed answer, which it renders. The batcher is an asyncio task: it waits
-for a job, takes every job already queued (those that arrived while its previous batch ran) and, for `batch_timeout`
-seconds, more, up to `max_batch_size` jobs, and runs the batch in the run's one model thread (PyTorch and ONNX Runtime
-release the GIL while they compute, so the event loop goes on reading and answering requests meanwhile): the queries
-of a batch are answered by one `Matcher.answer` call, which scores their pairs in one pass. A job answers for itself:
-one refused, or one that fails, never fails the others of its batch.
+for a job, takes every job already queued (those that arrived while its previous batch ran), gathers those the front
+is reading at that moment (see `GATHER_TURNS`) and, for `batch_timeout` seconds, more, up to `max_batch_size` jobs,
+and runs the batch in the run's one model thread (PyTorch and ONNX Runtime release the GIL while they compute, so the
+event loop goes on reading and answering requests meanwhile): the queries of a batch are answered by one
+`Matcher.answer` call, which scores their pairs in one pass. A job answers for itself: one refused, or one that fails,
+never fails the others of its batch.
 
 No pipe, no protocol of our own between the front and the model: an answer of any size is a Python object handed to
 a future. More cores are used by more server processes (`workers=N`, each with its own model:
@@ -33,6 +34,13 @@ if TYPE_CHECKING:
     from matching.matcher import Matcher
 
 log = logging.getLogger(__name__)
+
+#: Turns of the event loop a batch waits for more jobs after its first, for as long as each turn brings one (it
+#: stops at the first `GATHER_TURNS` turns in a row that bring none). Clients answered by one batch come back
+#: together, their requests a few hundred microseconds apart: without these turns the first alone made a batch of
+#: one while the others queued behind it (batches of 1, n-1, 1, n-1, ...: benchmarks/bench_serve.py at 32 clients,
+#: docs/how-to/serving.md). A turn costs microseconds, so a lone client's request waits no longer than before.
+GATHER_TURNS = 2
 
 
 class Job(NamedTuple):
@@ -135,21 +143,31 @@ class Batcher:
         return await future
 
     async def _take(self) -> list:
+        """The next batch: the first job to come, every job queued, those that come in the next turns of the event
+        loop (`GATHER_TURNS`), then for `batch_timeout` seconds more, up to `max_batch_size` jobs."""
         assert self.queue is not None
         batch = [await self.queue.get()]
+        self._drain(batch)
+        quiet = 0
+        while len(batch) < self.max_batch_size and quiet < GATHER_TURNS:
+            await asyncio.sleep(0)  # one turn: the requests already on the sockets are read and reach the queue
+            before = len(batch)
+            self._drain(batch)
+            quiet = 0 if len(batch) > before else quiet + 1
         end = time.monotonic() + self.batch_timeout
-        while len(batch) < self.max_batch_size:
+        while len(batch) < self.max_batch_size and (remaining := end - time.monotonic()) > 0:
             try:
-                batch.append(self.queue.get_nowait())
-            except asyncio.QueueEmpty:
-                remaining = end - time.monotonic()
-                if remaining <= 0:
-                    break
-                try:
-                    batch.append(await asyncio.wait_for(self.queue.get(), remaining))
-                except asyncio.TimeoutError:
-                    break
+                batch.append(await asyncio.wait_for(self.queue.get(), remaining))
+            except asyncio.TimeoutError:
+                break
+            self._drain(batch)
         return batch
+
+    def _drain(self, batch: list) -> None:
+        """Add the queued jobs to `batch`, up to `max_batch_size`."""
+        assert self.queue is not None
+        while len(batch) < self.max_batch_size and not self.queue.empty():
+            batch.append(self.queue.get_nowait())
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
