@@ -293,6 +293,18 @@ async def page_file(name: str) -> Response:
     return Response((PAGE / name).read_bytes(), media_type=PAGE_TYPES[name])
 
 
+#: The POST endpoints: each path's handler, the request model it reads and the answer model it renders (None: JSON
+#: of its own). They are plain Starlette routes: each handler reads its own body (`read_body`), so FastAPI's
+#: per-request step of solving a route's parameters only handed the `Request` on, at a tenth of the front's CPU per
+#: request (a py-spy profile of benchmarks/bench_serve.py at 32 clients); `build_app`'s openapi() describes them.
+POSTS: dict[str, tuple[Callable, type[BaseModel], type[BaseModel] | None]] = {
+    "/classify": (classify, ClassifyRequest, ClassifyAnswer),
+    "/rank": (rank, RankRequest, RankAnswer),
+    **dict.fromkeys(rerank_wire.PATHS, (rerank, rerank_wire.RerankRequest, RerankAnswer)),
+    "/align": (align, AlignRequest, None),
+}
+
+
 def build_app(runs: list[ServedRun], limits: asked.Limits, server: dict, guards: Guards | None = None) -> Any:
     """The app over the loaded runs, wrapped in its guards (`GuardMiddleware`; CORS for `guards.cors_origins`
     only). `server`: what /info says about the server's settings. The handlers above read the runs, the limits and
@@ -310,11 +322,8 @@ def build_app(runs: list[ServedRun], limits: asked.Limits, server: dict, guards:
     app.state.runs, app.state.limits, app.state.server = runs, limits, server
     app.add_exception_handler(Refusal, refused)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
-    app.post("/classify", **openapi_of_route(ClassifyRequest, ClassifyAnswer))(classify)
-    app.post("/rank", **openapi_of_route(RankRequest, RankAnswer))(rank)
-    for path in rerank_wire.PATHS:
-        app.post(path, **openapi_of_route(rerank_wire.RerankRequest, RerankAnswer))(rerank)
-    app.post("/align", **openapi_of_route(AlignRequest, None))(align)
+    for path, (handler, _, _) in POSTS.items():  # plain routes: see POSTS
+        app.router.add_route(path, handler, methods=["POST"], include_in_schema=False)
     app.get("/health")(health)
     app.get("/info")(info)
     app.get("/")(page)
@@ -322,9 +331,11 @@ def build_app(runs: list[ServedRun], limits: asked.Limits, server: dict, guards:
     schemas = openapi_schemas()
     default_openapi = app.openapi
 
-    def openapi() -> dict:  # FastAPI's schema of the routes, with the request and answer models they read by hand
+    def openapi() -> dict:  # FastAPI's schema of its routes, with the POST endpoints and the models they read by hand
         if app.openapi_schema is None:
             document = default_openapi()
+            posts = {path: {"post": operation(path, *endpoint)} for path, endpoint in POSTS.items()}
+            document["paths"] = {**posts, **document.get("paths", {})}
             document.setdefault("components", {}).setdefault("schemas", {}).update(schemas)
             app.openapi_schema = document
         return app.openapi_schema
@@ -339,33 +350,34 @@ def build_app(runs: list[ServedRun], limits: asked.Limits, server: dict, guards:
     return GuardMiddleware(wrapped, guards)
 
 
-#: The models /openapi.json describes (the routes read their bodies themselves, behind the guards of `read_body`).
-_MODELS = (ClassifyRequest, ClassifyAnswer, RankRequest, RankAnswer, AlignRequest, rerank_wire.RerankRequest,
-           RerankAnswer, ErrorAnswer)  # fmt: skip
 _REF = "#/components/schemas/{model}"
 
 
 def openapi_schemas() -> dict:
-    """The JSON Schemas of the request and answer models, as OpenAPI components."""
+    """The JSON Schemas of the request and answer models (POSTS) and of the error answer, as OpenAPI components."""
     from pydantic.json_schema import models_json_schema
 
-    _, top = models_json_schema([(m, "validation") for m in _MODELS], ref_template=_REF)
+    models = dict.fromkeys(m for _, request, answer in POSTS.values() for m in (request, answer, ErrorAnswer) if m)
+    _, top = models_json_schema([(m, "validation") for m in models], ref_template=_REF)
     return top.get("$defs", {})
 
 
-def openapi_of_route(request: type[BaseModel], answer: type[BaseModel] | None) -> dict:
-    """A route's OpenAPI description: its JSON body, its answer and the error answer every endpoint gives."""
-    error = {"description": "what was wrong and what to do", "content": {"application/json": {
-        "schema": {"$ref": _REF.format(model="ErrorAnswer")}}}}  # fmt: skip
-    responses: dict = {code: error for code in (400, 413, 415, 422, 504)}
-    if answer is not None:
-        responses[200] = {"description": "the answer", "content": {"application/json": {
-            "schema": {"$ref": _REF.format(model=answer.__name__)}}}}  # fmt: skip
-    body = {
-        "required": True,
-        "content": {"application/json": {"schema": {"$ref": _REF.format(model=request.__name__)}}},
-    }
-    return {"openapi_extra": {"requestBody": body}, "responses": responses}
+def operation(path: str, handler: Callable, request: type[BaseModel], answer: type[BaseModel] | None) -> dict:
+    """A POST endpoint's OpenAPI operation, named as FastAPI names its own: its JSON body, its answer and the error
+    answer every endpoint gives."""
+    responses = dict.fromkeys(("400", "413", "415", "422", "504"),
+                              _json("ErrorAnswer", description="what was wrong and what to do"))  # fmt: skip
+    responses["200"] = _json(answer and answer.__name__, description="the answer")
+    name = handler.__name__
+    return {"summary": name.capitalize(), "operationId": f"{name}_{path.strip('/').replace('/', '_')}_post",
+            "requestBody": _json(request.__name__, required=True),
+            "responses": dict(sorted(responses.items()))}  # fmt: skip
+
+
+def _json(model: str | None, **fields: Any) -> dict:
+    """JSON of the model named (None: a JSON object of its own shape)."""
+    schema = {"$ref": _REF.format(model=model)} if model else {"type": "object"}
+    return {**fields, "content": {"application/json": {"schema": schema}}}
 
 
 #: The endpoints, for the 404 and 405 answers.
