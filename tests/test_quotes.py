@@ -116,7 +116,7 @@ def clone(tmp_path):
     (tmp_path / "docs" / "figures").mkdir(parents=True)
     (tmp_path / "docs" / "figures" / "measured_elsewhere.yaml").write_text(
         "sitting:\n  date: 2030-01-01\n  seconds: 94.4\n  gain: [4.5, 2.25, 6.75]\n  spread: [81.2, 0.43]\n"
-        "  odd: [4.5, 5.0, 6.75]\n"
+        "  odd: [4.5, 5.0, 6.75]\n  repeats: [74, 68, 59, 60, 64]\n"
         "old:\n  retired: the CrossEncoder trained 2 epochs, short of its best\n  ratio: 14.3\n"
     )
     study = tmp_path / "docs" / "studies" / "s"
@@ -132,9 +132,10 @@ def clone(tmp_path):
 def test_a_quote_prints_value_sign_and_unit_from_its_record(clone):
     text = ("<!--q figures:sitting.seconds|.0f s-->1 s<!--/q--> <!--q figures:sitting.gain|interval:+.2f-->x<!--/q--> "
             "<!--q figures:sitting.spread|meanstd:.2f-->x<!--/q--> <!--q study:s/wikiqa/coda/mean-->x<!--/q--> "
-            "<!--q study:s/wikiqa/coda/base_interval|interval:+.2f-->x<!--/q-->")  # fmt: skip
+            "<!--q study:s/wikiqa/coda/base_interval|interval:+.2f-->x<!--/q--> "
+            "<!--q figures:sitting.repeats|median:.0f %-->x<!--/q-->")  # fmt: skip
     texts = [m.group("text") for m in QUOTE.finditer(render(text, clone))]
-    assert texts == ["94 s", "+4.50 [+2.25, +6.75]", "81.20 ± 0.43", "77.17", "+2.52 [-1.18, +6.23]"]
+    assert texts == ["94 s", "+4.50 [+2.25, +6.75]", "81.20 ± 0.43", "77.17", "+2.52 [-1.18, +6.23]", "64 (59–74) %"]
     assert record(ROOT, "paper:scitail.coda.acc") == (83.6, None)  # the CoDA paper's Table 3, as conf/task keeps it
 
 

@@ -18,7 +18,8 @@ SOURCE, one of:
 
 FORMAT: a format spec for the value followed by literal text (`.2f`, `+.2f`, `.0f s`, `.1fx`), or a kind and its
 spec: `interval:+.2f` for [difference, low, high] ("+1.23 [+0.45, +2.01]"; a record whose interval does not contain
-its estimate is refused), `meanstd:.2f` for [mean, std] ("81.20 ± 0.43"), `range:.1f` for [low, high] ("1.3–1.6").
+its estimate is refused), `meanstd:.2f` for [mean, std] ("81.20 ± 0.43"), `range:.1f` for [low, high] ("1.3–1.6"),
+`median:.0f` for the values of a sitting's repeats, their median and range ("64 (59–74)").
 
 A record (or any record above it in its file) with `retired: <why>` is a sitting no current sentence may quote: a
 quote of it outside the lab-note archive is refused, naming why.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -158,7 +160,15 @@ def _range(value: object, spec: str, where: str) -> str:
     return f"{_number(value[0], spec, where)}–{_number(value[1], spec, where)}"
 
 
-KINDS: dict[str, Callable[[object, str, str], str]] = {"interval": _interval, "meanstd": _meanstd, "range": _range}
+def _median(value: object, spec: str, where: str) -> str:
+    if not (isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value)):
+        raise ConfigError(f"{where}: a median is taken of a list of numbers (each repeat's), got {value!r}")
+    middle, low, high = (_number(v, spec, where) for v in (statistics.median(value), min(value), max(value)))
+    return f"{middle} ({low}–{high})"
+
+
+KINDS: dict[str, Callable[[object, str, str], str]] = {"interval": _interval, "meanstd": _meanstd, "range": _range,
+                                                         "median": _median}  # fmt: skip
 #: A plain format: the spec, then the literal text after it (a unit).
 _PLAIN = re.compile(r"(?P<spec>[-+ ]?[#0]?\d*[,_]?(?:\.\d+)?[eEfFgG%]?)(?P<suffix>.*)", re.S)
 
