@@ -538,7 +538,7 @@ def main() -> None:
     print(f"CrossEncoder on ONNX Runtime against PyTorch, largest score difference: {agreement}; load "
           f"{sitting['load_before']} -> {sitting['load_after']}")  # fmt: skip
     if args.json:  # the data file docs/results/performance.md's frontier quotes (with how it was measured)
-        said = [said_argument(arg, args.data_dir) for arg in sys.argv[1:]]  # no folder of this machine
+        said = said_command(sys.argv[1:])  # no folder of this machine
         said = [shlex.quote(a) if " " in a and not a.endswith(">") else a for a in said]  # pasteable, <...> as said
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"command": "python benchmarks/bench_rerank.py " + " ".join(said),
@@ -557,16 +557,35 @@ def main() -> None:
         draw(results, args.chart, args.split or split, source_name)
 
 
-def said_argument(arg: str, data_dir: Path | None) -> str:
-    """A command-line argument as the data file says it: the corpora folder as /path/to/corpora, a model's run as
-    <its name's run>, the CrossEncoder's folder as <CrossEncoder folder>, so that no path of this machine is
+#: What a flag's value that is a path of this machine is published as; a written file (--json, --chart) outside docs/
+#: as its name alone.
+SAID_PATHS = {"--data-dir": "/path/to/corpora", "--cross-encoder": "<CrossEncoder folder>",
+              "--pairs": "/path/to/{name}", "--draw-from": "{name}", "--json": "{name}", "--chart": "{name}"}
+
+
+def said_command(argv: list[str]) -> list[str]:
+    """The command line as the data file says it, each value by the flag it follows (`--flag value` or
+    `--flag=value`): the corpora folder as /path/to/corpora, a model's run as <its name's run>, the CrossEncoder's
+    folder as <CrossEncoder folder>, a file written outside docs/ by its name, so that no path of this machine is
     published."""
-    if arg == "/path/to/corpora" or (data_dir is not None and arg == str(data_dir)):
-        return "/path/to/corpora"
-    if "=" in arg and "/" in arg.split("=", 1)[1]:
-        name = arg.split("=", 1)[0]
+    said, flag = [], None
+    for arg in argv:
+        if arg.startswith("--") and "=" in arg:
+            name, value = arg.split("=", 1)
+            said.append(f"{name}={said_value(name, value)}")
+        else:
+            said.append(said_value(flag, arg) if flag else arg)
+        flag = arg if arg.startswith("--") and "=" not in arg else None
+    return said
+
+
+def said_value(flag: str, value: str) -> str:
+    if flag == "--model" and "=" in value and "/" in value.split("=", 1)[1]:
+        name = value.split("=", 1)[0]
         return f"{name}=<{name.split('+')[0]} run>"
-    return "<CrossEncoder folder>" if "/" in arg and not arg.startswith("docs/") else arg
+    if flag not in SAID_PATHS or (flag != "--data-dir" and ("/" not in value or value.startswith("docs/"))):
+        return value
+    return SAID_PATHS[flag].format(name=Path(value).name)
 
 
 def split_name(path: Path) -> str:

@@ -57,13 +57,20 @@ def test_the_flags_of_a_model_name_say_how_it_runs(bench):
 
 
 def test_no_folder_of_this_machine_reaches_the_command(bench, tmp_path):
-    said = [bench.said_argument(arg, tmp_path) for arg in
-            ["--data-dir", str(tmp_path), "--model", "fine-tuned+index+ort+int8=/tmp/runs/coda", "--cross-encoder",
-             "/tmp/ce/seed1/model", "--cross-encoder-as", "torch,onnx,onnx+int8", "--json",
-             "docs/figures/rerank_frontier_trecqa.json"]]  # fmt: skip
+    said = bench.said_command(["--data-dir", str(tmp_path), "--model", "fine-tuned+index+ort+int8=/tmp/runs/coda",
+                               "--cross-encoder", "/tmp/ce/seed1/model", "--cross-encoder-as", "torch,onnx,onnx+int8",
+                               "--threads", "1", "--json", "docs/figures/rerank_frontier_trecqa.json",
+                               "--chart=/tmp/out/chart.png"])  # fmt: skip
     assert said == ["--data-dir", "/path/to/corpora", "--model", "fine-tuned+index+ort+int8=<fine-tuned run>",
-                    "--cross-encoder", "<CrossEncoder folder>", "--cross-encoder-as", "torch,onnx,onnx+int8", "--json",
-                    "docs/figures/rerank_frontier_trecqa.json"]  # fmt: skip
+                    "--cross-encoder", "<CrossEncoder folder>", "--cross-encoder-as", "torch,onnx,onnx+int8",
+                    "--threads", "1", "--json", "docs/figures/rerank_frontier_trecqa.json",
+                    "--chart=chart.png"]  # fmt: skip
+
+
+def test_a_file_written_outside_docs_is_said_by_its_name_not_as_the_cross_encoder(bench):
+    """A sitting written to /tmp/s/x.json once published its command with `--json <CrossEncoder folder>`."""
+    said = bench.said_command(["--pairs", "/home/me/WikiQA-dev.tsv", "--json", "/tmp/s/rerank_int8.json"])
+    assert said == ["--pairs", "/path/to/WikiQA-dev.tsv", "--json", "rerank_int8.json"]
 
 
 @pytest.mark.slow
