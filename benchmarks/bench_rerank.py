@@ -559,8 +559,14 @@ def main() -> None:
 
 #: What a flag's value that is a path of this machine is published as; a written file (--json, --chart) outside docs/
 #: as its name alone.
-SAID_PATHS = {"--data-dir": "/path/to/corpora", "--cross-encoder": "<CrossEncoder folder>",
-              "--pairs": "/path/to/{name}", "--draw-from": "{name}", "--json": "{name}", "--chart": "{name}"}
+SAID_PATHS = {
+    "--data-dir": "/path/to/corpora",
+    "--cross-encoder": "<CrossEncoder folder>",
+    "--pairs": "/path/to/{name}",
+    "--draw-from": "{name}",
+    "--json": "{name}",
+    "--chart": "{name}",
+}
 
 
 def said_command(argv: list[str]) -> list[str]:
