@@ -82,6 +82,8 @@ def quantized(model_file: Path, reduce_range: bool | None = None) -> Path:
     graph = onnx.load(str(model_file))
     del graph.graph.value_info[:]
     plain, ready, tmp = (out.with_name(out.name + suffix) for suffix in (".in.tmp", ".ready.tmp", ".tmp"))
+    # Saved to a file, not handed to the pre-processing as a proto: it cannot read a proto whose weights were
+    # loaded from an external data file (a static model's embedding table is one).
     onnx.save(graph, str(plain))
     try:  # symbolic shape inference left out: it does not complete on our graphs (ONNX's own inference runs)
         quantization.shape_inference.quant_pre_process(str(plain), str(ready), skip_symbolic_shape=True)
