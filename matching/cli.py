@@ -59,13 +59,19 @@ def _no_cloud_tip(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith("💡 Tip: For seamless cloud logging")
 
 
+def _no_empty_attribute_note(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Attribute type is ambiguous because it is an empty sequence")
+
+
 def quiet_libraries() -> None:
     """Drop the libraries' messages that every run printed and no user can act on, each matched narrowly:
     Lightning's advertisement for its cloud logger; the deprecation of torch's `LeafSpec` inside Lightning's
     own code (lightning/pytorch/utilities/_pytree.py; nothing of ours uses it); and on ONNX export, onnxscript's
     log of every graph rewrite (INFO, which the commands' stderr logging shows), torch's warning that torchvision,
     which no matching model uses, is not installed, and its note that two dynamic axes share the name `batch`
-    (an encoder model's inputs do, on purpose); Hydra's note that conf/hydra/launcher/submitit_local.yaml, which
+    (an encoder model's inputs do, on purpose), and onnx_ir's note, twice per export of a contextual model, that an
+    empty list of integers given by onnxscript's own translation of index_put (the encoder's word pooling) is taken
+    as integers, which it is; Hydra's note that conf/hydra/launcher/submitit_local.yaml, which
     sets our defaults over the plugin's schema of the same name, is validated against that schema (a typo in a key
     is still an error; hydra-core is pinned); Lightning's warning that modules are in eval mode at the start of
     training (a fine-tuned encoder's frozen layers are, on purpose: matching.model.encoders.WordEncoder). Their
@@ -85,6 +91,9 @@ def quiet_libraries() -> None:
             logger.addFilter(_no_cloud_tip)
     for name in ("onnxscript", "onnx_ir"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    attributes = logging.getLogger("onnx_ir._convenience")  # a logger's filter sees only its own records
+    if _no_empty_attribute_note not in attributes.filters:
+        attributes.addFilter(_no_empty_attribute_note)
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
 
 
