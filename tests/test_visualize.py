@@ -235,3 +235,36 @@ def test_one_scale_rule_for_the_figures_and_the_page():
     assert color_scale(positive - 0.5, None) == (True, -0.4, 0.4)
     page = (Path(__file__).resolve().parents[1] / "matching" / "serving" / "page" / "page.js").read_text()
     assert "const signed = range ? range[0] < 0 : (lo < 0 || hi > 1);" in page  # the same rule there
+
+
+def test_every_label_of_a_heatmap_lies_inside_the_image(wikiqa_run, snli_run, tmp_path, monkeypatch):
+    """The tokens along the bottom (drawn upright), the axis labels, the panels' captions and the title are all
+    within the saved image, for one run and for two runs side by side: `tight_layout` put a heat-map's long
+    bottom tokens and its 'b (second text)' below the image's edge."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from matching.results import alignment_figures as visualize
+
+    save, outside = visualize._save, []
+
+    def checking(fig, out, title):
+        result = save(fig, out, title)
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        texts = list(fig.texts)  # the suptitle
+        for ax in (ax for ax in fig.axes if ax.images):
+            texts += [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.get_xticklabels(), *ax.get_yticklabels()]
+        for text in texts:
+            box = text.get_window_extent(renderer)
+            if text.get_text() and not (
+                box.x0 >= 0 and box.y0 >= 0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1
+            ):
+                outside.append((out.name, text.get_text()))
+        return result
+
+    monkeypatch.setattr(visualize, "_save", checking)
+    run, _ = wikiqa_run
+    a, b = "how big is the moon", "Its diameter, measured at the equator, is approximately 3,474 kilometres."
+    ckpt = f"ckpt={run / 'checkpoints' / 'best.ckpt'}"
+    assert main([ckpt, f"a={a}", f"b={b}", f"out={tmp_path / 'one.png'}"]) == 0
+    assert main([ckpt, f"a={a}", f"b={b}", f"out={tmp_path / 'two.png'}", f"compare=[{snli_run[0]}]"]) == 0
+    assert outside == []

@@ -23,14 +23,12 @@ def _plt():
 
 
 def _save(fig, out: Path, title: str) -> Path:
-    """Saves the figure with its title above the panels: the title's lines get their own band at the top, which
-    `tight_layout` keeps the panels out of (it does not count a suptitle, which overlapped the first row's
-    captions in a figure of several rows)."""
-    top = 1.0
+    """Saves the figure with its title above the panels. Every figure here is drawn with matplotlib's constrained
+    layout, which makes room for the suptitle, the colour bars and the rotated token labels: `tight_layout`, used
+    before, left a heat-map's bottom tokens and its x-axis label outside the image (its colour bars are axes it
+    does not lay out)."""
     if title:
-        fig.suptitle(title, fontsize=10, y=0.998, va="top")
-        top = 1.0 - (0.2 * (title.count("\n") + 1) + 0.15) / fig.get_figheight()
-    fig.tight_layout(rect=(0.0, 0.0, 1.0, top))
+        fig.suptitle(title, fontsize=10)
     fig.savefig(out, dpi=120)
     _plt().close(fig)
     return out
@@ -73,7 +71,7 @@ def draw_heatmap_rows(
     ]  # fmt: skip
     lines = max(text.count("\n") + 1 for titles in wrapped for text in titles.values())
     size = (width * columns, (height + 0.15 * lines) * len(rows) + 0.2 * title.count("\n"))
-    fig, axes = plt.subplots(len(rows), columns, figsize=size, squeeze=False)
+    fig, axes = plt.subplots(len(rows), columns, figsize=size, squeeze=False, layout="constrained")
     for row_axes, titles, (tokens_a, tokens_b, matrices, _) in zip(axes, wrapped, rows, strict=True):
         for ax in row_axes[len(matrices) :]:
             ax.axis("off")
@@ -161,7 +159,7 @@ def draw_histograms(
 ) -> Path:
     """One histogram per matrix of the values of its real (non-padding) cells, log-scaled counts."""
     plt = _plt()
-    fig, axes = plt.subplots(1, len(values), figsize=(4.2 * len(values), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(values), figsize=(4.2 * len(values), 3.6), squeeze=False, layout="constrained")
     for ax, (name, v) in zip(axes[0], values.items(), strict=True):
         ax.hist(v, bins=60, color="tab:blue")
         ax.axvline(0.0, color="black", linewidth=0.6)
