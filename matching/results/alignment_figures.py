@@ -22,11 +22,16 @@ def _plt():
     return plt
 
 
+def _figure(rows: int, columns: int, size: tuple[float, float]):
+    """A figure of rows × columns panels on matplotlib's constrained layout, which makes room for the title, the
+    colour bars and the rotated token labels (`tight_layout` does not lay out colour bars, and left a heat-map's
+    bottom tokens outside the image). Chosen here, when the figure is made: setting it at saving, after the colour
+    bars are added, fails (tried)."""
+    return _plt().subplots(rows, columns, figsize=size, squeeze=False, layout="constrained")
+
+
 def _save(fig, out: Path, title: str) -> Path:
-    """Saves the figure with its title above the panels. Every figure here is drawn with matplotlib's constrained
-    layout, which makes room for the suptitle, the colour bars and the rotated token labels: `tight_layout`, used
-    before, left a heat-map's bottom tokens and its x-axis label outside the image (its colour bars are axes it
-    does not lay out)."""
+    """Saves a figure of `_figure` with its title above the panels."""
     if title:
         fig.suptitle(title, fontsize=10)
     fig.savefig(out, dpi=120)
@@ -57,7 +62,6 @@ def draw_heatmap_rows(
     `draw_heatmaps`; a row with fewer matrices than the widest leaves its last panels blank. `ranges`: the values
     each matrix can take by its formula (matching.model.matrices.value_range), which choose its colour scale."""
     ranges = ranges or {}
-    plt = _plt()
     cell = 0.32
     columns = max(len(matrices) for _, _, matrices, _ in rows)
     every = [m for _, _, matrices, _ in rows for m in matrices.values()]
@@ -71,7 +75,7 @@ def draw_heatmap_rows(
     ]  # fmt: skip
     lines = max(text.count("\n") + 1 for titles in wrapped for text in titles.values())
     size = (width * columns, (height + 0.15 * lines) * len(rows) + 0.2 * title.count("\n"))
-    fig, axes = plt.subplots(len(rows), columns, figsize=size, squeeze=False, layout="constrained")
+    fig, axes = _figure(len(rows), columns, size)
     for row_axes, titles, (tokens_a, tokens_b, matrices, _) in zip(axes, wrapped, rows, strict=True):
         for ax in row_axes[len(matrices) :]:
             ax.axis("off")
@@ -158,8 +162,7 @@ def draw_histograms(
     values: dict[str, np.ndarray], out: Path, title: str = "", captions: Mapping[str, str] | None = None
 ) -> Path:
     """One histogram per matrix of the values of its real (non-padding) cells, log-scaled counts."""
-    plt = _plt()
-    fig, axes = plt.subplots(1, len(values), figsize=(4.2 * len(values), 3.6), squeeze=False, layout="constrained")
+    fig, axes = _figure(1, len(values), (4.2 * len(values), 3.6))
     for ax, (name, v) in zip(axes[0], values.items(), strict=True):
         ax.hist(v, bins=60, color="tab:blue")
         ax.axvline(0.0, color="black", linewidth=0.6)
